@@ -1,0 +1,61 @@
+"""xlgraph: PopXL-style explicit graph programs, differentiated and run on a numpy simulator.
+
+Replace ``import popxl`` with ``import xlgraph as popxl``.
+"""
+
+from xlgraph import dtypes, ops, transforms
+from xlgraph.context import (
+    gcg,
+    get_current_graph,
+    get_ir,
+    get_main_graph,
+    gir,
+    gmg,
+    in_sequence,
+    name_scope,
+)
+from xlgraph.dtypes import (
+    bool,
+    double,
+    dtype,
+    float,
+    float16,
+    float32,
+    float64,
+    half,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from xlgraph.graph import Graph
+from xlgraph.ir import Ir
+from xlgraph.module import Module
+from xlgraph.runtime import Session
+from xlgraph.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
+from xlgraph.tensor import (
+    Constant,
+    Tensor,
+    TensorSpec,
+    Variable,
+    constant,
+    graph_input,
+    graph_output,
+    variable,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Ir", "Graph", "Tensor", "TensorSpec", "Variable", "Constant", "Module", "Session",
+    "variable", "constant", "graph_input", "graph_output", "h2d_stream", "d2h_stream",
+    "HostToDeviceStream", "DeviceToHostStream", "in_sequence", "name_scope",
+    "gcg", "get_current_graph", "gmg", "get_main_graph", "gir", "get_ir",
+    "dtypes", "ops", "transforms", "dtype",
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "half", "float32", "float", "float64", "double",
+]

@@ -1,0 +1,115 @@
+"""The graph context stack, ``in_sequence`` and ``name_scope``: the only global state."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xlgraph.graph import Graph
+    from xlgraph.ir import Ir
+
+__all__ = [
+    "get_current_graph",
+    "get_main_graph",
+    "get_ir",
+    "gcg",
+    "gmg",
+    "gir",
+    "in_sequence",
+    "name_scope",
+]
+
+
+class _Context:
+    def __init__(self) -> None:
+        self.graphs: list[Graph] = []
+        self.sequence: list[Any] = []  # stack of (mode, region id)
+        self.scopes: list[str] = []
+        self.region_ids = itertools.count(1)
+
+
+_ctx = _Context()
+
+
+def push_graph(graph: Graph) -> None:
+    if _ctx.graphs and _ctx.graphs[-1].ir is not graph.ir:
+        raise RuntimeError(
+            f"cannot enter graph {graph.name!r} of {graph.ir!r} inside a graph of another Ir "
+            f"({_ctx.graphs[-1].ir!r})"
+        )
+    _ctx.graphs.append(graph)
+
+
+def pop_graph() -> None:
+    _ctx.graphs.pop()
+
+
+def get_current_graph() -> Graph:
+    """The graph that ops are currently added to (the innermost ``with graph:``).
+
+    Raises:
+        RuntimeError: outside any graph context.
+    """
+    if not _ctx.graphs:
+        raise RuntimeError(
+            "no current graph: build ops inside `with ir.main_graph:` or `with some_graph:`"
+        )
+    return _ctx.graphs[-1]
+
+
+def get_main_graph() -> Graph:
+    """The main graph of the current graph's Ir."""
+    return get_current_graph().ir.main_graph
+
+
+def get_ir() -> Ir:
+    """The Ir of the current graph."""
+    return get_current_graph().ir
+
+
+gcg = get_current_graph
+gmg = get_main_graph
+gir = get_ir
+
+
+@contextlib.contextmanager
+def in_sequence(enabled: bool = True) -> Iterator[None]:
+    """Ops created inside run in creation order.
+
+    Without it only data dependencies order ops, and two unordered in-place ops touching one tensor
+    are reported when the Session is created.
+    """
+    if enabled is None or not isinstance(enabled, bool | str):
+        raise TypeError(f"in_sequence expects True, False or 'pass', got {enabled!r}")
+    _ctx.sequence.append((enabled, next(_ctx.region_ids)))
+    try:
+        yield
+    finally:
+        _ctx.sequence.pop()
+
+
+def sequence_region() -> int | None:
+    """Id of the innermost active ``in_sequence(True)`` block, or None."""
+    for mode, region in reversed(_ctx.sequence):
+        if mode is True:
+            return region
+        if mode is False:
+            return None
+    return None
+
+
+@contextlib.contextmanager
+def name_scope(name: str) -> Iterator[None]:
+    """Prefix the names of tensors created inside with ``name/``."""
+    _ctx.scopes.append(name)
+    try:
+        yield
+    finally:
+        _ctx.scopes.pop()
+
+
+def scoped_name(name: str) -> str:
+    return "/".join([*_ctx.scopes, name])

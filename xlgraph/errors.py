@@ -1,0 +1,83 @@
+"""Exception types and the helper that finds the user's source line."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = [
+    "XlgraphError",
+    "ShapeError",
+    "DTypeError",
+    "GraphMismatchError",
+    "CallInputError",
+    "StreamInputError",
+    "NotAttachedError",
+    "UnsupportedDeviceError",
+    "AutodiffError",
+    "SchedulingError",
+    "IrFrozenError",
+    "ExecutionError",
+    "user_source_line",
+]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class XlgraphError(Exception):
+    """Base class of every error xlgraph raises on purpose."""
+
+
+class ShapeError(XlgraphError, ValueError):
+    """An op got tensors whose shapes it cannot combine."""
+
+
+class DTypeError(XlgraphError, TypeError):
+    """An op got tensors of a dtype it does not accept."""
+
+
+class GraphMismatchError(XlgraphError, ValueError):
+    """A tensor of one graph was used in another (there is no implicit capture)."""
+
+
+class CallInputError(XlgraphError, ValueError):
+    """A call site gave missing, duplicate, unknown or foreign inputs."""
+
+
+class StreamInputError(XlgraphError, ValueError):
+    """``Session.run`` got missing, unexpected, mis-shaped or mis-typed stream data."""
+
+
+class NotAttachedError(XlgraphError, ValueError):
+    """A runtime call needs the Session to be attached (``with session:``)."""
+
+
+class UnsupportedDeviceError(XlgraphError, ValueError):
+    """The requested device is not available in xlgraph."""
+
+
+class AutodiffError(XlgraphError, ValueError):
+    """``transforms.autodiff`` cannot differentiate the given graph."""
+
+
+class SchedulingError(XlgraphError, ValueError):
+    """The op order of a graph is ambiguous or invalid."""
+
+
+class IrFrozenError(XlgraphError, RuntimeError):
+    """The Ir is owned by a Session and can no longer be modified."""
+
+
+class ExecutionError(XlgraphError, RuntimeError):
+    """A kernel failed while a Session was running; variables were restored."""
+
+
+def user_source_line() -> str:
+    """``file:line`` of the innermost stack frame outside the xlgraph package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_DIR + os.sep) and "<frozen" not in path:
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"

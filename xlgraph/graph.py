@@ -1,0 +1,157 @@
+"""Graphs: an append-only, topologically ordered list of ops with named tensors."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from xlgraph import context
+from xlgraph.errors import GraphMismatchError, IrFrozenError, user_source_line
+from xlgraph.tensor import Constant, Tensor, TensorSpec, Variable
+
+if TYPE_CHECKING:
+    from xlgraph.ir import Ir
+    from xlgraph.op import Op
+
+__all__ = ["Graph"]
+
+
+class Graph:
+    """A graph of ops, from ``ir.main_graph`` or ``ir.create_graph``; ``with g:`` builds in it."""
+
+    def __init__(self, ir: Ir, name: str, is_main: bool = False) -> None:
+        self.ir = ir
+        self.name = name
+        self.is_main = is_main
+        self.ops: list[Op] = []
+        self._tensors: dict[str, Tensor] = {}
+        self._inputs: list[Tensor] = []
+        self._outputs: list[Tensor] = []
+        self.call_sites: list[Op] = []
+
+    # -- context -----------------------------------------------------------------------------
+    def __enter__(self) -> Graph:
+        context.push_graph(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        context.pop_graph()
+
+    # -- views -------------------------------------------------------------------------------
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._inputs)
+
+    @property
+    def inputs_by_name(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self._inputs}
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._outputs)
+
+    @property
+    def tensors(self) -> tuple[Tensor, ...]:
+        return tuple(self._tensors.values())
+
+    @property
+    def variables(self) -> tuple[Variable, ...]:
+        return tuple(t for t in self._tensors.values() if isinstance(t, Variable))
+
+    @property
+    def constants(self) -> tuple[Constant, ...]:
+        return tuple(t for t in self._tensors.values() if isinstance(t, Constant))
+
+    @property
+    def called_graphs(self) -> tuple[Graph, ...]:
+        seen: dict[int, Graph] = {}
+        for op in self.ops:
+            for g in op.called_graphs:
+                seen.setdefault(id(g), g)
+        return tuple(seen.values())
+
+    @property
+    def main_graph(self) -> Graph:
+        return self.ir.main_graph
+
+    def get_tensor(self, name: str) -> Tensor:
+        return self._tensors[name]
+
+    def __contains__(self, t: object) -> bool:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"`in graph` expects a Tensor, got {type(t).__name__}")
+        return t.graph is self
+
+    def __repr__(self) -> str:
+        return f"Graph[name={self.name}]"
+
+    def __str__(self) -> str:
+        from xlgraph.op import format_listing
+
+        return format_listing(self)
+
+    # -- building ----------------------------------------------------------------------------
+    def check_mutable(self) -> None:
+        if self.ir.frozen:
+            raise IrFrozenError(
+                f"graph {self.name!r} belongs to an Ir owned by a Session and cannot be modified "
+                f"[at {user_source_line()}]"
+            )
+
+    def unique_name(self, name: str) -> str:
+        name = context.scoped_name(name)
+        if name not in self._tensors:
+            return name
+        i = 0
+        while f"{name}__t{i}" in self._tensors:
+            i += 1
+        return f"{name}__t{i}"
+
+    def add_tensor(self, spec: TensorSpec, name: str, producer: Op | None = None) -> Tensor:
+        self.check_mutable()
+        t = Tensor(self, self.unique_name(name), spec, producer)
+        self._tensors[t.name] = t
+        return t
+
+    def add_input(self, spec: TensorSpec, name: str, by_ref: bool = False) -> Tensor:
+        if self.is_main:
+            raise GraphMismatchError(
+                f"graph_input {name!r}: the main graph has no inputs; use h2d_stream + "
+                f"ops.host_load to feed data [at {user_source_line()}]"
+            )
+        t = self.add_tensor(spec, name)
+        t.by_ref = by_ref
+        self._inputs.append(t)
+        return t
+
+    def add_output(self, t: Tensor) -> None:
+        self.check_mutable()
+        if t.graph is not self:
+            raise GraphMismatchError(
+                f"graph_output: tensor {t.id} {t.spec} belongs to graph {t.graph.name!r}, not "
+                f"{self.name!r} [at {user_source_line()}]"
+            )
+        self._outputs.append(t)
+
+    def add_variable(self, data: np.ndarray, name: str) -> Variable:
+        self.check_mutable()
+        from xlgraph import dtypes
+
+        spec = TensorSpec(data.shape, dtypes.of_array(data))
+        v = Variable(self, self.unique_name(name), spec, data)
+        self._tensors[v.name] = v
+        return v
+
+    def add_constant(self, data: np.ndarray, name: str) -> Constant:
+        self.check_mutable()
+        from xlgraph import dtypes
+
+        spec = TensorSpec(data.shape, dtypes.of_array(data))
+        c = Constant(self, self.unique_name(name), spec, data)
+        self._tensors[c.name] = c
+        return c
+
+    def append_op(self, op: Op) -> None:
+        self.check_mutable()
+        self.ops.append(op)

@@ -1,0 +1,138 @@
+"""The Ir: owner of the main graph, subgraphs and streams."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from xlgraph.graph import Graph
+from xlgraph.tensor import Tensor, TensorSpec, graph_input, graph_output
+
+__all__ = ["Ir"]
+
+_ir_ids = itertools.count()
+
+
+class Ir:
+    """A program: a main graph plus the subgraphs it calls.
+
+    Example:
+        >>> import xlgraph
+        >>> ir = xlgraph.Ir()
+        >>> with ir.main_graph:
+        ...     w = xlgraph.variable([1.0, 2.0], name="w")
+    """
+
+    def __init__(self, replication: int = 1) -> None:
+        self.id = next(_ir_ids)
+        self.graphs: list[Graph] = []
+        self._graph_names: dict[str, int] = {}
+        self.main_graph = Graph(self, "main", is_main=True)
+        self.graphs.append(self.main_graph)
+        self.h2d_streams: list[Any] = []
+        self.d2h_streams: list[Any] = []
+        self.num_host_transfers = 1
+        self.replication_factor = int(replication)
+        self.frozen = False
+
+    def __repr__(self) -> str:
+        return f"Ir[id={self.id}]"
+
+    def _unique_graph_name(self, base: str, suffix: bool) -> str:
+        n = self._graph_names.get(base, 0)
+        self._graph_names[base] = n + 1
+        if suffix:
+            return f"{base}_subgraph({n})"
+        return base if n == 0 else f"{base}_{n}"
+
+    def create_empty_graph(self, name: str | None = None, unique_suffix: bool = True) -> Graph:
+        """Create a new graph with no inputs or ops."""
+        self.main_graph.check_mutable()
+        g = Graph(self, self._unique_graph_name(name or "graph", unique_suffix))
+        self.graphs.append(g)
+        return g
+
+    def create_graph(self, fn: Callable[..., Any] | Any, *args: Any, **kwargs: Any) -> Graph:
+        """Build a subgraph by calling ``fn`` (or ``module.build``) with graph inputs.
+
+        Every Tensor or TensorSpec argument becomes a ``graph_input`` of the same spec, named after
+        its parameter (``<param>_<i>`` for list elements); other arguments pass through. The return
+        value (None, a Tensor, or an iterable of Tensors) becomes the graph outputs.
+
+        Args:
+            fn: a function or an ``xlgraph.Module``.
+            *args: arguments bound to ``fn``'s signature.
+            **kwargs: keyword arguments bound likewise.
+
+        Returns:
+            The new Graph.
+        """
+        from xlgraph.module import Module
+
+        build = fn.build if isinstance(fn, Module) else fn
+        target = type(fn) if isinstance(fn, Module) else fn
+        qualname = getattr(target, "__qualname__", getattr(target, "__name__", "graph"))
+        graph = self.create_empty_graph(qualname.replace(".<locals>", ""))
+        try:
+            bound = inspect.signature(build).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ValueError(f"create_graph({qualname}): {exc}") from exc
+        with graph:
+            call_args, call_kwargs = _replace_specs_with_inputs(bound)
+            result = build(*call_args, **call_kwargs)
+            for out in _as_outputs(result, qualname):
+                graph_output(out)
+        return graph
+
+    def get_all_h2d_streams(self) -> set[Any]:
+        return set(self.h2d_streams)
+
+    def get_all_d2h_streams(self) -> set[Any]:
+        return set(self.d2h_streams)
+
+
+def _is_spec(value: Any) -> bool:
+    return isinstance(value, Tensor | TensorSpec)
+
+
+def _make_input(value: Any, name: str) -> Tensor:
+    spec = value.spec if isinstance(value, Tensor) else value
+    return graph_input(spec.shape, spec.dtype, name)
+
+
+def _replace_specs_with_inputs(bound: inspect.BoundArguments) -> tuple[list[Any], dict[str, Any]]:
+    params = bound.signature.parameters
+    for pname, value in list(bound.arguments.items()):
+        kind = params[pname].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            bound.arguments[pname] = {
+                k: _make_input(v, k) if _is_spec(v) else v for k, v in value.items()
+            }
+        elif isinstance(value, list | tuple) and any(_is_spec(v) for v in value):
+            if not all(_is_spec(v) for v in value):
+                raise TypeError(f"argument {pname!r} mixes tensors and non-tensors")
+            base = pname if kind is not inspect.Parameter.VAR_POSITIONAL else "args"
+            made = [_make_input(v, f"{base}_{i}") for i, v in enumerate(value)]
+            bound.arguments[pname] = type(value)(made) if isinstance(value, tuple) else made
+        elif _is_spec(value):
+            bound.arguments[pname] = _make_input(value, pname)
+    return list(bound.args), dict(bound.kwargs)
+
+
+def _as_outputs(result: Any, qualname: str) -> list[Tensor]:
+    if result is None:
+        return []
+    if isinstance(result, Tensor):
+        return [result]
+    try:
+        outs = list(result)
+    except TypeError:
+        outs = None
+    if outs is None or not all(isinstance(t, Tensor) for t in outs):
+        raise ValueError(
+            f"create_graph({qualname}): the function must return None, a Tensor or an iterable "
+            f"of Tensors, got {type(result).__name__}"
+        )
+    return outs

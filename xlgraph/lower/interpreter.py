@@ -1,0 +1,106 @@
+"""The reference interpreter: runs the unoptimised op lists directly, with plain value semantics.
+
+It shares the kernels with the compiled path but none of the lowering, so tests use it as the
+oracle for the optimised plan (``Session(..., optimize=False)`` runs it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from xlgraph.graph import Graph
+from xlgraph.ir import Ir
+from xlgraph.op import Op
+from xlgraph.tensor import Tensor
+
+
+class _HostIO:
+    def __init__(self, inputs: dict[Any, np.ndarray], outputs: dict[Any, np.ndarray],
+                 transfers: int) -> None:
+        self.inputs = inputs
+        self.outputs = outputs
+        self.transfers = transfers
+        self.loaded: dict[Any, int] = {}
+        self.stored: dict[Any, int] = {}
+
+    def load(self, stream: Any) -> np.ndarray:
+        data = self.inputs[stream]
+        if self.transfers > 1:
+            k = self.loaded.get(stream, 0)
+            self.loaded[stream] = k + 1
+            data = data[k % self.transfers]
+        return np.array(data, copy=True)
+
+    def store(self, stream: Any, value: np.ndarray) -> None:
+        if self.transfers > 1:
+            k = self.stored.get(stream, 0)
+            self.stored[stream] = k + 1
+            self.outputs[stream][k % self.transfers] = value
+        else:
+            self.outputs[stream][...] = value
+
+
+class Interpreter:
+    """Evaluates an Ir op by op. ``current_op`` names the op that was running if one fails."""
+
+    def __init__(self, ir: Ir) -> None:
+        self.ir = ir
+        self.current_op: Op | None = None
+
+    def run(self, variables: dict[Tensor, np.ndarray], inputs: dict[Any, np.ndarray],
+            outputs: dict[Any, np.ndarray]) -> None:
+        io = _HostIO(inputs, outputs, self.ir.num_host_transfers)
+        env: dict[Tensor, Any] = dict(variables)
+        self.graph(self.ir.main_graph, env, io)
+
+    def graph(self, graph: Graph, env: dict[Tensor, Any], io: _HostIO) -> None:
+        for c in graph.constants:
+            env[c] = c.data.copy()
+        for op in graph.ops:
+            self.current_op = op
+            outs = self.op(op, [env[t] for t in op.inputs], io)
+            env.update(zip(op.outputs, outs))
+
+    def op(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
+        kind = op.defn.kind
+        if kind == "host_load":
+            return [io.load(op.attrs["stream"])]
+        if kind == "host_store":
+            io.store(op.attrs["stream"], args[0])
+            return []
+        if kind == "call":
+            return self.call(op, args, io)
+        if kind == "repeat":
+            return self.repeat(op, args, io)
+        result = op.defn.kernel(*args, **op.attrs)
+        outs = list(result) if isinstance(result, tuple) else [result]
+        if op.defn.view and op.defn.inplace_of is None:
+            outs = [np.array(o, copy=True) for o in outs]
+        return outs
+
+    def _enter(self, op: Op, args: list[Any]) -> dict[Tensor, Any]:
+        graph: Graph = op.attrs["graph"]
+        env = {}
+        for i, (t, value) in enumerate(zip(graph.inputs, args)):
+            by_ref = t.by_ref or i in op.attrs["modified"]
+            env[t] = value if by_ref else np.array(value, copy=True)
+        return env
+
+    def call(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
+        graph: Graph = op.attrs["graph"]
+        env = self._enter(op, args)
+        self.graph(graph, env, io)
+        self.current_op = op
+        return [env[t] for t in graph.outputs[: len(op.outputs)]]
+
+    def repeat(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
+        graph: Graph = op.attrs["graph"]
+        env = self._enter(op, args)
+        for _ in range(op.attrs["count"]):
+            self.graph(graph, env, io)
+            carried = [env[t] for t in graph.outputs]
+            env.update(zip(graph.inputs, carried))
+        self.current_op = op
+        return [env[t] for t in graph.outputs[: len(op.outputs)]]

@@ -1,0 +1,370 @@
+"""Op records (``OpDef``), the registry, op nodes and the builder that appends them to graphs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from xlgraph import context
+from xlgraph.errors import (
+    DTypeError,
+    GraphMismatchError,
+    ShapeError,
+    XlgraphError,
+    user_source_line,
+)
+from xlgraph.tensor import Constant, Tensor, TensorSpec, constant
+
+if TYPE_CHECKING:
+    from xlgraph.graph import Graph
+
+__all__ = ["OpDef", "Op", "Sample", "REGISTRY", "BUILDERS", "register"]
+
+Infer = Callable[..., "TensorSpec | tuple[TensorSpec, ...]"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Test inputs for an op: arrays become graph inputs, everything else passes through.
+
+    ``grad=False`` skips the finite-difference check for this sample (e.g. at a kink).
+    """
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    grad: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class OpDef:
+    """Everything xlgraph knows about one op, registered once.
+
+    Attributes:
+        name: registry key and listing name.
+        infer: ``infer(*input_specs, **attrs)`` -> output spec(s); raises ShapeError/DTypeError.
+        kernel: ``kernel(*arrays, **attrs)`` -> array(s). In-place ops write into input
+            ``inplace_of`` and return it.
+        grad: VJP rule ``grad(g, *dys)`` -> one gradient Tensor (or None) per input.
+        kernel_out: ``kernel_out(*arrays, out=buffer, **attrs)`` writing into ``out``.
+        elementwise: output element i depends only on input elements i (fusable).
+        side_effect: never removed as dead code.
+        inplace_of: index of the input this op modifies in place (its output aliases it).
+        view: the output aliases input 0 without modifying it (reshape, slice, ...).
+        kind: "kernel", or how the lowering runs a non-kernel op ("call", "repeat",
+            "conditional", "host_load", "host_store").
+        samples: ``samples(rng)`` -> list of Sample with valid input domains.
+        ref: an independent reference implementation for tests.
+        tol: relative tolerance for float32 tests.
+    """
+
+    name: str
+    infer: Infer
+    kernel: Callable[..., Any] | None
+    grad: Callable[..., Any] | None = None
+    kernel_out: Callable[..., Any] | None = None
+    elementwise: bool = False
+    side_effect: bool = False
+    inplace_of: int | None = None
+    view: bool = False
+    kind: str = "kernel"
+    samples: Callable[[np.random.Generator], list[Sample]] | None = None
+    ref: Callable[..., Any] | None = None
+    tol: float | None = None
+
+    @property
+    def differentiable(self) -> bool:
+        return self.grad is not None
+
+    @property
+    def modifies_input(self) -> bool:
+        return self.inplace_of is not None and not self.view
+
+    def __repr__(self) -> str:
+        return f"OpDef({self.name})"
+
+
+REGISTRY: dict[str, OpDef] = {}
+BUILDERS: dict[str, Callable[..., Any]] = {}
+
+
+def register(defn: OpDef) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``defn`` and the public builder function decorated with this."""
+    if defn.name in REGISTRY:
+        raise ValueError(f"op {defn.name!r} is registered twice")
+    REGISTRY[defn.name] = defn
+
+    def wrap(builder: Callable[..., Any]) -> Callable[..., Any]:
+        BUILDERS[defn.name] = builder
+        return builder
+
+    return wrap
+
+
+class Op:
+    """One node of a graph: an OpDef applied to input tensors with attributes."""
+
+    __slots__ = ("defn", "graph", "inputs", "outputs", "attrs", "created_at", "index", "region")
+
+    def __init__(
+        self, defn: OpDef, graph: Graph, inputs: list[Tensor], attrs: dict[str, Any], where: str
+    ) -> None:
+        self.defn = defn
+        self.graph = graph
+        self.inputs = inputs
+        self.outputs: list[Tensor] = []
+        self.attrs = attrs
+        self.created_at = where
+        self.index = len(graph.ops)
+        self.region = context.sequence_region()
+
+    @property
+    def name(self) -> str:
+        return f"{self.defn.name}.{self.index}"
+
+    @property
+    def called_graphs(self) -> tuple[Graph, ...]:
+        from xlgraph.graph import Graph
+
+        return tuple(v for v in self.attrs.values() if isinstance(v, Graph))
+
+    def describe(self) -> str:
+        ins = ", ".join(f"{t.id} {t.spec}" for t in self.inputs)
+        return f"{self.name}({ins}) [created at {self.created_at}]"
+
+    def __repr__(self) -> str:
+        return f"Op[{self.name} in {self.graph.name}]"
+
+
+def _attr_text(attrs: dict[str, Any]) -> str:
+    from xlgraph.graph import Graph
+
+    parts = []
+    for k, v in attrs.items():
+        if isinstance(v, Graph):
+            v = v.name
+        elif isinstance(v, np.ndarray):
+            continue
+        parts.append(f"{k}={v}")
+    return f" {{{', '.join(parts)}}}" if parts else ""
+
+
+def format_listing(graph: Graph) -> str:
+    """A readable listing of a graph, one op per line: ``%y:f32[8,32] = matmul %x %W``."""
+    head = ", ".join(f"%{t.name}:{t.spec}" for t in graph.inputs)
+    lines = [f"graph {graph.name}({head}) {{"]
+    for c in graph.constants:
+        lines.append(f"  %{c.name}:{c.spec} = constant")
+    for v in graph.variables:
+        lines.append(f"  %{v.name}:{v.spec} = variable")
+    for op in graph.ops:
+        outs = ", ".join(f"%{t.name}:{t.spec}" for t in op.outputs)
+        ins = " ".join(f"%{t.name}" for t in op.inputs)
+        lhs = f"{outs} = " if outs else ""
+        lines.append(f"  {lhs}{op.defn.name} {ins}{_attr_text(op.attrs)}".rstrip())
+    outs = ", ".join(f"%{t.name}" for t in graph.outputs)
+    lines.append(f"  return {outs}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def check_same_graph(op_name: str, graph: Graph, tensors: Sequence[Tensor], where: str) -> None:
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op_name}: expected a Tensor, got {type(t).__name__} [at {where}]")
+        if t.graph is not graph:
+            raise GraphMismatchError(
+                f"{op_name}: tensor {t.id} {t.spec} belongs to graph {t.graph.name!r} but the op "
+                f"is being added to graph {graph.name!r}; there is no implicit capture, pass it "
+                f"in as a graph input [created at {where}]"
+            )
+
+
+def apply(
+    defn: OpDef, inputs: Sequence[Tensor], attrs: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> tuple[Tensor, ...]:
+    """Append ``defn`` applied to ``inputs`` to the current graph; return its outputs."""
+    graph = context.get_current_graph()
+    where = user_source_line()
+    attrs = attrs or {}
+    inputs = list(inputs)
+    check_same_graph(defn.name, graph, inputs, where)
+    try:
+        specs = defn.infer(*(t.spec for t in inputs), **attrs)
+    except XlgraphError as exc:
+        specs_text = ", ".join(f"{t.id} {t.spec}" for t in inputs)
+        raise type(exc)(f"{defn.name}: {exc} (inputs: {specs_text}) [created at {where}]") from None
+    if isinstance(specs, TensorSpec):
+        specs = (specs,)
+    op = Op(defn, graph, inputs, attrs, where)
+    base = name or defn.name
+    op.outputs = [graph.add_tensor(s, base, op) for s in specs]
+    graph.append_op(op)
+    return tuple(op.outputs)
+
+
+def apply1(defn: OpDef, inputs: Sequence[Tensor], attrs: dict[str, Any] | None = None,
+           name: str | None = None) -> Tensor:
+    """``apply`` for ops with exactly one output."""
+    return apply(defn, inputs, attrs, name)[0]
+
+
+def as_tensor(value: Any, like: Tensor) -> Tensor:
+    """``value`` if it is a Tensor, else a constant of ``like``'s dtype in the current graph."""
+    if isinstance(value, Tensor):
+        return value
+    arr = np.asarray(value)
+    if arr.size == 0:
+        raise ValueError(f"cannot combine {like.id} with an empty value")
+    return constant(arr, like.dtype)
+
+
+def same_dtype(*specs: TensorSpec) -> None:
+    """Raise DTypeError unless all specs share one dtype."""
+    first = specs[0].dtype
+    for s in specs[1:]:
+        if s.dtype is not first:
+            raise DTypeError(
+                f"dtypes differ: {', '.join(str(s) for s in specs)}; cast one with ops.cast"
+            )
+
+
+def is_constant(t: Tensor) -> bool:
+    return isinstance(t, Constant)
+
+
+# -- shape helpers used by infer functions ------------------------------------------------------
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy broadcasting of ``shapes``; ShapeError when they cannot broadcast."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(
+            f"shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together"
+        ) from None
+
+
+def normalize_axes(axis: Any, rank: int) -> tuple[int, ...]:
+    """Axes as sorted non-negative ints (all axes for None); ShapeError when out of range."""
+    if axis is None:
+        return tuple(range(rank))
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -rank <= a < max(rank, 1):
+            raise ShapeError(f"axis {a} is out of range for rank {rank}")
+        out.append(int(a) % max(rank, 1))
+    if len(set(out)) != len(out):
+        raise ShapeError(f"repeated axis in {axis}")
+    return tuple(sorted(out))
+
+
+# -- op families ------------------------------------------------------------------------------
+def same_spec(*specs: TensorSpec, **_: Any) -> TensorSpec:
+    """Infer for ops whose output has their first input's spec."""
+    return specs[0]
+
+
+def _named(fn: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return fn
+
+
+def _uniform_samples(shapes: Sequence[Sequence[tuple[int, ...]]], domain: tuple[float, float]):
+    def samples(rng: np.random.Generator) -> list[Sample]:
+        return [Sample(tuple(rng.uniform(*domain, s) for s in group)) for group in shapes]
+
+    return samples
+
+
+def unary(
+    name: str, kernel: Callable[..., Any], grad: Callable[..., Any] | None = None, *,
+    domain: tuple[float, float] = (-2.0, 2.0), doc: str = "", **flags: Any,
+) -> Callable[[Tensor], Tensor]:
+    """Register an elementwise one-input op; returns its builder ``f(t)``."""
+    flags.setdefault("samples", _uniform_samples([[(3, 4)], [(2, 3, 5)]], domain))
+    defn = OpDef(name, same_spec, kernel, grad, elementwise=True, **flags)
+    doc = doc or f"Elementwise {name}."
+    return register(defn)(_named(lambda t: apply1(defn, [t]), name, doc))
+
+
+def inplace(defn_name: str, doc: str = "") -> Callable[[Tensor], Tensor]:
+    """Register the in-place variant ``<name>_`` of a registered unary op."""
+    base = REGISTRY[defn_name]
+    fn = base.kernel
+
+    def kernel(x: np.ndarray) -> np.ndarray:
+        np.copyto(x, fn(x))
+        return x
+
+    defn = OpDef(
+        defn_name + "_", same_spec, kernel, None, inplace_of=0, samples=base.samples,
+        ref=lambda x: fn(x.copy()),
+    )
+    doc = doc or f"In-place {defn_name}: modifies and returns its input."
+    return register(defn)(_named(lambda t: apply1(defn, [t]), defn_name + "_", doc))
+
+
+def _binary_infer(out_dtype: Any) -> Infer:
+    def infer(a: TensorSpec, b: TensorSpec) -> TensorSpec:
+        same_dtype(a, b)
+        return TensorSpec(broadcast_shapes(a.shape, b.shape), out_dtype or a.dtype)
+
+    return infer
+
+
+_BINARY_SHAPES = [[(3, 4), (3, 4)], [(2, 3, 4), (4,)], [(3, 1), (1, 4)]]
+
+
+def binary(
+    name: str, kernel: Callable[..., Any], grad: Callable[..., Any] | None = None, *,
+    domain: tuple[float, float] = (-2.0, 2.0), out_dtype: Any = None, doc: str = "",
+    **flags: Any,
+) -> Callable[[Any, Any], Tensor]:
+    """Register a broadcasting two-input op; returns its builder ``f(lhs, rhs)``.
+
+    A non-Tensor operand becomes a constant of the other operand's dtype.
+    """
+    flags.setdefault("samples", _uniform_samples(_BINARY_SHAPES, domain))
+    defn = OpDef(name, _binary_infer(out_dtype), kernel, grad, elementwise=True, **flags)
+
+    def builder(lhs: Any, rhs: Any) -> Tensor:
+        if not isinstance(lhs, Tensor):
+            lhs = as_tensor(lhs, rhs)
+        rhs = as_tensor(rhs, lhs)
+        return apply1(defn, [lhs, rhs])
+
+    return register(defn)(_named(builder, name, doc or f"Elementwise {name} with broadcasting."))
+
+
+def _reduce_infer(t: TensorSpec, axis: tuple[int, ...], keepdims: bool) -> TensorSpec:
+    shape = tuple(1 if i in axis else d for i, d in enumerate(t.shape) if keepdims or i not in axis)
+    return TensorSpec(shape, t.dtype)
+
+
+def _reduction_samples(rng: np.random.Generator) -> list[Sample]:
+    return [
+        Sample((rng.uniform(-2, 2, (3, 4, 5)),), {"axis": None}),
+        Sample((rng.uniform(-2, 2, (3, 4, 5)),), {"axis": 1}),
+        Sample((rng.uniform(-2, 2, (3, 4, 5)),), {"axis": (0, 2), "keepdims": True}),
+    ]
+
+
+def reduction(
+    name: str, kernel: Callable[..., Any], grad: Callable[..., Any] | None = None, *,
+    doc: str = "", **flags: Any,
+) -> Callable[..., Tensor]:
+    """Register a reduction ``f(t, axis=None, keepdims=False)``; kernel(x, axis, keepdims)."""
+    flags.setdefault("samples", _reduction_samples)
+    defn = OpDef(name, _reduce_infer, kernel, grad, **flags)
+
+    def builder(t: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+        axes = normalize_axes(axis, t.rank)
+        return apply1(defn, [t], {"axis": axes, "keepdims": bool(keepdims)})
+
+    doc = doc or f"Reduce by {name} over ``axis`` (all axes when None)."
+    return register(defn)(_named(builder, name, doc))

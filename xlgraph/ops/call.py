@@ -1,0 +1,219 @@
+"""Calling subgraphs: ``call``, ``call_with_info``, ``repeat`` and ``CallSiteInfo``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from xlgraph.context import get_current_graph
+from xlgraph.errors import CallInputError, ShapeError, user_source_line
+from xlgraph.graph import Graph
+from xlgraph.op import Op, OpDef, apply, register
+from xlgraph.tensor import Tensor, TensorSpec, constant
+
+__all__ = ["call", "call_with_info", "repeat", "repeat_with_info", "CallSiteInfo"]
+
+
+def _call_infer(*specs: TensorSpec, graph: Graph, modified: set[int]) -> tuple[TensorSpec, ...]:
+    return tuple(t.spec for t in graph.outputs)
+
+
+def _repeat_infer(*specs: TensorSpec, graph: Graph, count: int,
+                  modified: set[int]) -> tuple[TensorSpec, ...]:
+    outs, ins = graph.outputs, graph.inputs
+    if len(outs) > len(ins):
+        raise ShapeError(f"repeat body {graph.name!r} has more outputs than inputs")
+    for i, out in enumerate(outs):
+        if out.spec != ins[i].spec:
+            raise ShapeError(
+                f"repeat body {graph.name!r}: output {i} {out.spec} must match input {i} "
+                f"{ins[i].name} {ins[i].spec} (it is carried to the next iteration)"
+            )
+    return tuple(t.spec for t in outs)
+
+
+_CALL = OpDef("call", _call_infer, None, kind="call")
+_REPEAT = OpDef("repeat", _repeat_infer, None, kind="repeat")
+
+
+class CallSiteInfo:
+    """Mappings between a called graph's tensors and the tensors at one call site."""
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+
+    @property
+    def called_graph(self) -> Graph:
+        return self.op.attrs["graph"]
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(self.op.inputs)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(self.op.outputs)
+
+    def parent_input(self, idx: int) -> Tensor:
+        return self.op.inputs[idx]
+
+    def parent_output(self, idx: int) -> Tensor:
+        return self.op.outputs[idx]
+
+    def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
+        """The parent tensor connected to a called graph's input or output."""
+        g = self.called_graph
+        for i, t in enumerate(g.inputs):
+            if t is graph_tensor:
+                return self.op.inputs[i]
+        for i, t in enumerate(g.outputs):
+            if t is graph_tensor and i < len(self.op.outputs):
+                return self.op.outputs[i]
+        raise ValueError(f"{graph_tensor.id} is not an input or output of graph {g.name!r}")
+
+    def parent_to_graph(self, parent_tensor: Tensor) -> Tensor:
+        """The called graph's input that ``parent_tensor`` is passed to."""
+        for i, t in enumerate(self.op.inputs):
+            if t is parent_tensor:
+                return self.called_graph.inputs[i]
+        raise ValueError(f"{parent_tensor.id} is not an input of this call site")
+
+    def graph_to_parent_input_index(self, idx: int) -> int:
+        return idx
+
+    def parent_to_graph_input_index(self, idx: int) -> int:
+        return idx
+
+    def graph_to_parent_output_index(self, idx: int) -> int:
+        return idx
+
+    def parent_to_graph_output_index(self, idx: int) -> int:
+        return idx
+
+    def set_parent_input_modified(self, parent_tensor: Tensor,
+                                  infer_modified_regions: bool = False) -> None:
+        """Make in-place changes the called graph makes to this input visible in the parent."""
+        hits = [i for i, t in enumerate(self.op.inputs) if t is parent_tensor]
+        if not hits:
+            raise ValueError(f"{parent_tensor.id} is not an input of this call site")
+        self.op.attrs["modified"].update(hits)
+
+    def __repr__(self) -> str:
+        return f"CallSiteInfo[{self.called_graph.name} at {self.op.created_at}]"
+
+
+def _flatten(values: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, list | tuple):
+            out.extend(_flatten(v))
+        else:
+            out.append(v)
+    return out
+
+
+def _bind_inputs(graph: Graph, inputs: Sequence[Any],
+                 inputs_dict: Mapping[Tensor, Any] | None) -> list[Tensor]:
+    """Match positional and keyed inputs to ``graph.inputs``; raise on any mismatch."""
+    where = user_source_line()
+    parent = get_current_graph()
+    ins = graph.inputs
+    given: list[Any] = [None] * len(ins)
+    positional = _flatten(inputs)
+    if len(positional) > len(ins):
+        raise CallInputError(
+            f"call of {graph.name!r}: {len(positional)} positional inputs given but the graph "
+            f"has {len(ins)} inputs [at {where}]"
+        )
+    given[: len(positional)] = positional
+    for sub, value in (inputs_dict or {}).items():
+        idx = next((i for i, t in enumerate(ins) if t is sub), None)
+        if idx is None:
+            name = getattr(sub, "id", repr(sub))
+            raise CallInputError(
+                f"call of {graph.name!r}: {name} is not an input of that graph [at {where}]"
+            )
+        if given[idx] is not None:
+            raise CallInputError(
+                f"call of {graph.name!r}: input {sub.name!r} given twice [at {where}]"
+            )
+        given[idx] = value
+    missing = [t for t, v in zip(ins, given) if v is None]
+    if missing:
+        table = "\n".join(
+            f"  {t.name:<20} {str(t.spec):<14} {'MISSING' if v is None else v.id}"
+            for t, v in zip(ins, given)
+        )
+        raise CallInputError(
+            f"call of {graph.name!r}: missing inputs "
+            f"{[t.name for t in missing]} [at {where}]\n{table}"
+        )
+    bound = []
+    for sub, value in zip(ins, given):
+        if not isinstance(value, Tensor):
+            with parent:
+                value = constant(np.asarray(value), sub.dtype)
+        if value.graph is not parent:
+            raise CallInputError(
+                f"call of {graph.name!r}: input {sub.name!r} got {value.id} from graph "
+                f"{value.graph.name!r}, not from the calling graph {parent.name!r} [at {where}]"
+            )
+        if value.spec != sub.spec:
+            raise CallInputError(
+                f"call of {graph.name!r}: input {sub.name!r} expects {sub.spec}, got {value.id} "
+                f"{value.spec} [at {where}]"
+            )
+        bound.append(value)
+    return bound
+
+
+def _site(defn: OpDef, graph: Graph, inputs: Sequence[Any],
+          inputs_dict: Mapping[Tensor, Any] | None, **attrs: Any) -> CallSiteInfo:
+    if not isinstance(graph, Graph) or graph.is_main:
+        raise TypeError(f"{defn.name} expects a subgraph, got {graph!r}")
+    bound = _bind_inputs(graph, inputs, inputs_dict)
+    outs = apply(defn, bound, {"graph": graph, **attrs, "modified": set()})
+    op = outs[0].producer if outs else get_current_graph().ops[-1]
+    graph.call_sites.append(op)
+    return CallSiteInfo(op)
+
+
+@register(_CALL)
+def call_with_info(graph: Graph, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None,
+                   check_inputs: bool = True) -> CallSiteInfo:
+    """Call ``graph`` and return the ``CallSiteInfo`` of the call site.
+
+    Args:
+        graph: the subgraph to run.
+        *inputs: parent tensors for the graph's first inputs, in order.
+        inputs_dict: ``{graph input: parent tensor}`` for the remaining inputs.
+        check_inputs: accepted for PopXL compatibility; inputs are always checked.
+
+    Raises:
+        CallInputError: missing, duplicate, unknown, foreign or mis-shaped inputs.
+    """
+    return _site(_CALL, graph, inputs, inputs_dict)
+
+
+def call(graph: Graph, *inputs: Any,
+         inputs_dict: Mapping[Tensor, Any] | None = None) -> tuple[Tensor, ...]:
+    """Call ``graph``; returns its outputs in the parent graph (always a tuple)."""
+    return call_with_info(graph, *inputs, inputs_dict=inputs_dict).outputs
+
+
+@register(_REPEAT)
+def repeat_with_info(graph: Graph, repeat_count: int, *inputs: Any,
+                     inputs_dict: Mapping[Tensor, Any] | None = None,
+                     check_inputs: bool = True) -> CallSiteInfo:
+    """Run ``graph`` ``repeat_count`` times; output i of one iteration feeds input i of the next."""
+    if int(repeat_count) < 1:
+        raise ValueError(f"repeat_count must be >= 1, got {repeat_count}")
+    return _site(_REPEAT, graph, inputs, inputs_dict, count=int(repeat_count))
+
+
+def repeat(graph: Graph, repeat_count: int, *inputs: Any,
+           inputs_dict: Mapping[Tensor, Any] | None = None) -> tuple[Tensor, ...]:
+    """``repeat_with_info`` returning the outputs of the last iteration."""
+    return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs

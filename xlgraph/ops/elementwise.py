@@ -1,0 +1,257 @@
+"""Elementwise math, activations, comparisons, ``where``, ``cast`` and ``scaled_add``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from xlgraph import dtypes
+from xlgraph.op import (
+    OpDef,
+    Sample,
+    apply1,
+    as_tensor,
+    binary,
+    broadcast_shapes,
+    inplace,
+    register,
+    same_dtype,
+    same_spec,
+    unary,
+)
+from xlgraph.tensor import Tensor, TensorSpec
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+# -- arithmetic --------------------------------------------------------------------------------
+add = binary("add", np.add, grad=lambda g, dy: (dy, dy), kernel_out=np.add)
+sub = binary("sub", np.subtract, grad=lambda g, dy: (dy, -dy), kernel_out=np.subtract)
+mul = binary(
+    "mul", np.multiply, grad=lambda g, dy: (dy * g.x(1), dy * g.x(0)), kernel_out=np.multiply
+)
+div = binary(
+    "div", np.true_divide, grad=lambda g, dy: (dy / g.x(1), -dy * g.y(0) / g.x(1)),
+    kernel_out=np.true_divide,
+)
+pow = binary(  # noqa: A001 - PopXL's public name
+    "pow", np.power,
+    grad=lambda g, dy: (dy * g.x(1) * g.x(0) ** (g.x(1) - 1.0), dy * g.y(0) * log(g.x(0))),
+    domain=(0.5, 2.0), kernel_out=np.power,
+)
+negate = unary("negate", np.negative, grad=lambda g, dy: (-dy,), kernel_out=np.negative)
+
+# -- transcendental ----------------------------------------------------------------------------
+exp = unary("exp", np.exp, grad=lambda g, dy: (dy * g.y(0),), kernel_out=np.exp)
+exp_ = inplace("exp")
+log = unary("log", np.log, grad=lambda g, dy: (dy / g.x(0),), domain=(0.2, 3.0),
+            kernel_out=np.log)
+sqrt = unary("sqrt", np.sqrt, grad=lambda g, dy: (dy * 0.5 / g.y(0),), domain=(0.2, 3.0),
+             kernel_out=np.sqrt)
+tanh = unary("tanh", np.tanh, grad=lambda g, dy: (dy * (1.0 - g.y(0) * g.y(0)),),
+             kernel_out=np.tanh)
+sign = unary("sign", np.sign, doc="Elementwise sign (-1, 0 or 1); no gradient.")
+abs = unary("abs", np.abs, grad=lambda g, dy: (dy * sign(g.x(0)),), kernel_out=np.abs)  # noqa: A001
+
+
+# -- activations -------------------------------------------------------------------------------
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0).astype(x.dtype, copy=False)
+
+
+def _relu_grad(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return dy * (y > 0)
+
+
+def _grad_samples(domain: tuple[float, float]):
+    def samples(rng: np.random.Generator) -> list[Sample]:
+        return [Sample((rng.normal(size=(3, 4)), rng.uniform(*domain, (3, 4))))]
+
+    return samples
+
+
+_RELU_GRAD = OpDef("relu_grad", same_spec, _relu_grad, elementwise=True,
+                   samples=_grad_samples((-2.0, 2.0)))
+relu_grad = register(_RELU_GRAD)(lambda dy, y: apply1(_RELU_GRAD, [dy, y]))
+relu = unary("relu", _relu, grad=lambda g, dy: (relu_grad(dy, g.y(0)),),
+             samples=lambda rng: [Sample((rng.uniform(-2, 2, (3, 4)) + 0.05,))])
+relu_ = inplace("relu")
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    inner = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
+    return 0.5 * x * (1.0 + inner)
+
+
+def _gelu_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    x2 = x * x
+    t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x2 * x))
+    d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x2)
+    return dy * d
+
+
+_GELU_GRAD = OpDef("gelu_grad", same_spec, _gelu_grad, elementwise=True,
+                   samples=_grad_samples((-3.0, 3.0)))
+gelu_grad = register(_GELU_GRAD)(lambda dy, x: apply1(_GELU_GRAD, [dy, x]))
+gelu = unary("gelu", _gelu, grad=lambda g, dy: (gelu_grad(dy, g.x(0)),),
+             doc="GELU, tanh approximation (PopXL's ``gelu``).", domain=(-3.0, 3.0))
+gelu_ = inplace("gelu")
+
+
+def _geluerf(x: np.ndarray) -> np.ndarray:
+    return (0.5 * x * (1.0 + _erf(x * _INV_SQRT_2).astype(x.dtype))).astype(x.dtype, copy=False)
+
+
+def _geluerf_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    cdf = 0.5 * (1.0 + _erf(x * _INV_SQRT_2).astype(x.dtype))
+    return (dy * (cdf + x * _INV_SQRT_2PI * np.exp(-0.5 * x * x))).astype(x.dtype, copy=False)
+
+
+_GELUERF_GRAD = OpDef("geluerf_grad", same_spec, _geluerf_grad, elementwise=True,
+                      samples=_grad_samples((-3.0, 3.0)))
+geluerf_grad = register(_GELUERF_GRAD)(lambda dy, x: apply1(_GELUERF_GRAD, [dy, x]))
+geluerf = unary("geluerf", _geluerf, grad=lambda g, dy: (geluerf_grad(dy, g.x(0)),),
+                doc="GELU with the exact erf formulation.", domain=(-3.0, 3.0))
+geluerf_ = inplace("geluerf")
+
+# -- comparisons and selection -----------------------------------------------------------------
+equal = binary("equal", np.equal, out_dtype=dtypes.bool,
+               samples=lambda rng: [Sample((rng.integers(0, 3, (3, 4)).astype(float),
+                                            rng.integers(0, 3, (3, 4)).astype(float)))])
+greater = binary("greater", np.greater, out_dtype=dtypes.bool)
+
+
+def _where_infer(cond: TensorSpec, lhs: TensorSpec, rhs: TensorSpec) -> TensorSpec:
+    same_dtype(lhs, rhs)
+    if cond.dtype is not dtypes.bool:
+        from xlgraph.errors import DTypeError
+
+        raise DTypeError(f"condition must be bool, got {cond}")
+    return TensorSpec(broadcast_shapes(cond.shape, lhs.shape, rhs.shape), lhs.dtype)
+
+
+def _where_grad(g: Any, dy: Tensor) -> tuple[Any, ...]:
+    zero = as_tensor(0.0, dy)
+    return None, where(g.x(0), dy, zero), where(g.x(0), zero, dy)
+
+
+_WHERE = OpDef(
+    "where", _where_infer, np.where, _where_grad, elementwise=True,
+    samples=lambda rng: [Sample((rng.uniform(size=(3, 4)) > 0.5, rng.normal(size=(3, 4)),
+                                 rng.normal(size=(4,))))],
+)
+
+
+@register(_WHERE)
+def where(condition: Tensor, lhs: Any, rhs: Any) -> Tensor:
+    """Elementwise ``lhs if condition else rhs`` with broadcasting."""
+    if not isinstance(lhs, Tensor):
+        lhs = as_tensor(lhs, rhs)
+    rhs = as_tensor(rhs, lhs)
+    return apply1(_WHERE, [condition, lhs, rhs])
+
+
+# -- casts -------------------------------------------------------------------------------------
+def _cast_infer(t: TensorSpec, dtype: dtypes.dtype) -> TensorSpec:
+    return TensorSpec(t.shape, dtype)
+
+
+def _cast(x: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
+    return x.astype(dtype.as_numpy())
+
+
+_CAST = OpDef(
+    "cast", _cast_infer, _cast, lambda g, dy: (dy,), elementwise=True,
+    samples=lambda rng: [
+        Sample((rng.normal(size=(3, 4)),), {"data_type": dtypes.float64}),
+        Sample((rng.normal(size=(3, 4)) * 4,), {"data_type": dtypes.int32}, grad=False),
+    ],
+)
+
+
+@register(_CAST)
+def cast(t: Tensor, data_type: dtypes.dtype) -> Tensor:
+    """Convert ``t`` to ``data_type``."""
+    return apply1(_CAST, [t], {"dtype": dtypes.as_dtype(data_type)})
+
+
+# -- scaled add --------------------------------------------------------------------------------
+def _scaled_add_infer(x: TensorSpec, y: TensorSpec, a: float, b: float) -> TensorSpec:
+    same_dtype(x, y)
+    if x.shape != y.shape:
+        from xlgraph.errors import ShapeError
+
+        raise ShapeError(f"scaled_add does not broadcast: X {x} vs Y {y}")
+    return x
+
+
+def _scaled_add(x: np.ndarray, y: np.ndarray, a: float, b: float) -> np.ndarray:
+    return a * x + b * y if a != 1.0 else x + b * y
+
+
+def _scaled_add_inplace(x: np.ndarray, y: np.ndarray, a: float, b: float) -> np.ndarray:
+    if a != 1.0:
+        x *= a
+    x += b * y
+    return x
+
+
+def _scaled_add_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample((rng.normal(size=(3, 4)), rng.normal(size=(3, 4))), {"a": 0.5, "b": -1.5})]
+
+
+_SCALED_ADD = OpDef("scaled_add", _scaled_add_infer, _scaled_add,
+                    lambda g, dy: (dy * g.attrs["a"], dy * g.attrs["b"]), elementwise=True,
+                    samples=_scaled_add_samples)
+_SCALED_ADD_ = OpDef("scaled_add_", _scaled_add_infer, _scaled_add_inplace, inplace_of=0,
+                     samples=_scaled_add_samples, ref=_scaled_add)
+
+
+def _scalar(value: Any) -> float | None:
+    return None if isinstance(value, Tensor) else float(value)
+
+
+@register(_SCALED_ADD)
+def scaled_add(X: Tensor, Y: Tensor, a: Any = 1.0, b: Any = 1.0) -> Tensor:  # noqa: N803
+    """``a * X + b * Y`` without broadcasting; ``a``/``b`` are numbers or scalar tensors."""
+    if _scalar(a) is None or _scalar(b) is None:
+        return X * as_tensor(a, X) + Y * as_tensor(b, Y)
+    return apply1(_SCALED_ADD, [X, Y], {"a": float(a), "b": float(b)})
+
+
+@register(_SCALED_ADD_)
+def scaled_add_(X: Tensor, Y: Tensor, a: Any = 1.0, b: Any = 1.0) -> Tensor:  # noqa: N803
+    """In-place ``X = a * X + b * Y``; returns the updated ``X``."""
+    if _scalar(a) is None or _scalar(b) is None:
+        from xlgraph.ops.var_updates import copy_var_update_
+
+        return copy_var_update_(X, X * as_tensor(a, X) + Y * as_tensor(b, Y))
+    return apply1(_SCALED_ADD_, [X, Y], {"a": float(a), "b": float(b)})
+
+
+def _add_inplace_infer(x: TensorSpec, y: TensorSpec) -> TensorSpec:
+    same_dtype(x, y)
+    if broadcast_shapes(x.shape, y.shape) != x.shape:
+        from xlgraph.errors import ShapeError
+
+        raise ShapeError(f"add_ cannot broadcast {y} into the in-place target {x}")
+    return x
+
+
+def _add_inplace(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    x += y
+    return x
+
+
+_ADD_ = OpDef("add_", _add_inplace_infer, _add_inplace, inplace_of=0, ref=np.add,
+              samples=lambda rng: [Sample((rng.normal(size=(3, 4)), rng.normal(size=(4,))))])
+
+
+@register(_ADD_)
+def add_(lhs: Tensor, rhs: Any) -> Tensor:
+    """In-place ``lhs += rhs`` (``rhs`` broadcast to ``lhs``); returns the updated ``lhs``."""
+    return apply1(_ADD_, [lhs, as_tensor(rhs, lhs)])

@@ -1,0 +1,231 @@
+"""Neural-network ops: softmax, negative log-likelihood losses, onehot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from xlgraph import dtypes
+from xlgraph.errors import DTypeError, ShapeError
+from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_spec
+from xlgraph.tensor import Constant, Tensor, TensorSpec
+
+
+# -- softmax -----------------------------------------------------------------------------------
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
+
+
+def _softmax_grad(dy: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+    dot = np.sum(dy * y, axis=axis, keepdims=True)
+    return y * (dy - dot)
+
+
+def _softmax_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample((rng.normal(size=(4, 5)),), {"axis": 1}),
+            Sample((rng.normal(size=(2, 3, 4)),), {"axis": 0})]
+
+
+_SOFTMAX_GRAD = OpDef(
+    "softmax_grad", same_spec, _softmax_grad,
+    samples=lambda rng: [Sample((rng.normal(size=(4, 5)), rng.dirichlet(np.ones(5), 4)),
+                                {"axis": 1})],
+)
+_SOFTMAX = OpDef("softmax", same_spec, _softmax,
+                 lambda g, dy: (softmax_grad(dy, g.y(0), g.attrs["axis"]),),
+                 samples=_softmax_samples)
+
+
+@register(_SOFTMAX_GRAD)
+def softmax_grad(dy: Tensor, y: Tensor, axis: int) -> Tensor:
+    """Gradient of softmax given its output ``y``."""
+    return apply1(_SOFTMAX_GRAD, [dy, y], {"axis": axis})
+
+
+@register(_SOFTMAX)
+def softmax(t: Tensor, axis: int) -> Tensor:
+    """Softmax along ``axis`` (required, as in PopXL)."""
+    return apply1(_SOFTMAX, [t], {"axis": normalize_axes(axis, t.rank)[0]})
+
+
+# -- negative log-likelihood -------------------------------------------------------------------
+def _check_nll(probs: TensorSpec, labels: TensorSpec) -> None:
+    if not labels.dtype.is_int:
+        raise DTypeError(f"labels must be integers, got {labels}")
+    if probs.shape[:-1] != labels.shape:
+        raise ShapeError(f"probs {probs} need labels of shape {probs.shape[:-1]}, got {labels}")
+
+
+def _nll_parts(probs: np.ndarray, labels: np.ndarray, ignore_index: int | None):
+    """Flattened probs, labels, the mask of counted items and how many there are."""
+    p = probs.reshape(-1, probs.shape[-1])
+    lab = labels.reshape(-1).astype(np.intp)
+    keep = None if ignore_index is None else lab != ignore_index
+    safe = lab if keep is None else np.where(keep, lab, 0)
+    count = lab.size if keep is None else int(keep.sum())
+    return p, safe, keep, count
+
+
+def _reduce(per_item: np.ndarray, reduction: str, count: int, shape: tuple[int, ...]):
+    if reduction == "none":
+        return per_item.reshape(shape)
+    total = per_item.sum(dtype=per_item.dtype)
+    return total / max(count, 1) if reduction == "mean" else total
+
+
+def _nll_loss(probs, labels, ignore_index, reduction, log_prob):
+    p, lab, keep, count = _nll_parts(probs, labels, ignore_index)
+    picked = p[np.arange(lab.size), lab]
+    per_item = -picked if log_prob else -np.log(picked)
+    if keep is not None:
+        per_item = np.where(keep, per_item, 0).astype(probs.dtype)
+    return np.asarray(_reduce(per_item, reduction, count, labels.shape), probs.dtype)
+
+
+def _nll_loss_grad(dy, probs, labels, ignore_index, reduction, log_prob):
+    p, lab, keep, count = _nll_parts(probs, labels, ignore_index)
+    rows = np.arange(lab.size)
+    scale = np.broadcast_to(dy, labels.shape).reshape(-1) if reduction == "none" else np.full(
+        lab.size, dy / max(count, 1) if reduction == "mean" else dy, probs.dtype)
+    if keep is not None:
+        scale = scale * keep
+    grad = np.zeros_like(p)
+    grad[rows, lab] = -scale if log_prob else -scale / p[rows, lab]
+    return grad.reshape(probs.shape)
+
+
+def _nll_infer(probs: TensorSpec, labels: TensorSpec, ignore_index: Any, reduction: str,
+               log_prob: bool) -> TensorSpec:
+    _check_nll(probs, labels)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return TensorSpec(labels.shape if reduction == "none" else (), probs.dtype)
+
+
+def _nll_grad_infer(dy: TensorSpec, probs: TensorSpec, labels: TensorSpec, **_: Any) -> TensorSpec:
+    return probs
+
+
+def _probs_labels(rng: np.random.Generator, n: int = 6, c: int = 4) -> tuple[Any, Any]:
+    return rng.dirichlet(np.ones(c), n) * 0.9 + 0.1 / c, rng.integers(0, c, n).astype(np.int32)
+
+
+def _nll_samples(rng: np.random.Generator) -> list[Sample]:
+    p, lab = _probs_labels(rng)
+    base = {"ignore_index": None, "reduction": "mean", "log_prob": False}
+    return [Sample((p, lab), base),
+            Sample((p, lab), {**base, "reduction": "sum", "ignore_index": int(lab[0])}),
+            Sample((np.log(p), lab), {**base, "reduction": "none", "log_prob": True})]
+
+
+def _nll_grad_rule(g: Any, dy: Tensor) -> tuple[Any, None]:
+    return nll_loss_grad(dy, g.x(0), g.x(1), **g.attrs), None
+
+
+_NLL_GRAD = OpDef(
+    "nll_loss_grad", _nll_grad_infer, _nll_loss_grad,
+    samples=lambda rng: [Sample((np.array(1.3), *_probs_labels(rng)),
+                                {"ignore_index": None, "reduction": "mean", "log_prob": False})],
+)
+_NLL = OpDef("nll_loss", _nll_infer, _nll_loss, _nll_grad_rule, samples=_nll_samples)
+
+
+@register(_NLL_GRAD)
+def nll_loss_grad(dy: Tensor, probs: Tensor, labels: Tensor, ignore_index: int | None = None,
+                  reduction: str = "mean", log_prob: bool = False) -> Tensor:
+    """Gradient of ``nll_loss`` with respect to ``probs``."""
+    attrs = {"ignore_index": ignore_index, "reduction": reduction, "log_prob": log_prob}
+    return apply1(_NLL_GRAD, [dy, probs, labels], attrs)
+
+
+@register(_NLL)
+def nll_loss(probs: Tensor, labels: Tensor, ignore_index: int | None = None,
+             reduction: str = "mean", log_prob: bool = False) -> Tensor:
+    """Negative log-likelihood of ``labels`` under ``probs`` (log-probabilities if ``log_prob``).
+
+    ``mean`` divides by the number of items whose label is not ``ignore_index``.
+    """
+    attrs = {"ignore_index": ignore_index, "reduction": reduction, "log_prob": bool(log_prob)}
+    return apply1(_NLL, [probs, labels], attrs)
+
+
+def _nll_softmax_infer(probs, labels, loss_grad, ignore_index, reduction):
+    loss = _nll_infer(probs, labels, ignore_index, reduction, False)
+    return loss, probs
+
+
+def _nll_softmax(probs, labels, loss_grad, ignore_index, reduction):
+    p, lab, keep, count = _nll_parts(probs, labels, ignore_index)
+    rows = np.arange(lab.size)
+    loss = _nll_loss(probs, labels, ignore_index, reduction, False)
+    scale = loss_grad / max(count, 1) if reduction == "mean" else loss_grad
+    grad = p * scale
+    grad[rows, lab] -= scale
+    if keep is not None:
+        grad *= keep[:, None]
+    return loss, grad.reshape(probs.shape).astype(probs.dtype, copy=False)
+
+
+_NLL_SOFTMAX = OpDef(
+    "nll_loss_with_softmax_grad", _nll_softmax_infer, _nll_softmax,
+    samples=lambda rng: [Sample(_probs_labels(rng), {"loss_grad": 1.0, "ignore_index": None,
+                                                     "reduction": "mean"})],
+)
+
+
+@register(_NLL_SOFTMAX)
+def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float = 1,
+                               ignore_index: int | None = None,
+                               reduction: str = "mean") -> tuple[Tensor, Tensor]:
+    """NLL loss of softmax ``probs`` and its gradient with respect to the pre-softmax logits.
+
+    Returns:
+        ``(loss, d_logits)`` where ``d_logits = (probs - onehot(labels)) * loss_grad / N``.
+    """
+    attrs = {"loss_grad": float(loss_grad), "ignore_index": ignore_index, "reduction": reduction}
+    loss, grad = apply(_NLL_SOFTMAX, [probs, labels], attrs)
+    return loss, grad
+
+
+# -- onehot ------------------------------------------------------------------------------------
+def _onehot_infer(t: TensorSpec, values: TensorSpec, num_classes: int, axis: int) -> TensorSpec:
+    if not t.dtype.is_int:
+        raise DTypeError(f"indices must be integers, got {t}")
+    if values.shape != (2,):
+        raise ShapeError(f"values must have shape (2,) [off, on], got {values}")
+    shape = list(t.shape)
+    shape.insert(axis if axis >= 0 else len(shape) + 1 + axis, num_classes)
+    return TensorSpec(tuple(shape), values.dtype)
+
+
+def _onehot(x: np.ndarray, values: np.ndarray, num_classes: int, axis: int) -> np.ndarray:
+    hot = x[..., None] == np.arange(num_classes)
+    out = np.where(hot, values[1], values[0]).astype(values.dtype)
+    return np.moveaxis(out, -1, axis)
+
+
+_ONEHOT = OpDef(
+    "onehot", _onehot_infer, _onehot,
+    samples=lambda rng: [Sample((rng.integers(0, 4, (5,)).astype(np.int32), 4,
+                                 np.array([-0.5, 2.0])), {"axis": 0})],
+)
+
+
+@register(_ONEHOT)
+def onehot(t: Tensor, num_classes: Any, values: Any, axis: int = -1) -> Tensor:
+    """One-hot encode the indices ``t``; ``values`` is ``[off, on]``.
+
+    ``num_classes`` may be an int or a constant tensor (it fixes the output shape).
+    """
+    if isinstance(num_classes, Tensor):
+        if not isinstance(num_classes, Constant):
+            raise ValueError(f"onehot: num_classes {num_classes.id} must be a constant")
+        num_classes = num_classes.data
+    if not isinstance(values, Tensor):
+        from xlgraph.tensor import constant
+
+        values = constant(np.asarray(values, np.float32), dtypes.float32)
+    return apply1(_ONEHOT, [t, values], {"num_classes": int(num_classes), "axis": int(axis)})

@@ -1,0 +1,101 @@
+"""Validation and allocation of the host arrays exchanged with ``Session.run``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from xlgraph import dtypes
+from xlgraph.errors import StreamInputError
+from xlgraph.ir import Ir
+from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
+
+_DOWNCASTS = {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32,
+              np.dtype(np.uint64): np.uint32}
+
+
+def _streams_used(ir: Ir, kind: str) -> list[Any]:
+    used = {id(op.attrs["stream"]) for g in ir.graphs for op in g.ops if op.defn.kind == kind}
+    streams = ir.h2d_streams if kind == "host_load" else ir.d2h_streams
+    return [s for s in streams if id(s) in used]
+
+
+class HostIO:
+    """Knows which streams a Session exchanges and the host shapes they take."""
+
+    def __init__(self, ir: Ir) -> None:
+        self.transfers = ir.num_host_transfers
+        self.expected = _streams_used(ir, "host_load")
+        self.h2d = list(ir.h2d_streams)
+        self.d2h = list(ir.d2h_streams)
+
+    def host_shape(self, stream: Any) -> tuple[int, ...]:
+        lead = (self.transfers,) if self.transfers > 1 else ()
+        return lead + stream.shape
+
+    def _rule(self) -> str:
+        n = self.transfers
+        if n > 1:
+            return f"(num_host_transfers={n},) + stream shape"
+        return "the stream shape (num_host_transfers is 1, so no leading dimension)"
+
+    def check_inputs(self, inputs: Mapping[Any, Any], downcast: bool) -> list[np.ndarray]:
+        given = set(map(id, inputs))
+        missing = [s.name for s in self.expected if id(s) not in given]
+        expected_ids = {id(s) for s in self.expected}
+        unexpected = [getattr(k, "name", repr(k)) for k in inputs if id(k) not in expected_ids]
+        if missing or unexpected:
+            raise StreamInputError(
+                f"run inputs do not match the expected streams: missing {missing}, "
+                f"unexpected {unexpected}; expected {[s.name for s in self.expected]}"
+            )
+        by_id = {id(k): v for k, v in inputs.items()}
+        arrays = []
+        for stream in self.h2d:
+            if id(stream) not in by_id:
+                arrays.append(None)
+                continue
+            arrays.append(self._input_array(stream, by_id[id(stream)], downcast))
+        return arrays
+
+    def _input_array(self, stream: HostToDeviceStream, data: Any, downcast: bool) -> np.ndarray:
+        if hasattr(data, "detach") and hasattr(data, "numpy"):
+            data = data.detach().cpu().numpy()
+        arr = np.asarray(data)
+        want = stream.dtype.as_numpy()
+        if arr.dtype != want:
+            if not (downcast and _DOWNCASTS.get(arr.dtype) == want):
+                got = dtypes.of_array(arr).name if arr.dtype.kind in "biuf" else str(arr.dtype)
+                raise StreamInputError(
+                    f"stream {stream.name!r} expects dtype {stream.dtype.name} "
+                    f"({stream.spec}), got {got} data of shape {arr.shape}"
+                )
+            arr = arr.astype(want)
+        expected = self.host_shape(stream)
+        if arr.shape != expected:
+            raise StreamInputError(
+                f"stream {stream.name!r} ({stream.spec}) expects host data of shape {expected}, "
+                f"got {arr.shape}; the rule is {self._rule()}"
+            )
+        return arr
+
+    def new_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
+        return {s: np.zeros(self.host_shape(s), s.dtype.as_numpy()) for s in self.d2h}
+
+    def check_outputs(self, outputs: Mapping[Any, np.ndarray]) -> list[np.ndarray]:
+        arrays = []
+        for stream in self.d2h:
+            if stream not in outputs:
+                raise StreamInputError(f"run_with_outputs: no array for stream {stream.name!r}")
+            arr = outputs[stream]
+            shape, dt = self.host_shape(stream), stream.dtype.as_numpy()
+            if not isinstance(arr, np.ndarray) or arr.shape != shape or arr.dtype != dt:
+                got = f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray) else type(arr)
+                raise StreamInputError(
+                    f"run_with_outputs: stream {stream.name!r} needs a {dt} array of shape "
+                    f"{shape}, got {got}"
+                )
+            arrays.append(arr)
+        return arrays

@@ -1,0 +1,210 @@
+"""``Session``: owns an Ir, lowers it once, and runs it on a simulated device."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from xlgraph import dtypes
+from xlgraph.errors import (
+    DTypeError,
+    ExecutionError,
+    NotAttachedError,
+    ShapeError,
+    UnsupportedDeviceError,
+)
+from xlgraph.ir import Ir
+from xlgraph.lower import lower
+from xlgraph.runtime.device import make_device
+from xlgraph.runtime.host_io import HostIO
+from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
+from xlgraph.tensor import Constant, Tensor, Variable
+
+__all__ = ["Session"]
+
+
+class Session:
+    """Runs an Ir on the numpy simulator.
+
+    Args:
+        ir: the program; the Session takes ownership and the Ir can no longer be modified.
+        device_desc: ``"cpu"`` or ``"ipu_model"`` (``"ipu_hw"`` raises).
+        weights_to_host_on_exit: copy weights to the host when leaving the ``with`` that attached.
+        optimize: run the generated plan (True) or the reference interpreter (False).
+
+    Example:
+        >>> with session:
+        ...     outputs = session.run({img_stream: images})
+    """
+
+    def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True,
+                 optimize: bool = True) -> None:
+        self.device = make_device(device_desc)
+        if ir.replication_factor != 1:
+            raise UnsupportedDeviceError(
+                f"replication_factor={ir.replication_factor}: the simulator runs one replica"
+            )
+        ir.frozen = True
+        self.ir = ir
+        self.weights_to_host_on_exit = weights_to_host_on_exit
+        self.executable = lower(ir, optimize)
+        variables = self.executable.variables
+        self._host = {v: v.initial_data.copy() for v in variables}
+        self._device = {v: np.empty_like(v.initial_data) for v in variables}
+        self._device_list = [self._device[v] for v in variables]
+        self._backup = [(self._device[v], np.empty_like(v.initial_data))
+                        for v in self.executable.written_variables]
+        self.io = HostIO(ir)
+        self._attached = False
+        self._host_stale = False
+        self._entered: list[bool] = []
+
+    # -- attachment --------------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        """The generated Python source of the step function."""
+        return self.executable.source
+
+    @property
+    def is_attached(self) -> bool:
+        return self._attached
+
+    def __enter__(self) -> Session:
+        attach = not self._attached
+        if attach:
+            self._attached = True
+            self.weights_from_host()
+        self._entered.append(attach)
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if self._entered.pop():
+            if exc_type is None and self.weights_to_host_on_exit:
+                self.weights_to_host()
+            self._attached = False
+
+    def _require_attached(self, what: str) -> None:
+        if not self._attached:
+            raise NotAttachedError(
+                f"Must be attached to device before calling a runtime function ({what}); "
+                f"use `with session:`"
+            )
+
+    # -- running -----------------------------------------------------------------------------
+    def expected_inputs(self) -> list[HostToDeviceStream]:
+        """The h2d streams that ``run`` needs data for."""
+        return list(self.io.expected)
+
+    def create_host_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
+        """Fresh output arrays for every d2h stream, shaped as ``run`` returns them."""
+        return self.io.new_outputs()
+
+    def run(self, inputs: Mapping[HostToDeviceStream, Any] | None = None,
+            downcast_inputs: bool = True) -> dict[DeviceToHostStream, np.ndarray]:
+        """Run the main graph once.
+
+        Args:
+            inputs: ``{h2d stream: array}`` for every expected stream; arrays have shape
+                ``(num_host_transfers,) + stream.shape`` (no leading dim when it is 1).
+            downcast_inputs: accept float64/int64/uint64 data for 32-bit streams.
+
+        Returns:
+            ``{d2h stream: array}`` for every d2h stream, shaped like the inputs.
+
+        Raises:
+            NotAttachedError, StreamInputError, ExecutionError (variables are left unchanged).
+        """
+        outputs = self.create_host_outputs()
+        self.run_with_outputs(inputs, outputs, downcast_inputs)
+        return outputs
+
+    def run_with_outputs(self, inputs: Mapping[HostToDeviceStream, Any] | None,
+                         outputs: Mapping[DeviceToHostStream, np.ndarray],
+                         downcast_inputs: bool = True) -> None:
+        """``run``, writing into caller-provided output arrays."""
+        self._require_attached("run")
+        in_arrays = self.io.check_inputs(inputs or {}, downcast_inputs)
+        out_arrays = self.io.check_outputs(outputs)
+        for live, saved in self._backup:
+            np.copyto(saved, live)
+        try:
+            self.executable.run(self._device_list, in_arrays, out_arrays)
+        except BaseException as exc:
+            for live, saved in self._backup:
+                np.copyto(live, saved)
+            if not isinstance(exc, Exception):
+                raise
+            op = self.executable.failing_op(exc)
+            where = f" in {op.describe()}" if op is not None else ""
+            raise ExecutionError(
+                f"run failed{where}: {type(exc).__name__}: {exc}; variables were left unchanged"
+            ) from exc
+        self._host_stale = True
+
+    # -- weights -----------------------------------------------------------------------------
+    def weights_to_host(self) -> None:
+        """Copy every variable from the device to the host."""
+        self._require_attached("weights_to_host")
+        for v, arr in self._device.items():
+            np.copyto(self._host[v], arr)
+        self._host_stale = False
+
+    def weights_from_host(self) -> None:
+        """Copy every variable from the host to the device."""
+        self._require_attached("weights_from_host")
+        for v, arr in self._host.items():
+            np.copyto(self._device[v], arr)
+
+    def get_tensor_data(self, tensor: Tensor) -> np.ndarray:
+        """A copy of the value of a Variable or Constant (syncing from the device if needed).
+
+        Raises:
+            TypeError: for any other tensor.
+        """
+        if isinstance(tensor, Constant):
+            return tensor.data.copy()
+        self._check_variable(tensor)
+        if self._attached and self._host_stale:
+            self.weights_to_host()
+        return self._host[tensor].copy()
+
+    def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
+        """``get_tensor_data`` for several tensors."""
+        return {t: self.get_tensor_data(t) for t in tensors}
+
+    def write_variable_data(self, tensor: Variable, data: Any) -> None:
+        """Set a variable's value on the host, and on the device when attached.
+
+        Raises:
+            TypeError: not a Variable, or the dtype differs. ValueError: the shape differs.
+        """
+        self._check_variable(tensor)
+        arr = np.asarray(data)
+        if arr.dtype != tensor.dtype.as_numpy():
+            if arr.ndim or not isinstance(data, int | float):
+                raise DTypeError(
+                    f"write_variable_data: {tensor.id} is {tensor.spec}, got data of dtype "
+                    f"{dtypes.of_array(arr).name if arr.dtype.kind in 'biuf' else arr.dtype}"
+                )
+            arr = arr.astype(tensor.dtype.as_numpy())
+        if arr.shape != tensor.shape:
+            raise ShapeError(
+                f"write_variable_data: {tensor.id} is {tensor.spec}, got data of shape {arr.shape}"
+            )
+        np.copyto(self._host[tensor], arr)
+        if self._attached:
+            np.copyto(self._device[tensor], arr)
+
+    def write_variables_data(self, data: Mapping[Variable, Any]) -> None:
+        """``write_variable_data`` for several variables."""
+        for t, value in data.items():
+            self.write_variable_data(t, value)
+
+    def _check_variable(self, tensor: Any) -> None:
+        if not isinstance(tensor, Variable):
+            what = tensor.id if isinstance(tensor, Tensor) else repr(tensor)
+            raise TypeError(f"{what} is not of type Constant or Variable")
+        if tensor not in self._host:
+            raise ValueError(f"{tensor.id} is not a variable of this Session's Ir")

@@ -1,0 +1,335 @@
+"""Tensors and tensor specs, plus the user-facing tensor factories."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from xlgraph import dtypes
+from xlgraph.context import get_current_graph
+from xlgraph.dtypes import dtype
+
+if TYPE_CHECKING:
+    from xlgraph.graph import Graph
+    from xlgraph.op import Op
+
+__all__ = [
+    "TensorSpec",
+    "Tensor",
+    "Variable",
+    "Constant",
+    "variable",
+    "constant",
+    "graph_input",
+    "graph_output",
+]
+
+
+@dataclass(frozen=True)
+class TensorSpec(Mapping):
+    """Shape and dtype of a tensor; usable as ``**spec``."""
+
+    shape: tuple[int, ...]
+    dtype: dtype
+    meta_shape: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", dtypes.as_dtype(self.dtype))
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in ("shape", "dtype", "meta_shape"):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("shape", "dtype", "meta_shape"))
+
+    def __len__(self) -> int:
+        return 3
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype.name))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorSpec):
+            return NotImplemented
+        return self.shape == other.shape and self.dtype is other.dtype
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        return (self.shape, self.dtype, self.meta_shape)
+
+    def __str__(self) -> str:
+        return f"{self.dtype.short}[{','.join(map(str, self.shape))}]"
+
+
+class Tensor:
+    """A value in a graph: a graph input, an op output, a variable or a constant.
+
+    Tensors are created by ops and factories, never directly.
+    """
+
+    __array_ufunc__ = None  # let numpy defer to the reflected operators
+
+    def __init__(
+        self, graph: Graph, name: str, spec: TensorSpec, producer: Op | None = None
+    ) -> None:
+        self.graph = graph
+        self.name = name
+        self.spec = spec
+        self.producer = producer
+        self.by_ref = False
+
+    # -- description -------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self.name if self.graph.is_main else f"{self.graph.name}/{self.name}"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.spec.shape
+
+    @property
+    def dtype(self) -> dtype:
+        return self.spec.dtype
+
+    @property
+    def rank(self) -> int:
+        return len(self.spec.shape)
+
+    @property
+    def nelms(self) -> int:
+        return int(np.prod(self.spec.shape, dtype=np.int64))
+
+    @property
+    def ir(self) -> Any:
+        return self.graph.ir
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}[{self.id} {self.dtype!r} {self.shape}]"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise ValueError(f"len() of a scalar tensor {self.id}")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError(f"{self.id}: tensors are not iterable; use slicing or ops.split")
+
+    def __contains__(self, item: object) -> bool:
+        raise TypeError(f"{self.id}: tensors do not support `in`")
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"{self.id}: a graph tensor has no truth value at build time")
+
+    # -- shape methods -----------------------------------------------------------------------
+    def reshape(self, shape: tuple[int, ...]) -> Tensor:
+        from xlgraph import ops
+
+        return ops.reshape(self, shape)
+
+    def reshape_(self, shape: tuple[int, ...]) -> Tensor:
+        from xlgraph import ops
+
+        return ops.reshape_(self, shape)
+
+    def flatten(self) -> Tensor:
+        from xlgraph import ops
+
+        return ops.flatten(self)
+
+    def flatten_(self) -> Tensor:
+        from xlgraph import ops
+
+        return ops.flatten_(self)
+
+    def transpose(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+        from xlgraph import ops
+
+        return ops.transpose(self, permutation)
+
+    def transpose_(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+        from xlgraph import ops
+
+        return ops.transpose_(self, permutation)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - PopXL's public name
+        return self.transpose()
+
+    @property
+    def T_(self) -> Tensor:  # noqa: N802 - PopXL's public name
+        return self.transpose_()
+
+    def detach(self) -> Tensor:
+        from xlgraph import ops
+
+        return ops.detach(self)
+
+    def detach_(self) -> Tensor:
+        from xlgraph import ops
+
+        return ops.detach_(self)
+
+    def __getitem__(self, key: Any) -> Tensor:
+        from xlgraph.ops.movement import getitem
+
+        return getitem(self, key)
+
+    # -- operators ---------------------------------------------------------------------------
+    def _binary(self, name: str, other: Any, reflected: bool = False) -> Tensor:
+        from xlgraph import ops
+
+        fn = getattr(ops, name)
+        return fn(other, self) if reflected else fn(self, other)
+
+    def __add__(self, other: Any) -> Tensor:
+        return self._binary("add", other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return self._binary("add", other, reflected=True)
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return self._binary("add_", other)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return self._binary("sub", other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return self._binary("sub", other, reflected=True)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return self._binary("mul", other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return self._binary("mul", other, reflected=True)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return self._binary("div", other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return self._binary("div", other, reflected=True)
+
+    def __pow__(self, other: Any) -> Tensor:
+        return self._binary("pow", other)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return self._binary("pow", other, reflected=True)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return self._binary("matmul", other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return self._binary("matmul", other, reflected=True)
+
+    def __neg__(self) -> Tensor:
+        from xlgraph import ops
+
+        return ops.negate(self)
+
+
+class Variable(Tensor):
+    """A tensor of the main graph whose value persists on the device between runs."""
+
+    def __init__(self, graph: Graph, name: str, spec: TensorSpec, data: np.ndarray) -> None:
+        super().__init__(graph, name, spec)
+        self.initial_data = data
+
+
+class Constant(Tensor):
+    """A tensor whose value is fixed when the graph is built."""
+
+    def __init__(self, graph: Graph, name: str, spec: TensorSpec, data: np.ndarray) -> None:
+        super().__init__(graph, name, spec)
+        self.data = data
+
+
+def _host_array(data: Any, dt: dtype | None, downcast: bool, what: str) -> np.ndarray:
+    if isinstance(data, Tensor):
+        raise TypeError(f"{what} needs host data, got the graph tensor {data.id}")
+    if hasattr(data, "detach") and hasattr(data, "numpy"):  # torch tensor; torch is not imported
+        data = data.detach().cpu().numpy()
+    if dt is None:
+        arr = np.asarray(data)
+        if arr.dtype == np.float64 and not isinstance(data, np.ndarray | np.generic):
+            arr = arr.astype(np.float32)  # Python floats are float32, as in PopXL
+        if arr.dtype == np.int64 and not isinstance(data, np.ndarray | np.generic):
+            arr = arr.astype(np.int32)
+        dt = dtypes.of_array(arr)
+        if downcast:
+            dt = dtypes.downcast(dt)
+    else:
+        dt = dtypes.as_dtype(dt)
+        arr = np.asarray(data)
+    if arr.size == 0 and arr.shape == (0,) and not isinstance(data, np.ndarray):
+        raise ValueError(f"{what}: empty data")
+    return np.array(arr, dtype=dt.as_numpy(), copy=True)
+
+
+def variable(
+    data: Any, dtype: dtype | None = None, name: str | None = None, downcast: bool = True
+) -> Variable:
+    """Create a variable in the main graph, initialised with ``data``.
+
+    Args:
+        data: host data (numpy array, nested lists, scalar, or a torch tensor).
+        dtype: element type; inferred from ``data`` when None (64-bit downcast to 32-bit).
+        name: tensor name; made unique in the graph.
+        downcast: when inferring, store float64/int64/uint64 data as 32-bit.
+
+    Returns:
+        The new Variable.
+
+    Raises:
+        GraphMismatchError: when the current graph is not the main graph.
+    """
+    from xlgraph.errors import GraphMismatchError, user_source_line
+
+    graph = get_current_graph()
+    if not graph.is_main:
+        raise GraphMismatchError(
+            f"variable {name or 'v'!r} must be created in the main graph, not in subgraph "
+            f"{graph.name!r}; pass it into the subgraph as an input instead "
+            f"[created at {user_source_line()}]"
+        )
+    arr = _host_array(data, dtype, downcast, "variable")
+    return graph.add_variable(arr, name or "v")
+
+
+def constant(
+    data: Any, dtype: dtype | None = None, name: str | None = None, downcast: bool = True
+) -> Constant:
+    """Create a constant in the current graph (same arguments as ``variable``)."""
+    arr = _host_array(data, dtype, downcast, "constant")
+    return get_current_graph().add_constant(arr, name or "c")
+
+
+def graph_input(
+    shape: tuple[int, ...], dtype: dtype, name: str | None = None, by_ref: bool = False
+) -> Tensor:
+    """Declare a new input of the current graph.
+
+    Args:
+        shape: input shape.
+        dtype: input dtype.
+        name: input name; made unique in the graph.
+        by_ref: when True, in-place changes made by the graph are seen by every caller.
+    """
+    return get_current_graph().add_input(TensorSpec(tuple(shape), dtype), name or "t", by_ref)
+
+
+def graph_output(t: Tensor) -> None:
+    """Mark ``t`` as an output of the current graph."""
+    get_current_graph().add_output(t)

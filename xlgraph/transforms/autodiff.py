@@ -1,0 +1,215 @@
+"""``autodiff``: write the gradient graph of a subgraph from the ops' VJP rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from xlgraph.errors import AutodiffError
+from xlgraph.graph import Graph
+from xlgraph.op import Op
+from xlgraph.ops.call import CallSiteInfo, call
+from xlgraph.tensor import Constant, Tensor, constant, graph_input, graph_output
+from xlgraph.transforms.dce import remove_dead_ops
+from xlgraph.transforms.grad_info import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
+
+__all__ = ["autodiff"]
+
+FWD, FWD_GRAD = ExpectedConnectionType.Fwd, ExpectedConnectionType.FwdGrad
+
+
+class GradContext:
+    """What a VJP rule sees: forward values via ``x(i)``/``y(i)``, plus the op's attributes."""
+
+    def __init__(self, builder: _GradBuilder, op: Op) -> None:
+        self._builder = builder
+        self.op = op
+        self.attrs = op.attrs
+
+    def x(self, i: int) -> Tensor:
+        """Forward input ``i``, as a tensor of the gradient graph."""
+        return self._builder.fwd_value(self.op.inputs[i])
+
+    def y(self, i: int) -> Tensor:
+        """Forward output ``i``, as a tensor of the gradient graph."""
+        return self._builder.fwd_value(self.op.outputs[i])
+
+
+class _GradBuilder:
+    """Builds one gradient graph; holds the forward-tensor placeholders it needed."""
+
+    def __init__(self, fwd: Graph, grad: Graph, cache: dict[Graph, GradGraphInfo]) -> None:
+        self.fwd = fwd
+        self.grad = grad
+        self.cache = cache
+        self.fwd_inputs: dict[Tensor, Tensor] = {}  # forward tensor -> grad-graph input
+        self.constants: dict[Tensor, Tensor] = {}
+
+    def fwd_value(self, t: Tensor) -> Tensor:
+        if isinstance(t, Constant):
+            if t not in self.constants:
+                self.constants[t] = constant(t.data, t.dtype, t.name)
+            return self.constants[t]
+        if t not in self.fwd_inputs:
+            self.fwd_inputs[t] = graph_input(t.shape, t.dtype, t.name)
+        return self.fwd_inputs[t]
+
+    def op_grads(self, op: Op, grads: dict[Tensor, list[Tensor]]) -> tuple[Any, ...]:
+        dys = [_total(grads.get(o)) for o in op.outputs]
+        if op.defn.kind == "call":
+            return self.call_grads(op, dys)
+        return tuple(op.defn.grad(GradContext(self, op), *dys))
+
+    def call_grads(self, op: Op, dys: list[Tensor | None]) -> tuple[Any, ...]:
+        callee: Graph = op.attrs["graph"]
+        if callee not in self.cache:
+            provided = [t for t in callee.outputs if t.dtype.is_floating_point]
+            required = [t for t in callee.inputs if t.dtype.is_floating_point]
+            self.cache[callee] = differentiate(callee, provided, required, self.cache)
+        info = self.cache[callee]
+        site = CallSiteInfo(op)
+        dy_of = dict(zip(op.outputs, dys))
+        args = []
+        for conn in info.expected_inputs:
+            parent = site.graph_to_parent(conn.fwd_tensor)
+            if conn.connection_type is FWD_GRAD:
+                dy = dy_of.get(parent)
+                args.append(dy if dy is not None else _zeros(parent))
+            else:
+                args.append(self.fwd_value(parent))
+        outs = call(info.graph, *args)
+        by_input = {c.fwd_tensor: g for c, g in zip(info.expected_outputs, outs)}
+        return tuple(by_input.get(t) for t in callee.inputs)
+
+
+def _zeros(like: Tensor) -> Tensor:
+    from xlgraph.ops.movement import init
+
+    return init(like.shape, like.dtype)
+
+
+def _total(parts: list[Tensor] | None) -> Tensor | None:
+    if not parts:
+        return None
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+def _fit(grad: Tensor, target: Tensor) -> Tensor:
+    """Sum broadcast dimensions away and cast, so ``grad`` matches ``target``'s spec."""
+    from xlgraph.ops import cast, reshape, sum
+
+    if grad.shape != target.shape:
+        lead = grad.rank - target.rank
+        axes = list(range(lead)) + [
+            lead + i for i, d in enumerate(target.shape) if d == 1 and grad.shape[lead + i] != 1
+        ]
+        if axes:
+            grad = sum(grad, axes, keepdims=True)
+        grad = reshape(grad, target.shape)
+    if grad.dtype is not target.dtype:
+        grad = cast(grad, target.dtype)
+    return grad
+
+
+def _check_differentiable(graph: Graph) -> None:
+    if graph.is_main:
+        raise AutodiffError("autodiff works on subgraphs; the main graph cannot be differentiated")
+    for op in graph.ops:
+        if op.defn.modifies_input:
+            raise AutodiffError(
+                f"The graph {graph.name!r} contains a modifying op {op.describe()}; autodiff "
+                f"cannot differentiate graphs that modify tensors in place"
+            )
+
+
+def _add_forward_output(graph: Graph, t: Tensor) -> None:
+    """Make ``t`` an output of ``graph``; every existing call site gains the matching output."""
+    graph._outputs.append(t)
+    for site in graph.call_sites:
+        if site.defn.kind == "call":
+            site.outputs.append(site.graph.add_tensor(t.spec, t.name, site))
+
+
+def differentiate(graph: Graph, provided: list[Tensor], required: list[Tensor],
+                  cache: dict[Graph, GradGraphInfo]) -> GradGraphInfo:
+    """Build the gradient graph of ``graph`` (the work behind ``autodiff``)."""
+    _check_differentiable(graph)
+    for t in [*provided, *required]:
+        if t.graph is not graph:
+            raise AutodiffError(f"{t.id} is not a tensor of graph {graph.name!r}")
+    grad_graph = graph.ir.create_empty_graph(f"{graph.name}_grad", unique_suffix=False)
+    builder = _GradBuilder(graph, grad_graph, cache)
+    needs = set(required)
+    for op in graph.ops:
+        if any(t in needs for t in op.inputs):
+            needs.update(op.outputs)
+    with grad_graph:
+        seeds = [graph_input(t.shape, t.dtype, f"Gradient___{t.name}") for t in provided]
+        grads: dict[Tensor, list[Tensor]] = {}
+        for t, seed in zip(provided, seeds):
+            grads.setdefault(t, []).append(seed)
+        for op in reversed(graph.ops):
+            if not any(o in grads for o in op.outputs) or not any(t in needs for t in op.inputs):
+                continue
+            if op.defn.grad is None and op.defn.kind != "call":
+                continue
+            for t, g in zip(op.inputs, builder.op_grads(op, grads)):
+                if g is not None and t in needs and t.dtype.is_floating_point:
+                    grads.setdefault(t, []).append(_fit(g, t))
+        for t in required:
+            total = _total(grads.get(t))
+            graph_output(total if total is not None else _zeros(t))
+    remove_dead_ops(grad_graph)
+    read = {t for op in grad_graph.ops for t in op.inputs} | set(grad_graph.outputs)
+    unused = {p for p in builder.fwd_inputs.values() if p not in read}
+    grad_graph._inputs = [t for t in grad_graph._inputs if t not in unused]
+    for p in unused:
+        del grad_graph._tensors[p.name]
+    fwd_conns = [ExpectedConnection(t, FWD) for t, p in builder.fwd_inputs.items() if p in read]
+    for conn in fwd_conns:
+        t = conn.fwd_tensor
+        if t not in graph.inputs and t not in graph.outputs:
+            _add_forward_output(graph, t)
+    return GradGraphInfo(
+        graph=grad_graph,
+        forward_graph=graph,
+        expected_inputs=tuple(ExpectedConnection(t, FWD_GRAD) for t in provided) + tuple(fwd_conns),
+        expected_outputs=tuple(ExpectedConnection(t, FWD_GRAD) for t in required),
+    )
+
+
+def autodiff(
+    graph: Graph,
+    grads_provided: Iterable[Tensor] | None = None,
+    grads_required: Iterable[Tensor] | None = None,
+    called_graphs_grad_info: Mapping[Graph, GradGraphInfo] | None = None,
+    return_all_grad_graphs: bool = False,
+) -> GradGraphInfo | dict[Graph, GradGraphInfo]:
+    """Create the gradient graph of ``graph``.
+
+    Activations the gradient graph needs that are internal to ``graph`` are added as outputs of
+    ``graph``; existing call sites of ``graph`` gain those outputs.
+
+    Args:
+        graph: the forward subgraph.
+        grads_provided: forward outputs whose gradients are fed in (default: all outputs).
+        grads_required: forward tensors whose gradients are produced (default: all inputs).
+        called_graphs_grad_info: gradient graphs to reuse for graphs called inside ``graph``.
+        return_all_grad_graphs: return ``{forward graph: GradGraphInfo}`` for every graph
+            differentiated, including called graphs.
+
+    Returns:
+        The GradGraphInfo of ``graph`` (or the dict described above).
+
+    Raises:
+        AutodiffError: for the main graph, or a graph that modifies a tensor in place.
+    """
+    provided = list(graph.outputs if grads_provided is None else grads_provided)
+    required = list(graph.inputs if grads_required is None else grads_required)
+    cache: dict[Graph, GradGraphInfo] = dict(called_graphs_grad_info or {})
+    info = differentiate(graph, provided, required, cache)
+    cache[graph] = info
+    return cache if return_all_grad_graphs else info
