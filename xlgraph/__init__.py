@@ -3,7 +3,7 @@
 Replace ``import popxl`` with ``import xlgraph as popxl``.
 """
 
-from xlgraph import dtypes, ops, transforms
+from xlgraph import dtypes, errors, ops, transforms
 from xlgraph.context import (
     gcg,
     get_current_graph,
@@ -55,7 +55,7 @@ __all__ = [
     "variable", "constant", "graph_input", "graph_output", "h2d_stream", "d2h_stream",
     "HostToDeviceStream", "DeviceToHostStream", "in_sequence", "name_scope",
     "gcg", "get_current_graph", "gmg", "get_main_graph", "gir", "get_ir",
-    "dtypes", "ops", "transforms", "dtype",
+    "dtypes", "errors", "ops", "transforms", "dtype",
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "half", "float32", "float", "float64", "double",
 ]

@@ -1,0 +1,28 @@
+"""Every ```python block of README.md and docs/*.md runs, in order, one namespace per file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_snippets_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = BLOCK.findall(path.read_text())
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"{path.name}[block {i}]", "exec"), namespace)  # noqa: S102
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    command = next(line for line in ci.splitlines() if "pytest" in line)
+    assert command in readme
