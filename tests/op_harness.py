@@ -88,9 +88,10 @@ def gradients(defn: OpDef, sample: Sample, arrays: list[np.ndarray], rng: np.ran
         graph = ir.create_graph(fwd, *[xlgraph.TensorSpec(a.shape, a.dtype) for a in arrays])
         op = last_op(graph, defn)
         wanted = [t for t in graph.inputs if t.dtype.is_floating_point]
+        provided = graph.outputs  # autodiff may add outputs (activations) to the graph
         info = autodiff(graph, grads_required=wanted)
         in_streams = [xlgraph.h2d_stream(a.shape, a.dtype, f"in{i}") for i, a in enumerate(arrays)]
-        seeds = [rng.normal(size=t.shape).astype(t.dtype.as_numpy()) for t in graph.outputs]
+        seeds = [rng.normal(size=t.shape).astype(t.dtype.as_numpy()) for t in provided]
         seed_streams = [xlgraph.h2d_stream(s.shape, s.dtype, f"seed{i}")
                         for i, s in enumerate(seeds)]
         fwd_site = ops.call_with_info(graph, *[ops.host_load(s) for s in in_streams])

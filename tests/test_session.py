@@ -135,7 +135,8 @@ def test_failed_run_leaves_variables_unchanged(optimize: bool) -> None:
     with ir.main_graph, popxl.in_sequence():
         w = popxl.variable(np.ones(3), name="w")
         ops.scaled_add_(w, popxl.constant(np.ones(3), popxl.float32), b=5.0)
-        apply1(FAIL, [w])
+        y = apply1(FAIL, [w])  # stored, so that dead-op removal keeps it
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
     session = popxl.Session(ir, optimize=optimize)
     with session:
         with pytest.raises(errors.ExecutionError, match=r"fail_for_test.*test_session.py") as info:

@@ -35,6 +35,7 @@ from xlgraph.dtypes import (
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
 from xlgraph.module import Module
+from xlgraph.ops.random import create_seeds
 from xlgraph.runtime import Session
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
 from xlgraph.tensor import (
@@ -55,7 +56,7 @@ __all__ = [
     "variable", "constant", "graph_input", "graph_output", "h2d_stream", "d2h_stream",
     "HostToDeviceStream", "DeviceToHostStream", "in_sequence", "name_scope",
     "gcg", "get_current_graph", "gmg", "get_main_graph", "gir", "get_ir",
-    "dtypes", "errors", "ops", "transforms", "dtype",
+    "dtypes", "errors", "ops", "transforms", "dtype", "create_seeds",
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "half", "float32", "float", "float64", "double",
 ]

@@ -184,7 +184,7 @@ class Tensor:
         return ops.detach_(self)
 
     def __getitem__(self, key: Any) -> Tensor:
-        from xlgraph.ops.movement import getitem
+        from xlgraph.ops.indexing import getitem
 
         return getitem(self, key)
 
@@ -238,6 +238,29 @@ class Tensor:
         from xlgraph import ops
 
         return ops.negate(self)
+
+    def __mod__(self, other: Any) -> Tensor:
+        return self._binary("fmod", other)
+
+    def __rmod__(self, other: Any) -> Tensor:
+        return self._binary("fmod", other, reflected=True)
+
+    def __and__(self, other: Any) -> Tensor:
+        return self._binary("logical_and", other)
+
+    def __rand__(self, other: Any) -> Tensor:
+        return self._binary("logical_and", other, reflected=True)
+
+    def __or__(self, other: Any) -> Tensor:
+        return self._binary("logical_or", other)
+
+    def __ror__(self, other: Any) -> Tensor:
+        return self._binary("logical_or", other, reflected=True)
+
+    def __invert__(self) -> Tensor:
+        from xlgraph import ops
+
+        return ops.logical_not(self)
 
 
 class Variable(Tensor):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xlgraph.lower.program import Program, Step
+from xlgraph.lower.program import Step
 
 
 @dataclass
@@ -24,21 +24,22 @@ class _Facts:
     writes: list[tuple[int, int]] = field(default_factory=list)  # (position, slot written)
 
 
-def _spans(steps: list[Step], pos: int, spans: dict[int, tuple[int, int]]) -> int:
+def spans(steps: list[Step], pos: int, out: dict[int, tuple[int, int]]) -> int:
+    """Number steps depth-first from ``pos``; record each loop/cond's (first, last) position."""
     for s in steps:
         pos += 1
-        if s.kind == "loop":
+        if s.kind in ("loop", "cond"):  # a cond's arms are laid out one after the other
             start = pos
-            pos = _spans(s.body, pos, spans)
-            spans[id(s)] = (start, pos)
+            pos = spans(s.body + s.orelse, pos, out)
+            out[id(s)] = (start, pos)
     return pos
 
 
-def _collect(program: Program) -> _Facts:
-    spans: dict[int, tuple[int, int]] = {}
-    _spans(program.steps, 0, spans)
+def _collect(steps: list[Step], entry: list[int]) -> _Facts:
+    regions: dict[int, tuple[int, int]] = {}
+    spans(steps, 0, regions)
     facts = _Facts()
-    for slot in [*program.variable_slots, *program.constant_slots]:
+    for slot in entry:
         facts.created[slot] = -1
 
     def read(slot: int, pos: int, loops: list[tuple[int, int]]) -> None:
@@ -49,50 +50,51 @@ def _collect(program: Program) -> _Facts:
                 break
         facts.last_read[slot] = max(facts.last_read.get(slot, -1), eff)
 
-    def walk(steps: list[Step], pos: int, loops: list[tuple[int, int]]) -> int:
-        for s in steps:
+    def walk(body: list[Step], pos: int, loops: list[tuple[int, int]]) -> int:
+        for s in body:
             pos += 1
             if s.kind == "loop":
-                span = spans[id(s)]
+                span = regions[id(s)]
                 pos = walk(s.body, pos, [*loops, span])
                 for _, src in s.carried:
                     read(src, span[1], [*loops, span])
+                continue
+            if s.kind == "cond":  # conservative: both arms count, and reads last to the end
+                span = regions[id(s)]
+                read(s.ins[0], pos, loops)
+                pos = walk(s.body + s.orelse, pos, [*loops, span])
+                for out, srcs in zip(s.outs, s.carried):
+                    for src in srcs:
+                        read(src, span[1], [*loops, span])
+                    facts.created[out] = span[1]
+                    facts.creator[out] = s
                 continue
             for slot in s.ins:
                 read(slot, pos, loops)
             for slot in s.outs:
                 facts.created[slot] = pos
                 facts.creator[slot] = s
-            if s.cow or s.aliases_input:
-                src = s.ins[s.defn.inplace_of] if s.aliases_input else s.ins[0]
-                facts.parent[s.outs[0]] = src
-            if s.modifies is not None:
-                facts.writes.append((pos, s.modifies))
+            if s.alias_source is not None:
+                facts.parent[s.outs[0]] = s.alias_source
+            facts.writes.extend((pos, slot) for slot in s.writes)
         return pos
 
-    walk(program.steps, 0, [])
+    walk(steps, 0, [])
     return facts
 
 
-def _owned(slot: int, facts: _Facts, program: Program) -> bool:
+def _owned(slot: int, facts: _Facts) -> bool:
     step = facts.creator.get(slot)
-    return step is not None and step.copy_out or slot in program.copy_constants
+    return step is not None and step.copy_out
 
 
-def _materialise(slot: int, facts: _Facts, program: Program) -> None:
-    if slot in program.constant_slots:
-        program.copy_constants.add(slot)
-    else:
-        facts.creator[slot].copy_out = True
-
-
-def _root(slot: int, facts: _Facts, program: Program) -> int:
-    while slot in facts.parent and not _owned(slot, facts, program):
+def _root(slot: int, facts: _Facts) -> int:
+    while slot in facts.parent and not _owned(slot, facts):
         slot = facts.parent[slot]
     return slot
 
 
-def _apply_rules_once(program: Program, facts: _Facts) -> bool:
+def _apply_rules_once(facts: _Facts) -> bool:
     changed = False
     children: dict[int, list[int]] = {}
     for child, par in facts.parent.items():
@@ -101,45 +103,49 @@ def _apply_rules_once(program: Program, facts: _Facts) -> bool:
     def subtree_last_read(slot: int) -> int:
         best = facts.last_read.get(slot, -1)
         for c in children.get(slot, []):
-            if not _owned(c, facts, program):
+            if not _owned(c, facts):
                 best = max(best, subtree_last_read(c))
         return best
 
     for pos, target in facts.writes:
         slot = target
         while True:  # rule (a): walk up to the buffer the write really lands in
-            if _owned(slot, facts, program):
+            if _owned(slot, facts):
                 break
             step = facts.creator.get(slot)
             if step is not None and step.cow:
-                _materialise(slot, facts, program)
+                step.copy_out = True
                 changed = True
                 break
             if slot in facts.parent:
                 slot = facts.parent[slot]
                 continue
-            if slot in program.constant_slots or (step is not None and step.kind == "host_load"):
-                _materialise(slot, facts, program)
+            if step is not None and step.kind in ("const", "host_load"):
+                step.copy_out = True
                 changed = True
             break
-        root = _root(target, facts, program)
-        stack = [root]
+        stack = [_root(target, facts)]
         while stack:  # rule (b): shared readers of the written buffer that read it later
             node = stack.pop()
             for c in children.get(node, []):
-                if _owned(c, facts, program):
+                if _owned(c, facts):
                     continue
                 step = facts.creator[c]
                 if step.cow and facts.created[c] < pos < subtree_last_read(c):
-                    _materialise(c, facts, program)
+                    step.copy_out = True
                     changed = True
                 else:
                     stack.append(c)
     return changed
 
 
-def plan_copies(program: Program) -> None:
-    """Mark the steps (and constants) whose outputs must be fresh buffers."""
-    facts = _collect(program)
-    while _apply_rules_once(program, facts):
+def plan_copies(steps: list[Step], entry: list[int]) -> set[int]:
+    """Mark the steps whose outputs must be fresh buffers; return the ``entry`` slots written.
+
+    ``entry`` are the slots that exist before ``steps`` run (variables, or a function's
+    arguments); the returned ones are modified in place, directly or through aliases.
+    """
+    facts = _collect(steps, entry)
+    while _apply_rules_once(facts):
         pass
+    return {_root(slot, facts) for _, slot in facts.writes} & set(entry)

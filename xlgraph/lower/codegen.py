@@ -1,120 +1,334 @@
-"""Generate one Python function that runs a ``Program``; its source is kept for inspection."""
+"""Generate one Python function that runs a planned ``Program``; its source is kept for inspection.
+
+Every slot gets a name in the generated code. Variables (``w``), constants (``c``), pool buffers
+(``b``) and views of them (``v``, computed once here) are globals of the function; only values
+that change from run to run (host data, fresh arrays, views of them) are locals (``s``). View and
+by-value binding steps whose source is a global emit no code at all.
+"""
 
 from __future__ import annotations
 
-import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from xlgraph.lower.program import Program, Step
+from xlgraph.lower.plan import Plan, is_elementwise_ufunc, pure_view
+from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.op import Op
 
 _FILENAME = "<xlgraph-step>"
+_LITERALS = (bool, int, float, str, type(None))
 
 
 @dataclass(eq=False)
 class CompiledStep:
-    """The generated function ``fn(V, IN, OUT)`` and what is needed to explain its failures."""
+    """The generated function ``fn(IN, OUT)`` and what is needed to explain its failures."""
 
-    fn: Callable[[list[np.ndarray], list[np.ndarray], list[np.ndarray]], None]
+    fn: Callable[[list[np.ndarray], list[np.ndarray]], None]
     source: str
     line_ops: dict[int, Op]
 
 
+def _is_literal(v: Any) -> bool:
+    if isinstance(v, tuple | list):
+        return all(map(_is_literal, v))
+    if isinstance(v, slice):
+        return all(map(_is_literal, (v.start, v.stop, v.step)))
+    if isinstance(v, float):
+        return np.isfinite(v)
+    return type(v) in _LITERALS or v is Ellipsis
+
+
 class _Writer:
-    def __init__(self, program: Program, h2d: list[Any], d2h: list[Any], transfers: int) -> None:
+    def __init__(self, program: Program, plans: dict[int, Plan], buffers: list[np.ndarray],
+                 variables: list[np.ndarray], h2d: list[Any], d2h: list[Any],
+                 transfers: int) -> None:
         self.program = program
+        self.plans = plans
         self.h2d = {s: i for i, s in enumerate(h2d)}
         self.d2h = {s: i for i, s in enumerate(d2h)}
         self.transfers = transfers
         self.lines: list[str] = []
         self.line_ops: dict[int, Op] = {}
         self.namespace: dict[str, Any] = {"np": np}
-        self.kernels: dict[tuple[int, int], str] = {}
+        self.fn_names: dict[int, str] = {}
+        self.names: dict[int, str] = {}
+        for i, buf in enumerate(buffers):
+            self.namespace[f"b{i}"] = buf
+        for slot, arr in zip(program.variable_slots, variables):
+            self.names[slot] = f"w{slot}"
+            self.namespace[f"w{slot}"] = arr
+        self.carried = {d for s in program.walk() if s.kind == "loop" for d, _ in s.carried}
+        for fn in program.functions:
+            self.carried.update(d for s in walk(fn.steps) if s.kind == "loop" for d, _ in s.carried)
+        self.loop_vars: dict[int, str] = {}
+        self.index: dict[int, str] = {}  # id(host step) -> index expression into IN/OUT
+        self.plan: Plan = plans[id(program)]
 
+    # -- naming --------------------------------------------------------------------------------
     def emit(self, indent: int, text: str, op: Op | None = None) -> None:
         self.lines.append("    " * indent + text)
         if op is not None:
             self.line_ops[len(self.lines)] = op
 
-    def kernel_name(self, step: Step) -> str:
-        key = (id(step.defn), id(step.attrs))
-        if key not in self.kernels:
-            name = f"k{len(self.kernels)}_{step.defn.name}"
-            fn = step.defn.kernel
-            self.namespace[name] = functools.partial(fn, **step.attrs) if step.attrs else fn
-            self.kernels[key] = name
-        return self.kernels[key]
+    def bind_global(self, prefix: str, value: Any) -> str:
+        """A deterministic global name for ``value`` (functions are shared by name)."""
+        base = re.sub(r"\W", "_", prefix)
+        name, i = base, 0
+        while name in self.namespace and self.namespace[name] is not value:
+            i += 1
+            name = f"{base}{i}"
+        self.namespace[name] = value
+        return name
 
-    def counter(self, kind: str, index: int) -> str:
-        return f"{kind}{index}_i"
+    def attr_text(self, attrs: dict[str, Any]) -> str:
+        parts = []
+        for k, v in attrs.items():
+            text = repr(v) if _is_literal(v) else self.bind_global(f"a_{k}", v)
+            parts.append(f"{k}={text}")
+        return "".join(", " + p for p in parts)
+
+    def is_static(self, slot: int) -> bool:
+        return self.names[slot][0] in "wcbv"
+
+    def arg(self, s: Step, i: int) -> str:
+        name = self.names[s.ins[i]]
+        return f"np.array({name})" if i in self.plan.densify.get(id(s), ()) else name
+
+    def set_name(self, slot: int, name: str, indent: int) -> None:
+        """Name ``slot``; a loop-carried slot must be a local, so it gets an assignment."""
+        if slot in self.carried and name != f"s{slot}":
+            self.emit(indent, f"s{slot} = {name}")
+            name = f"s{slot}"
+        self.names[slot] = name
+
+    # -- steps ---------------------------------------------------------------------------------
+    def kernel(self, s: Step, indent: int) -> None:
+        d, plan = s.defn, self.plan
+        src = s.alias_source
+        args = [self.arg(s, i) for i in range(len(s.ins))]
+        attrs = self.attr_text(s.attrs)
+        if src is not None and d.view:
+            self.view(s, args, attrs, indent)
+            return
+        if src is not None:  # modifies an input in place; the output is that input
+            if id(s) in plan.use_out:
+                fn = self.bind_global(f"o_{d.name}", d.kernel_out)
+                extra = self.scratch_text(s)
+                self.emit(indent, f"{fn}({', '.join(args)}, out={self.names[src]}{extra}{attrs})",
+                          s.op)
+            else:
+                fn = self.bind_global(f"k_{d.name}", d.kernel)
+                self.emit(indent, f"{fn}({', '.join(args)}{attrs})", s.op)
+            self.set_name(s.outs[0], self.names[src], indent)
+            return
+        if id(s) in plan.use_out:
+            outs = [f"b{plan.buffer_of[o]}" for o in s.outs]
+            fn = self.bind_global(f"o_{d.name}", d.kernel_out)
+            if is_elementwise_ufunc(d.kernel_out) and not attrs:
+                self.emit(indent, f"{fn}({', '.join([*args, outs[0]])})", s.op)
+            else:
+                out = outs[0] if len(outs) == 1 else f"({', '.join(outs)})"
+                extra = self.scratch_text(s)
+                self.emit(indent, f"{fn}({', '.join(args)}, out={out}{extra}{attrs})", s.op)
+            for o, name in zip(s.outs, outs):
+                self.set_name(o, name, indent)
+            return
+        fn = self.bind_global(f"k_{d.name}", d.kernel)
+        lhs = ", ".join(f"s{o}" for o in s.outs)
+        self.emit(indent, f"{lhs} = {fn}({', '.join(args)}{attrs})", s.op)
+        for o in s.outs:
+            self.names[o] = f"s{o}"
+            if not self.program.specs[o].shape:  # ufuncs give numpy scalars for 0-d results
+                self.emit(indent, f"s{o} = np.asarray(s{o})")
+
+    def scratch_text(self, s: Step) -> str:
+        bufs = self.plan.scratch.get(id(s))
+        return f", scratch=({''.join(f'b{b}, ' for b in bufs)})" if bufs else ""
+
+    def view(self, s: Step, args: list[str], attrs: str, indent: int) -> None:
+        out, src = s.outs[0], s.alias_source
+        name = None
+        if self.is_static(src) and pure_view(s):  # a view of a fixed array is fixed: make it now
+            base = self.namespace[self.names[src]]
+            try:
+                arr = s.defn.kernel(base, **s.attrs)
+            except Exception:  # noqa: BLE001 - leave the failure to run time, naming the op
+                arr = None
+            if isinstance(arr, np.ndarray) and np.may_share_memory(arr, base):
+                name = f"v{out}"
+                self.namespace[name] = arr
+        if name is None:
+            fn = self.bind_global(f"k_{s.defn.name}", s.defn.kernel)
+            name = f"{fn}({', '.join(args)}{attrs})"
+        if s.copy_out:
+            self.emit(indent, f"s{out} = np.array({name})", s.op)
+            self.names[out] = f"s{out}"
+        elif name.startswith("v"):
+            self.set_name(out, name, indent)
+        else:
+            self.emit(indent, f"s{out} = {name}", s.op)
+            self.names[out] = f"s{out}"
 
     def step(self, s: Step, indent: int) -> None:
-        copy = ".copy()" if s.copy_out else ""
-        outs = ", ".join(f"s{o}" for o in s.outs)
-        if s.kind == "kernel":
-            call = f"{self.kernel_name(s)}({', '.join(f's{i}' for i in s.ins)})"
-            self.emit(indent, f"{outs} = {call}{copy}" if outs else call, s.op)
-        elif s.kind == "bind":
-            self.emit(indent, f"{outs} = s{s.ins[0]}{copy}", s.op)
-        elif s.kind == "host_load":
-            i = self.h2d[s.attrs["stream"]]
-            if self.transfers == 1:
-                self.emit(indent, f"{outs} = IN[{i}]{copy}", s.op)
+        k = s.kind
+        if k == "kernel":
+            self.kernel(s, indent)
+        elif k in ("bind", "ref"):
+            src = self.names[s.ins[0]]
+            if s.copy_out:
+                self.emit(indent, f"s{s.outs[0]} = np.array({src})", s.op)
+                self.names[s.outs[0]] = f"s{s.outs[0]}"
             else:
-                c = self.counter("h", i)
-                self.emit(indent, f"{outs} = IN[{i}][{c} % {self.transfers}]{copy}", s.op)
-                self.emit(indent, f"{c} += 1")
-        elif s.kind == "host_store":
+                self.set_name(s.outs[0], src, indent)
+        elif k == "const":
+            self.const(s, indent)
+        elif k == "host_load":
+            self.counter(s, "h", indent)
+            expr = f"IN[{self.h2d[s.attrs['stream']]}]{self.index.get(id(s), '')}"
+            self.emit(indent, f"s{s.outs[0]} = {f'np.array({expr})' if s.copy_out else expr}",
+                      s.op)
+            self.names[s.outs[0]] = f"s{s.outs[0]}"
+        elif k == "host_store":
             i = self.d2h[s.attrs["stream"]]
-            if self.transfers == 1:
-                self.emit(indent, f"OUT[{i}][...] = s{s.ins[0]}", s.op)
-            else:
-                c = self.counter("d", i)
-                self.emit(indent, f"OUT[{i}][{c} % {self.transfers}] = s{s.ins[0]}", s.op)
-                self.emit(indent, f"{c} += 1")
-        elif s.kind == "loop":
-            self.emit(indent, f"for _ in range({s.count}):", s.op)
-            for inner in s.body:
-                self.step(inner, indent + 1)
-            if s.carried:
-                dst = ", ".join(f"s{d}" for d, _ in s.carried)
-                src = ", ".join(f"s{r}" for _, r in s.carried)
-                self.emit(indent + 1, f"{dst} = {src}")
-            else:
-                self.emit(indent + 1, "pass")
+            self.counter(s, "d", indent)
+            self.emit(indent, f"OUT[{i}][{self.index.get(id(s), '...')}] = "
+                      f"{self.names[s.ins[0]]}", s.op)
+        elif k == "loop":
+            self.loop(s, indent)
+        elif k == "cond":
+            self.emit(indent, f"if {self.names[s.ins[0]]}.item():", s.op)
+            self.branch(s.body, [(o, src[0]) for o, src in zip(s.outs, s.carried)], indent + 1)
+            self.emit(indent, "else:")
+            self.branch(s.orelse, [(o, src[1]) for o, src in zip(s.outs, s.carried)], indent + 1)
+        elif k == "func":
+            args = ", ".join(self.arg(s, i) for i in range(len(s.ins)))
+            lhs = "".join(f"s{o}, " for o in s.outs)
+            call = f"{self.fn_names[id(s.func)]}({args})"
+            self.emit(indent, f"{lhs}= {call}" if lhs else call, s.op)
+            for o in s.outs:
+                self.names[o] = f"s{o}"
         else:
-            raise NotImplementedError(f"no code generation for step kind {s.kind!r}")
+            raise NotImplementedError(f"no code generation for step kind {k!r}")
 
-    def function(self) -> str:
-        self.emit(0, "def step(V, IN, OUT, C):")
-        for i, slot in enumerate(self.program.variable_slots):
-            self.emit(1, f"s{slot} = V[{i}]")
-        for slot in self.program.constant_slots:
-            copy = ".copy()" if slot in self.program.copy_constants else ""
-            self.emit(1, f"s{slot} = C[{slot}]{copy}")
+    def const(self, s: Step, indent: int) -> None:
+        slot = s.outs[0]
+        name = f"c{slot}"
+        value = s.value
+        self.namespace[name] = value if value.flags.c_contiguous else value.copy()
+        buf = self.plan.buffer_of.get(slot)
+        if buf is not None:
+            self.emit(indent, f"np.copyto(b{buf}, {name})", s.op)
+            self.set_name(slot, f"b{buf}", indent)
+        elif s.copy_out:
+            self.emit(indent, f"s{slot} = {name}.copy()", s.op)
+            self.names[slot] = f"s{slot}"
+        else:
+            self.set_name(slot, name, indent)
+
+    def counter(self, s: Step, kind: str, indent: int) -> None:
+        if self.transfers > 1 and id(s) not in self.index:
+            i = self.h2d[s.attrs["stream"]] if kind == "h" else self.d2h[s.attrs["stream"]]
+            self.emit(indent, f"{kind}{i}_i += 1")
+            self.index[id(s)] = f"[({kind}{i}_i - 1) % {self.transfers}]"
+
+    def loop(self, s: Step, indent: int) -> None:
+        var = self.loop_vars.get(id(s), "_")
+        self.emit(indent, f"for {var} in range({s.count}):", s.op)
+        for inner in s.body:
+            self.step(inner, indent + 1)
+        if s.carried:
+            dst = ", ".join(f"s{d}" for d, _ in s.carried)
+            src = ", ".join(self.names[r] for _, r in s.carried)
+            self.emit(indent + 1, f"{dst} = {src}")
+        elif not s.body:
+            self.emit(indent + 1, "pass")
+
+    def branch(self, body: list[Step], results: list[tuple[int, int]], indent: int) -> None:
+        """One arm of a ``cond``: its steps, then a fresh copy of each result in the output."""
+        for inner in body:
+            self.step(inner, indent)
+        for dst, src in results:
+            self.emit(indent, f"s{dst} = np.array({self.names[src]})")
+            self.names[dst] = f"s{dst}"
+        if not body and not results:
+            self.emit(indent, "pass")
+
+    # -- functions -----------------------------------------------------------------------------
+    def transfer_indices(self) -> None:
+        """Index host transfers by a loop variable where a stream has one site, in one loop."""
+        sites: dict[tuple[str, Any], list[tuple[Step, list[Step | None]]]] = {}
+
+        def visit(steps: list[Step], loops: list[Step | None]) -> None:
+            for s in steps:
+                if s.kind in ("host_load", "host_store"):
+                    sites.setdefault((s.kind, s.attrs["stream"]), []).append((s, loops))
+                visit(s.body, [*loops, s if s.kind == "loop" else None])
+                visit(s.orelse, [*loops, None])
+
+        visit(self.program.steps, [])
+        for found in sites.values():
+            if self.transfers == 1 or len(found) != 1:
+                continue
+            x, loops = found[0]
+            if not loops:
+                self.index[id(x)] = "[0]"
+            elif len(loops) == 1 and loops[0] is not None:
+                loop = loops[0]
+                var = self.loop_vars.setdefault(id(loop), f"t{len(self.loop_vars)}")
+                mod = f" % {self.transfers}" if loop.count > self.transfers else ""
+                self.index[id(x)] = f"[{var}{mod}]"
+
+    def function(self, fn: Function) -> None:
+        self.plan = self.plans[id(fn)]
+        for p in fn.params:
+            self.names[p] = f"s{p}"
+        self.emit(0, f"def {self.fn_names[id(fn)]}({', '.join(f's{p}' for p in fn.params)}):")
+        for s in fn.steps:
+            self.step(s, 1)
+        results, seen = [], {}
+        for r in fn.results:
+            name, root = self.names[r], self.plan.root[r]
+            fresh = not self.is_static(r) and root not in fn.params and r not in self.plan.viewish
+            if seen.get(root, r) != r or not fresh:
+                name = f"np.array({name})"
+            seen.setdefault(root, r)
+            results.append(name)
+        self.emit(1, f"return ({''.join(x + ', ' for x in results)})")
+        self.emit(0, "")
+
+    def source(self) -> str:
+        for fn in self.program.functions:
+            self.fn_names[id(fn)] = fn.name
+            self.function(fn)
+        self.plan = self.plans[id(self.program)]
+        self.transfer_indices()
+        self.emit(0, "def step(IN, OUT):")
         if self.transfers > 1:
-            for i in range(len(self.h2d)):
-                self.emit(1, f"{self.counter('h', i)} = 0")
-            for i in range(len(self.d2h)):
-                self.emit(1, f"{self.counter('d', i)} = 0")
+            for table, kind in ((self.h2d, "h"), (self.d2h, "d")):
+                for i in table.values():
+                    self.emit(1, f"{kind}{i}_i = 0")
         for s in self.program.steps:
             self.step(s, 1)
         self.emit(1, "return None")
         return "\n".join(self.lines) + "\n"
 
 
-def generate(program: Program, h2d: list[Any], d2h: list[Any], transfers: int) -> CompiledStep:
-    """Compile ``program`` into a Python function ``step(V, IN, OUT, C)``.
+def generate(program: Program, plans: dict[int, Plan], buffers: list[np.ndarray],
+             variables: list[np.ndarray], h2d: list[Any], d2h: list[Any],
+             transfers: int) -> CompiledStep:
+    """Compile ``program`` into a Python function ``step(IN, OUT)``.
 
-    ``V`` lists the variable arrays (updated in place), ``IN``/``OUT`` the host arrays of the
-    h2d/d2h streams in the given order, ``C`` maps constant slots to their arrays.
+    ``plans`` maps ``id(body)`` (the program and each function) to its buffer plan;
+    ``buffers`` are the pool arrays and ``variables`` the device arrays of the variables (in
+    ``program.variable_slots`` order), both bound into the function. ``IN``/``OUT`` are the
+    host arrays of the h2d/d2h streams in the given order.
     """
-    writer = _Writer(program, h2d, d2h, transfers)
-    source = writer.function()
+    writer = _Writer(program, plans, buffers, variables, h2d, d2h, transfers)
+    source = writer.source()
     code = compile(source, _FILENAME, "exec")
     namespace = writer.namespace
     exec(code, namespace)  # noqa: S102 - the source is generated from the Ir, not user text

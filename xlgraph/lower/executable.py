@@ -1,8 +1,12 @@
-"""Executables: the compiled plan and the reference interpreter behind one interface."""
+"""Executables: the compiled plan and the reference interpreter behind one interface.
+
+Both own the device arrays of the variables (``arrays``, one per entry of ``variables``); ``run``
+reads and updates them in place.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -12,21 +16,46 @@ from xlgraph.lower.checks import check_inplace_order
 from xlgraph.lower.codegen import failing_op, generate
 from xlgraph.lower.flatten import flatten
 from xlgraph.lower.interpreter import Interpreter
+from xlgraph.lower.passes import fold_constants, remove_dead, written_alias_slots
+from xlgraph.lower.plan import Plan, Pool, plan_body
+from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.op import Op
 from xlgraph.tensor import Variable
 
 
 class Executable(Protocol):
-    """``run`` executes the main graph once on the given variable and host arrays."""
+    """``run`` executes the main graph once on the device arrays and the given host arrays."""
 
     variables: list[Variable]
+    arrays: list[np.ndarray]
     source: str
     written_variables: list[Variable]
 
-    def run(self, variables: list[np.ndarray], inputs: list[np.ndarray],
-            outputs: list[np.ndarray]) -> None: ...
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None: ...
 
     def failing_op(self, exc: BaseException) -> Op | None: ...
+
+
+def _device_arrays(variables: list[Variable]) -> list[np.ndarray]:
+    return [np.zeros(v.shape, v.dtype.as_numpy()) for v in variables]
+
+
+def optimise(steps: list[Step], program: Program, needed: list[int]) -> list[Step]:
+    """Fold constants, then remove dead steps (``needed`` slots are read after ``steps``)."""
+    steps = fold_constants(steps, program.specs.__getitem__, written_alias_slots(steps))
+    return remove_dead(steps, set(needed))
+
+
+def _used_functions(program: Program) -> list[Function]:
+    """The functions still called after dead-step removal, callees first."""
+    used: set[int] = set()
+    stack = [program.steps]
+    while stack:
+        for s in walk(stack.pop()):
+            if s.kind == "func" and id(s.func) not in used:
+                used.add(id(s.func))
+                stack.append(s.func.steps)
+    return [fn for fn in program.functions if id(fn) in used]
 
 
 class CompiledExecutable:
@@ -34,40 +63,34 @@ class CompiledExecutable:
 
     def __init__(self, ir: Ir) -> None:
         program = flatten(ir)
-        plan_copies(program)
+        pool = Pool()
+        plans: dict[int, Plan] = {}
+        for fn in program.functions:  # callees come before their callers
+            fn.steps = optimise(fn.steps, program, fn.results)
+            plan_copies(fn.steps, fn.params)
+            plans[id(fn)] = plan_body(fn.steps, fn.params, fn.results, program.specs, pool, "?")
+        program.steps = optimise(program.steps, program, [])
+        program.functions = _used_functions(program)
+        written = plan_copies(program.steps, list(program.variable_slots))
+        plans[id(program)] = plan_body(program.steps, list(program.variable_slots), [],
+                                       program.specs, pool, "C")
         self.variables = list(program.variable_slots.values())
+        self.arrays = _device_arrays(self.variables)
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
-        self.constants = {slot: c.data for slot, c in program.constant_slots.items()}
-        self.compiled = generate(program, self.h2d, self.d2h, ir.num_host_transfers)
+        self.program = program
+        self.plans = plans
+        self.buffers = pool.allocate()
+        self.compiled = generate(program, plans, self.buffers, self.arrays, self.h2d, self.d2h,
+                                 ir.num_host_transfers)
         self.source = self.compiled.source
-        written = {program.variable_slots[s] for s in _written_slots(program)}
-        self.written_variables = [v for v in self.variables if v in written]
+        self.written_variables = [program.variable_slots[s] for s in sorted(written)]
 
-    def run(self, variables: list[np.ndarray], inputs: list[np.ndarray],
-            outputs: list[np.ndarray]) -> None:
-        self.compiled.fn(variables, inputs, outputs, self.constants)
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        self.compiled.fn(inputs, outputs)
 
     def failing_op(self, exc: BaseException) -> Op | None:
         return failing_op(self.compiled, exc)
-
-
-def _written_slots(program: Any) -> set[int]:
-    """Variable slots that some step writes in place, directly or through aliases."""
-    parent: dict[int, int] = {}
-    writes: list[int] = []
-    for s in program.walk():
-        if s.kind == "bind" or (s.kind == "kernel" and s.defn.inplace_of is not None):
-            src = s.ins[0] if s.kind == "bind" else s.ins[s.defn.inplace_of]
-            parent[s.outs[0]] = src
-        if s.modifies is not None:
-            writes.append(s.modifies)
-    roots = set()
-    for slot in writes:
-        while slot in parent:
-            slot = parent[slot]
-        roots.add(slot)
-    return roots & set(program.variable_slots)
 
 
 class InterpretedExecutable:
@@ -78,16 +101,16 @@ class InterpretedExecutable:
     def __init__(self, ir: Ir) -> None:
         self.ir = ir
         self.variables = list(ir.main_graph.variables)
+        self.arrays = _device_arrays(self.variables)
         self.written_variables = list(self.variables)
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
         self.interpreter = Interpreter(ir)
 
-    def run(self, variables: list[np.ndarray], inputs: list[np.ndarray],
-            outputs: list[np.ndarray]) -> None:
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         self.interpreter.current_op = None
         self.interpreter.run(
-            dict(zip(self.variables, variables)), dict(zip(self.h2d, inputs)),
+            dict(zip(self.variables, self.arrays)), dict(zip(self.h2d, inputs)),
             dict(zip(self.d2h, outputs)),
         )
 

@@ -1,12 +1,48 @@
-"""Flatten an Ir into a ``Program``: calls are inlined, repeats become loop steps."""
+"""Flatten an Ir into a ``Program``: calls are inlined, repeats become loop steps.
+
+A subgraph that is large, or called from several sites and not tiny, is compiled once as its own
+function (a ``func`` step) instead of being inlined at every site, provided it takes every input
+by value and makes no host transfers.
+"""
 
 from __future__ import annotations
 
+import re
+
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
-from xlgraph.lower.program import Program, Step
+from xlgraph.lower.program import Function, Program, Step
 from xlgraph.op import Op
-from xlgraph.tensor import Tensor
+from xlgraph.ops.control import branch_of
+from xlgraph.tensor import Tensor, TensorSpec
+
+REPEATED_MIN_OPS = 16  # a graph called from >= 2 sites with at least this many ops is a function
+LARGE_MIN_OPS = 400  # a graph with at least this many ops (counting callees) is a function
+
+
+def graph_size(graph: Graph, memo: dict[Graph, int]) -> int:
+    """Number of ops in ``graph``, counting the ops of the graphs it calls."""
+    if graph not in memo:
+        memo[graph] = 0  # guards against cycles
+        memo[graph] = sum(1 + sum(graph_size(g, memo) for g in op.called_graphs)
+                          for op in graph.ops)
+    return memo[graph]
+
+
+def _self_contained(graph: Graph, op: Op) -> bool:
+    """Whether ``graph`` can be a function here: every input by value, no host transfers."""
+    if op.attrs["modified"] or any(t.by_ref for t in graph.inputs):
+        return False
+    seen, stack = set(), [graph]
+    while stack:
+        g = stack.pop()
+        if g in seen:
+            continue
+        seen.add(g)
+        if any(o.defn.kind in ("host_load", "host_store") for o in g.ops):
+            return False
+        stack.extend(g.called_graphs)
+    return True
 
 
 class _Flattener:
@@ -14,40 +50,72 @@ class _Flattener:
         self.num_slots = 0
         self.variable_slots: dict[int, Tensor] = {}
         self.constant_slots: dict[int, Tensor] = {}
-        self.constant_of: dict[Tensor, int] = {}
+        self.specs: dict[int, TensorSpec] = {}
+        self.functions: dict[tuple[Graph, int], Function] = {}
+        self.sizes: dict[Graph, int] = {}
 
-    def new_slot(self) -> int:
+    def new_slot(self, spec: TensorSpec) -> int:
         self.num_slots += 1
+        self.specs[self.num_slots - 1] = spec
         return self.num_slots - 1
 
     def graph(self, graph: Graph, env: dict[Tensor, int], steps: list[Step]) -> None:
         for c in graph.constants:
-            if c not in self.constant_of:
-                self.constant_of[c] = self.new_slot()
-                self.constant_slots[self.constant_of[c]] = c
-            env[c] = self.constant_of[c]
+            env[c] = self.new_slot(c.spec)
+            self.constant_slots[env[c]] = c
+            steps.append(Step("const", [], [env[c]], value=c.data))
         for op in graph.ops:
             ins = [env[t] for t in op.inputs]
             kind = op.defn.kind
             if kind == "call":
-                outs = self.inline(op, ins, steps)
+                outs = self.call(op, ins, steps)
             elif kind == "repeat":
                 outs = self.loop(op, ins, steps)
+            elif kind == "conditional":
+                outs = self.branch(op, ins, steps)
             else:
-                outs = [self.new_slot() for _ in op.outputs]
+                outs = [self.new_slot(t.spec) for t in op.outputs]
                 steps.append(Step(kind, ins, outs, op, op.defn, op.attrs))
             env.update(zip(op.outputs, outs))
 
     def bind_inputs(self, op: Op, ins: list[int], steps: list[Step]) -> dict[Tensor, int]:
         """Slots for the called graph's inputs: shared when by reference, else a ``bind``."""
+        return self.bind(op, op.attrs["graph"], ins, op.attrs["modified"], steps)
+
+    def bind(self, op: Op | None, graph: Graph, ins: list[int], modified: set[int],
+             steps: list[Step]) -> dict[Tensor, int]:
+        """``bind_inputs`` for ``graph`` fed by ``ins``; ``modified`` indexes its inputs."""
         env: dict[Tensor, int] = {}
-        for i, (t, slot) in enumerate(zip(op.attrs["graph"].inputs, ins)):
-            if t.by_ref or i in op.attrs["modified"]:
+        for i, (t, slot) in enumerate(zip(graph.inputs, ins)):
+            if t.by_ref or i in modified:
                 env[t] = slot
             else:
-                env[t] = self.new_slot()
+                env[t] = self.new_slot(t.spec)
                 steps.append(Step("bind", [slot], [env[t]], op))
         return env
+
+    def call(self, op: Op, ins: list[int], steps: list[Step]) -> list[int]:
+        graph: Graph = op.attrs["graph"]
+        size = graph_size(graph, self.sizes)
+        repeated = len(graph.call_sites) > 1 and size >= REPEATED_MIN_OPS
+        if not (repeated or size >= LARGE_MIN_OPS) or not _self_contained(graph, op):
+            return self.inline(op, ins, steps)
+        fn = self.function(graph, len(op.outputs))
+        outs = [self.new_slot(t.spec) for t in op.outputs]
+        steps.append(Step("func", ins, outs, op, func=fn))
+        return outs
+
+    def function(self, graph: Graph, n_out: int) -> Function:
+        key = (graph, n_out)
+        if key not in self.functions:
+            params = [self.new_slot(t.spec) for t in graph.inputs]
+            steps: list[Step] = []
+            env = self.bind(None, graph, params, set(), steps)
+            self.graph(graph, env, steps)
+            name = f"f{len(self.functions)}_{re.sub(r'[^0-9a-zA-Z_]', '_', graph.name)}"
+            results = [env[t] for t in graph.outputs[:n_out]]
+            self.functions[key] = Function(name, params, steps, results)
+        return self.functions[key]
 
     def inline(self, op: Op, ins: list[int], steps: list[Step]) -> list[int]:
         graph: Graph = op.attrs["graph"]
@@ -58,11 +126,31 @@ class _Flattener:
     def loop(self, op: Op, ins: list[int], steps: list[Step]) -> list[int]:
         graph: Graph = op.attrs["graph"]
         env = self.bind_inputs(op, ins, steps)
+        for t, slot in zip(graph.inputs, ins[: len(graph.outputs)]):
+            if env[t] == slot:  # by reference: the carry must not rebind the caller's slot
+                env[t] = self.new_slot(t.spec)
+                steps.append(Step("ref", [slot], [env[t]], op))
         body: list[Step] = []
         self.graph(graph, env, body)
         carried = [(env[graph.inputs[i]], env[t]) for i, t in enumerate(graph.outputs)]
         steps.append(Step("loop", [], [], op, body=body, count=op.attrs["count"], carried=carried))
         return [env[t] for t in graph.outputs[: len(op.outputs)]]
+
+    def branch(self, op: Op, ins: list[int], steps: list[Step]) -> list[int]:
+        """A ``cond`` step; each body binds its branch's inputs and runs its graph."""
+        bodies: list[list[Step]] = []
+        results: list[list[int]] = []
+        for then_branch in (True, False):
+            graph, feeds, modified = branch_of(op, then_branch)
+            body: list[Step] = []
+            env = self.bind(op, graph, ins[feeds], modified, body)
+            self.graph(graph, env, body)
+            bodies.append(body)
+            results.append([env[t] for t in graph.outputs[: len(op.outputs)]])
+        outs = [self.new_slot(t.spec) for t in op.outputs]
+        steps.append(Step("cond", ins[:1], outs, op, body=bodies[0], orelse=bodies[1],
+                          carried=list(zip(*results)), copy_out=True))
+        return outs
 
 
 def flatten(ir: Ir) -> Program:
@@ -70,9 +158,10 @@ def flatten(ir: Ir) -> Program:
     f = _Flattener()
     env: dict[Tensor, int] = {}
     for v in ir.main_graph.variables:
-        slot = f.new_slot()
+        slot = f.new_slot(v.spec)
         f.variable_slots[slot] = v
         env[v] = slot
     steps: list[Step] = []
     f.graph(ir.main_graph, env, steps)
-    return Program(steps, f.num_slots, f.variable_slots, f.constant_slots)
+    return Program(steps, f.num_slots, f.variable_slots, f.constant_slots, f.specs,
+                   list(f.functions.values()))

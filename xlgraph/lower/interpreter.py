@@ -13,6 +13,7 @@ import numpy as np
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
 from xlgraph.op import Op
+from xlgraph.ops.control import branch_of
 from xlgraph.tensor import Tensor
 
 
@@ -74,19 +75,16 @@ class Interpreter:
             return self.call(op, args, io)
         if kind == "repeat":
             return self.repeat(op, args, io)
+        if kind == "conditional":
+            return self.conditional(op, args, io)
         result = op.defn.kernel(*args, **op.attrs)
         outs = list(result) if isinstance(result, tuple) else [result]
         if op.defn.view and op.defn.inplace_of is None:
-            outs = [np.array(o, copy=True) for o in outs]
-        return outs
+            return [np.array(o, copy=True) for o in outs]
+        return [np.asarray(o) for o in outs]  # numpy scalars (0-d ufunc results) become arrays
 
     def _enter(self, op: Op, args: list[Any]) -> dict[Tensor, Any]:
-        graph: Graph = op.attrs["graph"]
-        env = {}
-        for i, (t, value) in enumerate(zip(graph.inputs, args)):
-            by_ref = t.by_ref or i in op.attrs["modified"]
-            env[t] = value if by_ref else np.array(value, copy=True)
-        return env
+        return _bind(op.attrs["graph"], args, op.attrs["modified"])
 
     def call(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
         graph: Graph = op.attrs["graph"]
@@ -104,3 +102,19 @@ class Interpreter:
             env.update(zip(graph.inputs, carried))
         self.current_op = op
         return [env[t] for t in graph.outputs[: len(op.outputs)]]
+
+    def conditional(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
+        graph, feeds, modified = branch_of(op, bool(np.asarray(args[0]).item()))
+        env = _bind(graph, args[feeds], modified)
+        self.graph(graph, env, io)
+        self.current_op = op
+        return [np.array(env[t], copy=True) for t in graph.outputs[: len(op.outputs)]]
+
+
+def _bind(graph: Graph, args: list[Any], modified: set[int]) -> dict[Tensor, Any]:
+    """Values for ``graph``'s inputs: shared when by reference or modified, else copies."""
+    env = {}
+    for i, (t, value) in enumerate(zip(graph.inputs, args)):
+        by_ref = t.by_ref or i in modified
+        env[t] = value if by_ref else np.array(value, copy=True)
+    return env

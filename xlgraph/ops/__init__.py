@@ -2,7 +2,12 @@
 
 from xlgraph.op import BUILDERS, REGISTRY, OpDef
 from xlgraph.ops import collectives, var_updates
+from xlgraph.ops.activations import log_softmax, logsumexp, sigmoid, swish, swish_
 from xlgraph.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_with_info
+from xlgraph.ops.control import ConditionalSiteInfo, conditional, conditional_with_info
+from xlgraph.ops.conv import conv, conv_transpose
+from xlgraph.ops.debug import print_tensor
+from xlgraph.ops.dynamic import dynamic_slice, dynamic_update, dynamic_update_
 from xlgraph.ops.elementwise import (
     abs,
     add,
@@ -32,7 +37,34 @@ from xlgraph.ops.elementwise import (
     where,
 )
 from xlgraph.ops.host import host_load, host_store
+from xlgraph.ops.indexing import gather, scatter, split, subsample, tied_gather, topk
 from xlgraph.ops.linalg import matmul
+from xlgraph.ops.math import (
+    ceil,
+    clamp,
+    clip,
+    cos,
+    cumsum,
+    floor,
+    fmod,
+    increment_mod,
+    increment_mod_,
+    isfinite,
+    isinf,
+    isnan,
+    l1,
+    l2,
+    log2,
+    logical_and,
+    logical_not,
+    logical_or,
+    logsum,
+    maximum,
+    median,
+    prod,
+    sin,
+    sumsquare,
+)
 from xlgraph.ops.movement import (
     concat,
     concat_,
@@ -53,7 +85,18 @@ from xlgraph.ops.movement import (
     transpose_,
 )
 from xlgraph.ops.nn import nll_loss, nll_loss_with_softmax_grad, onehot, softmax
+from xlgraph.ops.norm import batch_norm_inference, group_norm, layer_norm
+from xlgraph.ops.optim_updates import lamb_square
+from xlgraph.ops.pool import average_pool, max_pool
+from xlgraph.ops.random import (
+    dropout,
+    random_normal,
+    random_uniform,
+    shaped_dropout,
+    split_random_seed,
+)
 from xlgraph.ops.reduce import argmax, argmin, max, mean, min, sum
+from xlgraph.ops.resize import interpolate
 
 __all__ = [
     "BUILDERS", "REGISTRY", "OpDef", "CallSiteInfo", "collectives", "var_updates",
@@ -65,4 +108,21 @@ __all__ = [
     "repeat_with_info", "reshape", "reshape_", "scaled_add", "scaled_add_", "sign", "slice",
     "slice_", "softmax", "sqrt", "squeeze", "sub", "sum", "tanh", "transpose", "transpose_",
     "where",
+]
+
+# -- op library part 2: math, indexing, control flow, printing, optimiser updates ----------------
+__all__ += [
+    "ConditionalSiteInfo", "ceil", "clamp", "clip", "conditional", "conditional_with_info", "cos",
+    "cumsum", "dynamic_slice", "dynamic_update", "dynamic_update_", "floor", "fmod", "gather",
+    "increment_mod", "increment_mod_", "interpolate", "isfinite", "isinf", "isnan", "l1", "l2",
+    "log2", "logical_and", "logical_not", "logical_or", "logsum", "maximum", "median", "prod",
+    "scatter", "sin", "split", "subsample", "sumsquare", "topk", "print_tensor", "lamb_square",
+    "tied_gather",
+]
+
+# -- op library part 1: convolution, pooling, normalisation, randomness, activations ----------
+__all__ += [
+    "average_pool", "batch_norm_inference", "conv", "conv_transpose", "dropout", "group_norm",
+    "layer_norm", "log_softmax", "logsumexp", "max_pool", "random_normal", "random_uniform",
+    "shaped_dropout", "sigmoid", "split_random_seed", "swish", "swish_",
 ]

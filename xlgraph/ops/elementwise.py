@@ -82,23 +82,64 @@ relu = unary("relu", _relu, grad=lambda g, dy: (relu_grad(dy, g.y(0)),),
 relu_ = inplace("relu")
 
 
+def _gelu_out(x: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray]) -> np.ndarray:
+    """``gelu`` into ``out`` (which may be ``x``), with one scratch array; no allocation."""
+    (t,) = scratch
+    np.multiply(x, 0.044715, out=t)
+    np.multiply(t, x, out=t)
+    np.multiply(t, x, out=t)
+    np.add(x, t, out=t)
+    np.multiply(t, _SQRT_2_OVER_PI, out=t)
+    np.tanh(t, out=t)
+    np.add(t, 1.0, out=t)
+    np.multiply(x, 0.5, out=out)
+    return np.multiply(out, t, out=out)
+
+
+_gelu_out.scratch = 1  # scratch arrays the lowering passes to this kernel_out
+
+
 def _gelu(x: np.ndarray) -> np.ndarray:
-    inner = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
-    return 0.5 * x * (1.0 + inner)
+    return _gelu_out(x, np.empty(x.shape, x.dtype), (np.empty(x.shape, x.dtype),))
+
+
+def _gelu_grad_out(dy: np.ndarray, x: np.ndarray, out: np.ndarray,
+                   scratch: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """``gelu_grad`` into ``out`` (distinct from the inputs), with two scratch arrays."""
+    x2, t = scratch
+    np.multiply(x, x, out=x2)
+    np.multiply(x2, 0.044715, out=t)
+    np.multiply(t, x, out=t)
+    np.add(x, t, out=t)
+    np.multiply(t, _SQRT_2_OVER_PI, out=t)
+    np.tanh(t, out=t)  # t = tanh(inner)
+    np.multiply(t, t, out=out)
+    np.subtract(1.0, out, out=out)
+    np.multiply(out, x, out=out)
+    np.multiply(out, 0.5 * _SQRT_2_OVER_PI, out=out)
+    np.multiply(x2, 3 * 0.044715, out=x2)
+    np.add(x2, 1.0, out=x2)
+    np.multiply(out, x2, out=out)  # 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2)
+    np.add(t, 1.0, out=t)
+    np.multiply(t, 0.5, out=t)
+    np.add(out, t, out=out)  # d gelu / dx
+    return np.multiply(out, dy, out=out)
+
+
+_gelu_grad_out.scratch = 2
 
 
 def _gelu_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
-    x2 = x * x
-    t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x2 * x))
-    d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x2)
-    return dy * d
+    return _gelu_grad_out(dy, x, np.empty(dy.shape, dy.dtype),
+                          (np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)))
 
 
 _GELU_GRAD = OpDef("gelu_grad", same_spec, _gelu_grad, elementwise=True,
-                   samples=_grad_samples((-3.0, 3.0)))
+                   samples=_grad_samples((-3.0, 3.0)), kernel_out=_gelu_grad_out)
 gelu_grad = register(_GELU_GRAD)(lambda dy, x: apply1(_GELU_GRAD, [dy, x]))
 gelu = unary("gelu", _gelu, grad=lambda g, dy: (gelu_grad(dy, g.x(0)),),
-             doc="GELU, tanh approximation (PopXL's ``gelu``).", domain=(-3.0, 3.0))
+             doc="GELU, tanh approximation (PopXL's ``gelu``).", domain=(-3.0, 3.0),
+             kernel_out=_gelu_out)
 gelu_ = inplace("gelu")
 
 
@@ -200,6 +241,19 @@ def _scaled_add_inplace(x: np.ndarray, y: np.ndarray, a: float, b: float) -> np.
     return x
 
 
+def _scaled_add_inplace_out(x: np.ndarray, y: np.ndarray, out: np.ndarray,
+                            scratch: tuple[np.ndarray], a: float, b: float) -> np.ndarray:
+    """``scaled_add_`` (``out`` is ``x``) computing ``b * y`` in a scratch array; the steps run
+    in the kernel's order, which matters when ``y`` aliases ``x``."""
+    if a != 1.0:
+        np.multiply(out, a, out=out)
+    np.multiply(y, b, out=scratch[0])
+    return np.add(out, scratch[0], out=out)
+
+
+_scaled_add_inplace_out.scratch = 1
+
+
 def _scaled_add_samples(rng: np.random.Generator) -> list[Sample]:
     return [Sample((rng.normal(size=(3, 4)), rng.normal(size=(3, 4))), {"a": 0.5, "b": -1.5})]
 
@@ -208,7 +262,8 @@ _SCALED_ADD = OpDef("scaled_add", _scaled_add_infer, _scaled_add,
                     lambda g, dy: (dy * g.attrs["a"], dy * g.attrs["b"]), elementwise=True,
                     samples=_scaled_add_samples)
 _SCALED_ADD_ = OpDef("scaled_add_", _scaled_add_infer, _scaled_add_inplace, inplace_of=0,
-                     samples=_scaled_add_samples, ref=_scaled_add)
+                     samples=_scaled_add_samples, ref=_scaled_add,
+                     kernel_out=_scaled_add_inplace_out)
 
 
 def _scalar(value: Any) -> float | None:

@@ -13,10 +13,15 @@ from xlgraph.tensor import Constant, Tensor, TensorSpec
 
 
 # -- softmax -----------------------------------------------------------------------------------
+def _softmax_out(x: np.ndarray, axis: int, out: np.ndarray) -> np.ndarray:
+    """``softmax`` into ``out`` (which may be ``x``); only the row reductions allocate."""
+    np.subtract(x, np.maximum.reduce(x, axis, keepdims=True), out=out)
+    np.exp(out, out=out)
+    return np.true_divide(out, np.add.reduce(out, axis, keepdims=True), out=out)
+
+
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    e /= np.sum(e, axis=axis, keepdims=True)
-    return e
+    return _softmax_out(x, axis, np.empty(x.shape, x.dtype))
 
 
 def _softmax_grad(dy: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
@@ -36,7 +41,7 @@ _SOFTMAX_GRAD = OpDef(
 )
 _SOFTMAX = OpDef("softmax", same_spec, _softmax,
                  lambda g, dy: (softmax_grad(dy, g.y(0), g.attrs["axis"]),),
-                 samples=_softmax_samples)
+                 samples=_softmax_samples, kernel_out=_softmax_out)
 
 
 @register(_SOFTMAX_GRAD)
@@ -157,20 +162,28 @@ def _nll_softmax_infer(probs, labels, loss_grad, ignore_index, reduction):
     return loss, probs
 
 
-def _nll_softmax(probs, labels, loss_grad, ignore_index, reduction):
+def _nll_softmax_out(probs, labels, loss_grad, ignore_index, reduction, out):
+    """``nll_loss_with_softmax_grad`` into ``out = (loss, d_logits)``."""
+    loss_out, grad_out = out
     p, lab, keep, count = _nll_parts(probs, labels, ignore_index)
-    rows = np.arange(lab.size)
-    loss = _nll_loss(probs, labels, ignore_index, reduction, False)
+    np.copyto(loss_out, _nll_loss(probs, labels, ignore_index, reduction, False))
     scale = loss_grad / max(count, 1) if reduction == "mean" else loss_grad
-    grad = p * scale
-    grad[rows, lab] -= scale
+    grad = grad_out.reshape(p.shape)
+    np.multiply(p, scale, out=grad)
+    grad[np.arange(lab.size), lab] -= scale
     if keep is not None:
         grad *= keep[:, None]
-    return loss, grad.reshape(probs.shape).astype(probs.dtype, copy=False)
+    return loss_out, grad_out
+
+
+def _nll_softmax(probs, labels, loss_grad, ignore_index, reduction):
+    loss_shape = labels.shape if reduction == "none" else ()
+    out = (np.empty(loss_shape, probs.dtype), np.empty(probs.shape, probs.dtype))
+    return _nll_softmax_out(probs, labels, loss_grad, ignore_index, reduction, out)
 
 
 _NLL_SOFTMAX = OpDef(
-    "nll_loss_with_softmax_grad", _nll_softmax_infer, _nll_softmax,
+    "nll_loss_with_softmax_grad", _nll_softmax_infer, _nll_softmax, kernel_out=_nll_softmax_out,
     samples=lambda rng: [Sample(_probs_labels(rng), {"loss_grad": 1.0, "ignore_index": None,
                                                      "reduction": "mean"})],
 )

@@ -26,20 +26,31 @@ def _count(g: Any) -> int:
     return int(np.prod([shape[i] for i in g.attrs["axis"]], dtype=np.int64))
 
 
-def _sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
-    return np.sum(x, axis=axis, keepdims=keepdims)
+def _reduce_with(ufunc: np.ufunc):
+    """``kernel_out`` and ``kernel`` reducing with ``ufunc``; the kernel writes into a fresh
+    C-ordered array of the input's dtype, so both give the same bits and the inferred dtype."""
+
+    def kernel_out(x: np.ndarray, axis: tuple[int, ...], keepdims: bool,
+                   out: np.ndarray) -> np.ndarray:
+        return ufunc.reduce(x, axis, None, out, keepdims)
+
+    def kernel(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+        shape = tuple(1 if i in axis else d for i, d in enumerate(x.shape)
+                      if keepdims or i not in axis)
+        return kernel_out(x, axis, keepdims, np.empty(shape, x.dtype))
+
+    return kernel, kernel_out
+
+
+_sum, _sum_out = _reduce_with(np.add)
 
 
 def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     return np.mean(x, axis=axis, keepdims=keepdims)
 
 
-def _max(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
-    return np.max(x, axis=axis, keepdims=keepdims)
-
-
-def _min(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
-    return np.min(x, axis=axis, keepdims=keepdims)
+_max, _max_out = _reduce_with(np.maximum)
+_min, _min_out = _reduce_with(np.minimum)
 
 
 def _extreme_grad(g: Any, dy: Tensor) -> tuple[Tensor]:
@@ -56,10 +67,10 @@ def _extreme_grad(g: Any, dy: Tensor) -> tuple[Tensor]:
     return (_keep(g, dy) * mask / expand(ties, x.shape),)
 
 
-sum = reduction("sum", _sum, grad=lambda g, dy: (_keep(g, dy),))  # noqa: A001
+sum = reduction("sum", _sum, grad=lambda g, dy: (_keep(g, dy),), kernel_out=_sum_out)  # noqa: A001
 mean = reduction("mean", _mean, grad=lambda g, dy: (_keep(g, dy) * (1.0 / _count(g)),))
-max = reduction("max", _max, grad=_extreme_grad)  # noqa: A001
-min = reduction("min", _min, grad=_extreme_grad)  # noqa: A001
+max = reduction("max", _max, grad=_extreme_grad, kernel_out=_max_out)  # noqa: A001
+min = reduction("min", _min, grad=_extreme_grad, kernel_out=_min_out)  # noqa: A001
 
 
 def _arg_infer(t: TensorSpec, dim: int, keepdim: bool) -> TensorSpec:

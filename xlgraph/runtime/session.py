@@ -52,9 +52,8 @@ class Session:
         self.executable = lower(ir, optimize)
         variables = self.executable.variables
         self._host = {v: v.initial_data.copy() for v in variables}
-        self._device = {v: np.empty_like(v.initial_data) for v in variables}
-        self._device_list = [self._device[v] for v in variables]
-        self._backup = [(self._device[v], np.empty_like(v.initial_data))
+        self._device = dict(zip(variables, self.executable.arrays))
+        self._backup = [(self._device[v], np.empty_like(self._device[v]))
                         for v in self.executable.written_variables]
         self.io = HostIO(ir)
         self._attached = False
@@ -116,8 +115,10 @@ class Session:
         Raises:
             NotAttachedError, StreamInputError, ExecutionError (variables are left unchanged).
         """
+        self._require_attached("run")
+        in_arrays = self.io.check_inputs(inputs or {}, downcast_inputs)
         outputs = self.create_host_outputs()
-        self.run_with_outputs(inputs, outputs, downcast_inputs)
+        self._execute(in_arrays, list(outputs.values()))
         return outputs
 
     def run_with_outputs(self, inputs: Mapping[HostToDeviceStream, Any] | None,
@@ -126,11 +127,13 @@ class Session:
         """``run``, writing into caller-provided output arrays."""
         self._require_attached("run")
         in_arrays = self.io.check_inputs(inputs or {}, downcast_inputs)
-        out_arrays = self.io.check_outputs(outputs)
-        for live, saved in self._backup:
+        self._execute(in_arrays, self.io.check_outputs(outputs))
+
+    def _execute(self, in_arrays: list[np.ndarray], out_arrays: list[np.ndarray]) -> None:
+        for live, saved in self._backup:  # one snapshot per run, however many transfers it has
             np.copyto(saved, live)
         try:
-            self.executable.run(self._device_list, in_arrays, out_arrays)
+            self.executable.run(in_arrays, out_arrays)
         except BaseException as exc:
             for live, saved in self._backup:
                 np.copyto(live, saved)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from xlgraph.errors import AutodiffError
 from xlgraph.graph import Graph
 from xlgraph.op import Op
-from xlgraph.ops.call import CallSiteInfo, call
+from xlgraph.ops.call import CallSiteInfo, call, call_with_info
+from xlgraph.ops.control import branch_of, conditional
 from xlgraph.tensor import Constant, Tensor, constant, graph_input, graph_output
 from xlgraph.transforms.dce import remove_dead_ops
 from xlgraph.transforms.grad_info import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
@@ -58,17 +59,26 @@ class _GradBuilder:
         dys = [_total(grads.get(o)) for o in op.outputs]
         if op.defn.kind == "call":
             return self.call_grads(op, dys)
+        if op.defn.kind == "conditional":
+            return self.cond_grads(op, dys)
         return tuple(op.defn.grad(GradContext(self, op), *dys))
 
-    def call_grads(self, op: Op, dys: list[Tensor | None]) -> tuple[Any, ...]:
-        callee: Graph = op.attrs["graph"]
+    def grad_info(self, callee: Graph) -> GradGraphInfo:
+        """The (cached) gradient graph of a called graph: float outputs to float inputs."""
         if callee not in self.cache:
             provided = [t for t in callee.outputs if t.dtype.is_floating_point]
             required = [t for t in callee.inputs if t.dtype.is_floating_point]
             self.cache[callee] = differentiate(callee, provided, required, self.cache)
-        info = self.cache[callee]
-        site = CallSiteInfo(op)
-        dy_of = dict(zip(op.outputs, dys))
+        return self.cache[callee]
+
+    def callee_grads(self, callee: Graph, site: CallSiteInfo, dy_of: dict[Tensor, Tensor],
+                     fwd: Callable[[Tensor], Tensor]) -> dict[Tensor, Tensor]:
+        """Call the gradient graph of ``callee`` for one call site of it.
+
+        ``dy_of`` maps the site's outputs to their gradients (zeros when absent); ``fwd`` turns
+        a tensor of the site's graph into a tensor of the current graph.
+        """
+        info = self.grad_info(callee)
         args = []
         for conn in info.expected_inputs:
             parent = site.graph_to_parent(conn.fwd_tensor)
@@ -76,10 +86,55 @@ class _GradBuilder:
                 dy = dy_of.get(parent)
                 args.append(dy if dy is not None else _zeros(parent))
             else:
-                args.append(self.fwd_value(parent))
+                args.append(fwd(parent))
         outs = call(info.graph, *args)
-        by_input = {c.fwd_tensor: g for c, g in zip(info.expected_outputs, outs)}
+        return {c.fwd_tensor: g for c, g in zip(info.expected_outputs, outs)}
+
+    def call_grads(self, op: Op, dys: list[Tensor | None]) -> tuple[Any, ...]:
+        callee: Graph = op.attrs["graph"]
+        by_input = self.callee_grads(callee, CallSiteInfo(op), dict(zip(op.outputs, dys)),
+                                     self.fwd_value)
         return tuple(by_input.get(t) for t in callee.inputs)
+
+    def cond_grads(self, op: Op, dys: list[Tensor | None]) -> tuple[Any, ...]:
+        """The gradient of a conditional is a conditional of its branches' gradients.
+
+        Each arm recomputes its forward branch: activations cannot leave an arm that may not
+        run, so the forward branches gain no outputs that the conditional would pass on.
+        """
+        wanted = [i for i, t in enumerate(op.inputs) if i and t.dtype.is_floating_point]
+        if not wanted:
+            return (None,) * len(op.inputs)
+        seeds = [dy if dy is not None else _zeros(o)
+                 for o, dy in zip(op.outputs, dys) if o.dtype.is_floating_point]
+        arms, feeds = [], []
+        for then_branch in (True, False):
+            branch, span, _ = branch_of(op, then_branch)
+            arms.append(self.arm(op, branch, span, wanted))
+            feeds.append([*seeds, *(self.fwd_value(t) for t in op.inputs[span])])
+        outs = conditional(self.fwd_value(op.inputs[0]), *arms, *feeds)
+        grads: list[Tensor | None] = [None] * len(op.inputs)
+        for i, g in zip(wanted, outs):
+            grads[i] = g
+        return tuple(grads)
+
+    def arm(self, op: Op, branch: Graph, span: slice, wanted: list[int]) -> Graph:
+        """One arm of a conditional's gradient: gradients for every ``wanted`` parent input
+        (zeros for those feeding the other branch)."""
+        floats = [i for i, t in enumerate(op.outputs) if t.dtype.is_floating_point]
+        arm = self.fwd.ir.create_empty_graph(f"{branch.name}_cond_grad", unique_suffix=False)
+        with arm:
+            seeds = [graph_input(op.outputs[i].shape, op.outputs[i].dtype,
+                                 f"Gradient___{op.outputs[i].name}") for i in floats]
+            site = call_with_info(branch, *(graph_input(t.shape, t.dtype, t.name)
+                                            for t in branch.inputs))
+            dy_of = {site.outputs[i]: s for i, s in zip(floats, seeds)}
+            by_input = self.callee_grads(branch, site, dy_of, lambda t: t)
+            for i in wanted:
+                inside = span.start <= i < span.stop
+                g = by_input.get(branch.inputs[i - span.start]) if inside else None
+                graph_output(g if g is not None else _zeros(op.inputs[i]))
+        return arm
 
 
 def _zeros(like: Tensor) -> Tensor:
@@ -154,7 +209,7 @@ def differentiate(graph: Graph, provided: list[Tensor], required: list[Tensor],
         for op in reversed(graph.ops):
             if not any(o in grads for o in op.outputs) or not any(t in needs for t in op.inputs):
                 continue
-            if op.defn.grad is None and op.defn.kind != "call":
+            if op.defn.grad is None and op.defn.kind not in ("call", "conditional"):
                 continue
             for t, g in zip(op.inputs, builder.op_grads(op, grads)):
                 if g is not None and t in needs and t.dtype.is_floating_point:

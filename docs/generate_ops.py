@@ -1,0 +1,217 @@
+"""Generate ``docs/ops.md``, the op reference, from ``xlgraph.op.REGISTRY``.
+
+Usage: ``python docs/generate_ops.py`` rewrites docs/ops.md; ``--check`` only compares and exits
+with status 1 when the file is out of date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import inspect
+import pkgutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from xlgraph import ops  # noqa: E402
+from xlgraph.op import BUILDERS, REGISTRY, OpDef  # noqa: E402
+
+OUTPUT = ROOT / "docs" / "ops.md"
+NAMESPACES = {"ops": ops, "ops.var_updates": ops.var_updates, "ops.collectives": ops.collectives}
+
+# PopXL's public op names (popxl.ops, ops.var_updates, ops.collectives; SDK 3.3).
+POPXL_OPS = """
+abs add add_ argmax argmin average_pool batch_norm_inference call call_with_info cast ceil clamp
+clip concat concat_ conditional conditional_with_info conv conv_pow2scaled conv_transpose
+conv_transpose_pow2scaled cos cumsum detach detach_ div dropout dynamic_slice dynamic_update
+dynamic_update_ equal exp exp_ flatten flatten_ floor fmod gather gelu gelu_ geluerf geluerf_
+greater group_norm groupedgather histogram host_load host_store identity increment_mod
+increment_mod_ init interpolate io_tile_copy ipu_copy isfinite isinf isnan l1 l2 lamb_square
+layer_norm log log2 logical_and logical_not logical_or logsum logsumexp matmul matmul_pow2scaled
+max max_pool maximum mean median min mul negate nll_loss nll_loss_with_softmax_grad onehot pow
+pow2scale_cast_from_fp8 pow2scale_cast_to_fp8 print_tensor prod random_normal random_uniform
+relu relu_ remote_code_load remote_load remote_load_ remote_store rename repeat repeat_with_info
+reshape reshape_ roi_align scaled_add scaled_add_ scatter scatter_reduce shaped_dropout sign sin
+slice slice_ softmax split split_random_seed sqrt squeeze sub subsample sum sumsquare swish
+swish_ tanh tied_gather topk transpose transpose_ where
+var_updates.accumulate_ var_updates.accumulate_mean_ var_updates.accumulate_moving_average_
+var_updates.accumulate_moving_average_square_ var_updates.accumulate_square_
+var_updates.accumulator_scale_ var_updates.accumulator_zero_ var_updates.adam_updater
+var_updates.adam_var_update var_updates.adamax_updater var_updates.copy_var_update_
+var_updates.lamb_updater var_updates.sparse_accumulate_
+collectives.all_reduce collectives.all_reduce_identical_grad_inputs
+collectives.all_reduce_identical_inputs collectives.replica_sharded_slice
+collectives.replicated_all_gather collectives.replicated_all_reduce
+collectives.replicated_all_reduce_ collectives.replicated_reduce_scatter
+collectives.replicated_slice
+""".split()
+
+# Why an xlgraph op that PopXL lacks exists; ops not listed get a generic note.
+EXTRA_NOTES = {
+    "sigmoid": "PopXL has no sigmoid; ported code writes it from exp and div.",
+    "log_softmax": "PopXL has no log_softmax; ported code writes x - logsumexp(x).",
+    "expand": "PopXL has no expand op; it is the gradient of broadcasting here.",
+}
+
+
+def _default(value: Any) -> str:
+    text = repr(value)
+    return type(value).__name__ if " at 0x" in text else text
+
+
+def signature(fn: Callable[..., Any], name: str) -> str:
+    """``name(arg, key=default, *args, **kwargs)`` without annotations."""
+    parts = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            parts.append(f"*{p.name}")
+        elif p.kind is p.VAR_KEYWORD:
+            parts.append(f"**{p.name}")
+        elif p.default is p.empty:
+            parts.append(p.name)
+        else:
+            parts.append(f"{p.name}={_default(p.default)}")
+    return f"{name}({', '.join(parts)})"
+
+
+def _first_sentence(doc: str) -> str:
+    text = " ".join(doc.split("\n\n")[0].split())
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
+def summary(fn: Callable[..., Any]) -> str:
+    """The first sentence of ``fn``'s docstring, on one line."""
+    return _first_sentence(inspect.getdoc(fn) or "(no docstring)")
+
+
+def _gradient(defn: OpDef) -> str:
+    if defn.differentiable:
+        return "yes"
+    return "via the called graphs" if defn.kind == "conditional" or defn.kind == "call" else "no"
+
+
+def _section_title(module_name: str) -> str:
+    module = importlib.import_module(module_name)
+    title = _first_sentence(inspect.getdoc(module) or module_name).split(":")[0].rstrip(".")
+    return f"{title} (`{module_name.replace('.', '/')}.py`)"
+
+
+def _home_modules() -> dict[int, str]:
+    """``id(function)`` -> the ``xlgraph.ops`` submodule that defines it (binds it by other
+    means than an import)."""
+    homes: dict[int, str] = {}
+    for info in sorted(pkgutil.iter_modules(ops.__path__), key=lambda i: i.name):
+        name = f"xlgraph.ops.{info.name}"
+        module = importlib.import_module(name)
+        tree = ast.parse(inspect.getsource(module))
+        imported = {a.asname or a.name for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) for a in node.names}
+        for attr, obj in vars(module).items():
+            if inspect.isfunction(obj) and attr not in imported:
+                homes.setdefault(id(obj), name)
+    return homes
+
+
+def _all_builders() -> dict[str, Callable[..., Any]]:
+    """Every public function by its dotted name (registered builders and composites)."""
+    out: dict[str, Callable[..., Any]] = {}
+    for prefix, module in NAMESPACES.items():
+        for name in getattr(module, "__all__", []):
+            obj = getattr(module, name)
+            if inspect.isfunction(obj):
+                out.setdefault(f"{prefix}.{name}", obj)
+    return out
+
+
+def _entry(path: str, fn: Callable[..., Any], defn: OpDef | None,
+           builders: dict[str, Callable[..., Any]], aliases: list[str]) -> str:
+    facts = [f"alias: `{a}`" for a in aliases]
+    if defn is not None:
+        facts.append(f"gradient: {_gradient(defn)}")
+        if defn.inplace_of is not None:
+            facts.append("aliases its input (view)" if defn.view else "modifies its input in place")
+        if defn.kind != "kernel":
+            facts.append(f"lowered as `{defn.kind}`")
+    if path + "_" in builders:
+        facts.append(f"in-place variant: `{path}_`")
+    if path.removeprefix("ops.") not in POPXL_OPS:
+        short = path.split(".")[-1]
+        facts.append("**xlgraph extra**: " + EXTRA_NOTES.get(short, "not in PopXL."))
+    lines = [f"- `{signature(fn, path)}`: {summary(fn)}"]
+    if facts:
+        lines.append(f"  ({'; '.join(facts)})")
+    return "\n".join(lines)
+
+
+def render() -> str:
+    """The full text of docs/ops.md."""
+    builders = _all_builders()
+    paths: dict[int, list[str]] = {}
+    for path, fn in sorted(builders.items()):
+        paths.setdefault(id(fn), []).append(path)
+    path_of = {k: next((p for p in v if p.endswith("." + builders[p].__name__)), v[0])
+               for k, v in paths.items()}
+    aliases = {k: [p for p in v if p != path_of[k]] for k, v in paths.items()}
+    homes = _home_modules()
+    sections: dict[str, list[str]] = {}
+    internal: list[str] = []
+    for name in sorted(REGISTRY):
+        defn, fn = REGISTRY[name], BUILDERS[name]
+        if id(fn) in path_of:
+            entry = _entry(path_of[id(fn)], fn, defn, builders, aliases[id(fn)])
+            sections.setdefault(homes.get(id(fn), "xlgraph.ops"), []).append(entry)
+        else:
+            internal.append(f"- `{signature(fn, name)}`: {summary(fn)} "
+                            f"(gradient: {_gradient(defn)})")
+    registered = {id(BUILDERS[n]) for n in REGISTRY}
+    composite = [_entry(path, fn, None, builders, aliases[id(fn)])
+                 for path, fn in sorted(builders.items())
+                 if id(fn) not in registered and path == path_of[id(fn)]]
+    available = {path.removeprefix("ops.") for path in builders}
+    missing = [n for n in POPXL_OPS if n not in available]
+    out = [
+        "# Op reference",
+        "",
+        "Generated by `python docs/generate_ops.py` from `xlgraph.op.REGISTRY`; do not edit by "
+        "hand (`tests/test_ops_docs.py` fails when this file is out of date). Names, argument "
+        "names and defaults follow PopXL. \"gradient: yes\" means autodiff differentiates the "
+        "op; the registry tests check it against finite differences on the op's samples.",
+        "",
+    ]
+    for module_name in sorted(sections):
+        out += [f"## {_section_title(module_name)}", "", *sections[module_name], ""]
+    out += ["## Composite builders", "",
+            "Public functions built from the registered ops above, with no op record of their "
+            "own.", "", *composite, ""]
+    out += ["## Internal ops", "",
+            "Registered helpers used by gradient rules and builders; not part of the public "
+            "API.", "", *internal, ""]
+    out += ["## PopXL ops not in xlgraph", "",
+            "These PopXL ops have no xlgraph counterpart yet: "
+            + (", ".join(f"`{n}`" for n in missing) if missing else "none") + ".", ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/ops.md is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        if not OUTPUT.exists() or OUTPUT.read_text() != text:
+            print(f"{OUTPUT} is out of date; run `python docs/generate_ops.py`", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Program passes before buffer planning: constant folding and dead-step removal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from xlgraph.lower.program import Step, walk
+
+FOLD_MAX_BYTES = 1 << 20  # larger folded results would cost more memory than they save time
+
+
+def has_effects(s: Step) -> bool:
+    """Whether ``s`` must run even if nothing reads its outputs."""
+    if s.kind in ("host_load", "host_store"):
+        return True  # loads advance the stream's transfer counter
+    if s.kind == "kernel":
+        return s.defn.side_effect or s.defn.modifies_input
+    if s.kind == "func":
+        return any(map(has_effects, s.func.steps))
+    if s.kind in ("loop", "cond"):
+        return any(map(has_effects, s.body + s.orelse))
+    return s.kind not in ("const", "bind", "ref")  # unknown kinds are kept
+
+
+def remove_dead(steps: list[Step], needed: set[int]) -> list[Step]:
+    """``steps`` without the ones whose outputs are never needed and that have no effects.
+
+    ``needed`` holds the slots read after ``steps``; it gains the slots they read.
+    """
+    kept: list[Step] = []
+    for s in reversed(steps):
+        if s.kind == "loop":
+            defined = {o for b in walk(s.body) for o in b.outs}
+            if not (has_effects(s) or defined & needed or {d for d, _ in s.carried} & needed):
+                continue
+            needed.update(src for _, src in s.carried)
+            s.body = remove_dead(s.body, needed)
+        elif s.kind == "cond":
+            if not (has_effects(s) or set(s.outs) & needed):
+                continue
+            arms = []
+            for i, arm in enumerate((s.body, s.orelse)):
+                arm_needed = set(needed) | {srcs[i] for srcs in s.carried}
+                arms.append(remove_dead(arm, arm_needed))
+                needed |= arm_needed
+            s.body, s.orelse = arms
+            needed.update(s.ins)
+        else:
+            if not (has_effects(s) or set(s.outs) & needed):
+                continue
+            needed.update(s.ins)
+        kept.append(s)
+    kept.reverse()
+    return kept
+
+
+def written_alias_slots(steps: list[Step]) -> set[int]:
+    """Slots that share a buffer (through views, binds, in-place ops) with a slot written in
+    place somewhere in ``steps``; their values are not fixed at creation."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    slots: set[int] = set()
+    for s in walk(steps):
+        slots.update(s.ins, s.outs)
+        if s.alias_source is not None:
+            parent[find(s.outs[0])] = find(s.alias_source)
+    roots = {find(w) for s in walk(steps) for w in s.writes}
+    return {x for x in slots if find(x) in roots}
+
+
+def _foldable(s: Step, values: dict[int, np.ndarray], unstable: set[int]) -> bool:
+    d = s.defn
+    return (s.kind == "kernel" and not d.side_effect and d.inplace_of is None
+            and all(i in values and i not in unstable for i in s.ins))
+
+
+def _fold(s: Step, values: dict[int, np.ndarray], specs: Callable[[int], object]) -> list[Step]:
+    """``s`` evaluated at lowering time as ``const`` steps, or ``[s]`` when it cannot be."""
+    try:
+        result = s.defn.kernel(*[values[i] for i in s.ins], **s.attrs)
+    except Exception:  # noqa: BLE001 - leave the failure to run time, where it names the op
+        return [s]
+    results = list(result) if isinstance(result, tuple) else [result]
+    if not all(isinstance(r, np.ndarray) for r in results):
+        return [s]
+    arrays = [np.array(r, copy=True) for r in results]
+    if sum(a.nbytes for a in arrays) > FOLD_MAX_BYTES:
+        return [s]
+    for slot, a in zip(s.outs, arrays):
+        spec = specs(slot)
+        if a.shape != spec.shape or a.dtype != spec.dtype.as_numpy():
+            return [s]
+    for slot, a in zip(s.outs, arrays):
+        values[slot] = a
+    return [Step("const", [], [slot], s.op, value=a) for slot, a in zip(s.outs, arrays)]
+
+
+def fold_constants(steps: list[Step], specs: Callable[[int], object],
+                   unstable: set[int], values: dict[int, np.ndarray] | None = None) -> list[Step]:
+    """Replace kernel steps whose inputs are all constants by ``const`` steps of their results.
+
+    The kernels are the ops' own, so folded values are exactly what the step would compute.
+    ``unstable`` slots (written in place somewhere) are never treated as known.
+    """
+    values = {} if values is None else values
+    out: list[Step] = []
+    for s in steps:
+        if s.kind == "const" and s.outs[0] not in unstable:
+            values[s.outs[0]] = s.value
+        elif _foldable(s, values, unstable):
+            out.extend(_fold(s, values, specs))
+            continue
+        s.body = fold_constants(s.body, specs, unstable, values)
+        s.orelse = fold_constants(s.orelse, specs, unstable, values)
+        out.append(s)
+    return out

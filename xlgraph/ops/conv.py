@@ -1,0 +1,302 @@
+"""Convolution: ``conv``, ``conv_transpose`` and the weight gradient ``conv_grad_weight``.
+
+Data is ``(N, C, *spatial)`` with 1, 2 or 3 spatial dims; a ``conv`` weight is
+``(M, C / groups, *kernel)``. All three ops share one geometry (``stride``, ``pads`` as
+``begins + ends``, ``dilation``, ``groups``) seen from the convolution's side, so each is the
+other's gradient: conv's input gradient is a conv_transpose, conv_transpose's is a conv.
+Kernels gather patches once (im2col on a strided view) and do one matmul per group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from xlgraph.errors import ShapeError
+from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
+from xlgraph.ops.window import (
+    Ints,
+    check_positive,
+    checked,
+    crop,
+    extents,
+    out_shape,
+    pad_to,
+    resolve_pads,
+    spatial,
+    taps,
+    windows,
+)
+from xlgraph.tensor import Tensor, TensorSpec
+
+
+# -- numpy kernels -----------------------------------------------------------------------------
+def _swap01(a: np.ndarray) -> np.ndarray:
+    """``a`` with its first two axes exchanged, as a fresh contiguous array."""
+    return np.ascontiguousarray(a.swapaxes(0, 1))
+
+
+def _im2col(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints, dilation: Ints,
+            batch_major: bool):
+    """Patches of ``x``, and the output shape. Rows are (channel, tap) pairs; the patch matrix
+    is ``(N, C * taps, positions)`` if ``batch_major``, else ``(C * taps, N * positions)``."""
+    n = len(kernel)
+    out = out_shape(x.shape[2:], kernel, stride, pads, dilation)
+    xp = pad_to(x, pads[:n], extents(out, kernel, stride, dilation), 0)
+    view = windows(xp, kernel, stride, dilation, out)  # (N, C, *out, *kernel)
+    taps_, positions = tuple(range(2 + n, 2 + 2 * n)), tuple(range(2, 2 + n))
+    rows = x.shape[1] * int(np.prod(kernel))
+    if batch_major:
+        return view.transpose(0, 1, *taps_, *positions).reshape(x.shape[0], rows, -1), out
+    return view.transpose(1, *taps_, 0, *positions).reshape(rows, -1), out
+
+
+def _grouped(a: np.ndarray, groups: int) -> np.ndarray:
+    """A ``(rows, cols)`` matrix as ``(groups, rows / groups, cols)``."""
+    return a.reshape(groups, a.shape[0] // groups, -1)
+
+
+def _conv(x: np.ndarray, w: np.ndarray, stride: Ints, pads: Ints, dilation: Ints,
+          groups: int) -> np.ndarray:
+    # one matmul per item and group writes (N, M, positions) directly: no output transpose
+    cols, out = _im2col(x, w.shape[2:], stride, pads, dilation, batch_major=True)
+    cols = cols.reshape(x.shape[0], groups, -1, cols.shape[-1])
+    y = np.matmul(_grouped(w.reshape(w.shape[0], -1), groups), cols)
+    return y.reshape(x.shape[0], w.shape[0], *out)
+
+
+def _conv_transpose(x: np.ndarray, w: np.ndarray, stride: Ints, pads: Ints, dilation: Ints,
+                    groups: int, out: Ints) -> np.ndarray:
+    n, m = len(out), x.shape[1]
+    wg = _grouped(w.reshape(m, -1), groups).transpose(0, 2, 1)
+    cols = np.matmul(wg, _grouped(_swap01(x).reshape(m, -1), groups))
+    channels = groups * w.shape[1]
+    cols = cols.reshape(channels, -1, x.shape[0], *x.shape[2:])  # (C, taps, N, *positions)
+    sizes = tuple(o + pads[i] + pads[n + i] for i, o in enumerate(out))
+    buf = np.zeros((channels, x.shape[0], *sizes), x.dtype)
+    for t, sl in enumerate(taps(w.shape[2:], stride, dilation, x.shape[2:])):
+        buf[sl] += cols[:, t]
+    return _swap01(crop(buf, pads[:n], out))
+
+
+def _conv_grad_weight(dy: np.ndarray, x: np.ndarray, stride: Ints, pads: Ints, dilation: Ints,
+                      groups: int, kernel: Ints) -> np.ndarray:
+    cols, _ = _im2col(x, kernel, stride, pads, dilation, batch_major=False)
+    m = dy.shape[1]
+    dw = np.matmul(_grouped(_swap01(dy).reshape(m, -1), groups),
+                   _grouped(cols, groups).transpose(0, 2, 1))
+    return dw.reshape(m, x.shape[1] // groups, *kernel)
+
+
+# -- inference ---------------------------------------------------------------------------------
+def _check(x: TensorSpec, w: TensorSpec, stride: Ints, dilation: Ints, groups: int) -> None:
+    same_dtype(x, w)
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise ShapeError(f"need data (N, C, *spatial) and a weight of the same rank, got {x} "
+                         f"and {w}")
+    check_positive(stride=stride, dilation=dilation, groups=(groups,))
+    if w.shape[0] % groups:
+        raise ShapeError(f"weight dim 0 ({w.shape[0]}) is not divisible by groups={groups}")
+
+
+def _conv_infer(x: TensorSpec, w: TensorSpec, stride: Ints, pads: Ints, dilation: Ints,
+                groups: int) -> TensorSpec:
+    _check(x, w, stride, dilation, groups)
+    if x.shape[1] != w.shape[1] * groups:
+        raise ShapeError(f"data has {x.shape[1]} channels but the weight expects "
+                         f"{w.shape[1]} per group x {groups} groups")
+    out = out_shape(x.shape[2:], w.shape[2:], stride, pads, dilation)
+    return TensorSpec((x.shape[0], w.shape[0], *out), x.dtype)
+
+
+def _conv_transpose_infer(x: TensorSpec, w: TensorSpec, stride: Ints, pads: Ints,
+                          dilation: Ints, groups: int, out: Ints) -> TensorSpec:
+    _check(x, w, stride, dilation, groups)
+    if x.shape[1] != w.shape[0]:
+        raise ShapeError(f"data has {x.shape[1]} channels but the weight has {w.shape[0]}")
+    if min(out) < 1 or out_shape(out, w.shape[2:], stride, pads, dilation) != x.shape[2:]:
+        raise ShapeError(f"output spatial shape {out} is not one that a convolution with these "
+                         f"settings maps back onto {x.shape[2:]}")
+    return TensorSpec((x.shape[0], w.shape[1] * groups, *out), x.dtype)
+
+
+def _grad_weight_infer(dy: TensorSpec, x: TensorSpec, stride: Ints, pads: Ints, dilation: Ints,
+                       groups: int, kernel: Ints) -> TensorSpec:
+    same_dtype(dy, x)
+    out = out_shape(x.shape[2:], kernel, stride, pads, dilation)
+    if (len(dy.shape) != len(x.shape) or dy.shape[0] != x.shape[0] or dy.shape[2:] != out
+            or dy.shape[1] % groups or x.shape[1] % groups):
+        raise ShapeError(f"gradient {dy} does not match data {x} convolved to {out}")
+    return TensorSpec((dy.shape[1], x.shape[1] // groups, *kernel), x.dtype)
+
+
+# -- gradient rules ----------------------------------------------------------------------------
+def _geometry(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {k: attrs[k] for k in ("stride", "pads", "dilation", "groups")}
+
+
+def _conv_grad(g: Any, dy: Tensor) -> tuple[Tensor, Tensor]:
+    x, w = g.x(0), g.x(1)
+    geo = _geometry(g.attrs)
+    dx = apply1(_CONV_TRANSPOSE, [dy, w], {**geo, "out": x.shape[2:]})
+    return dx, conv_grad_weight(dy, x, kernel=w.shape[2:], **geo)
+
+
+def _conv_transpose_grad(g: Any, dy: Tensor) -> tuple[Tensor, Tensor]:
+    x, w = g.x(0), g.x(1)
+    geo = _geometry(g.attrs)
+    return apply1(_CONV, [dy, w], geo), conv_grad_weight(x, dy, kernel=w.shape[2:], **geo)
+
+
+# -- samples -----------------------------------------------------------------------------------
+def _normal(rng: np.random.Generator, *shapes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    return tuple(rng.normal(size=s) for s in shapes)
+
+
+def _conv_samples(rng: np.random.Generator) -> list[Sample]:
+    cases = [
+        ((2, 3, 7, 6), (4, 3, 3, 2), {}),
+        ((2, 3, 7, 8), (4, 3, 3, 3), {"stride": (2, 1), "padding": (1, 0, 2, 1),
+                                      "dilation": (1, 2)}),
+        ((2, 4, 6, 5), (6, 2, 3, 3), {"stride": (2, 2), "groups": 2, "pad_type": "same_upper"}),
+        ((2, 3, 9), (4, 3, 3), {"stride": (2,), "padding": (1, 2), "dilation": (2,)}),
+        ((1, 3, 8), (3, 1, 4), {"stride": (3,), "groups": 3, "pad_type": "same_lower"}),
+        ((2, 2, 5, 5), (3, 2, 2, 2), {"padding": (1, 1, 1, 1), "pad_type": "valid"}),
+        ((1, 2, 4, 5, 4), (3, 2, 2, 3, 2), {"stride": (1, 2, 1), "padding": (1, 0, 0, 0, 1, 1)}),
+    ]
+    return [Sample(_normal(rng, xs, ws), kw) for xs, ws, kw in cases]
+
+
+def _conv_transpose_samples(rng: np.random.Generator) -> list[Sample]:
+    cases = [
+        ((2, 3, 4, 5), (3, 2, 3, 3), {"stride": (2, 2), "padding": (1, 0, 0, 1),
+                                      "output_padding": (1, 0)}),
+        ((1, 4, 3, 3), (4, 3, 2, 2), {"dilation": (2, 1), "groups": 2}),
+        ((2, 2, 5), (2, 3, 3), {"stride": (3,), "pad_type": "same_upper"}),
+        ((1, 2, 3, 3), (2, 2, 3, 3), {"stride": (2, 2), "output_shape": (6, 7)}),
+        ((1, 2, 2, 3, 2), (2, 1, 2, 2, 2), {"stride": (2, 1, 2), "padding": (0, 1, 0, 1, 0, 0)}),
+    ]
+    return [Sample(_normal(rng, xs, ws), kw) for xs, ws, kw in cases]
+
+
+def _grad_weight_samples(rng: np.random.Generator) -> list[Sample]:
+    geo = {"stride": (2, 1), "pads": (1, 0, 0, 1), "dilation": (1, 1), "groups": 1,
+           "kernel": (3, 2)}
+    grouped = {"stride": (1,), "pads": (1, 1), "dilation": (2,), "groups": 2, "kernel": (3,)}
+    return [Sample(_normal(rng, (2, 4, 3, 5), (2, 3, 6, 5)), geo),
+            Sample(_normal(rng, (2, 4, 5), (2, 6, 7)), grouped)]
+
+
+# -- records and builders ----------------------------------------------------------------------
+_CONV = OpDef("conv", _conv_infer, _conv, _conv_grad, samples=_conv_samples)
+_CONV_TRANSPOSE = OpDef("conv_transpose", _conv_transpose_infer, _conv_transpose,
+                        _conv_transpose_grad, samples=_conv_transpose_samples)
+_CONV_GRAD_WEIGHT = OpDef("conv_grad_weight", _grad_weight_infer, _conv_grad_weight,
+                          samples=_grad_weight_samples)
+
+
+@register(_CONV_GRAD_WEIGHT)
+def conv_grad_weight(dy: Tensor, x: Tensor, stride: Ints, pads: Ints, dilation: Ints,
+                     groups: int, kernel: Ints) -> Tensor:
+    """Gradient of ``conv(x, w)`` with respect to ``w`` (of spatial size ``kernel``) given the
+    output gradient ``dy``; the geometry is already normalised."""
+    attrs = {"stride": tuple(stride), "pads": tuple(pads), "dilation": tuple(dilation),
+             "groups": int(groups), "kernel": tuple(kernel)}
+    return apply1(_CONV_GRAD_WEIGHT, [dy, x], attrs)
+
+
+def _strides(t: Tensor, weight: Tensor, stride: Any, dilation: Any) -> tuple[int, Ints, Ints]:
+    n = t.rank - 2
+    if n < 1 or weight.rank != t.rank:
+        raise ShapeError("need data (N, C, *spatial) and a weight of the same rank")
+    st, dil = spatial(stride, n, "stride", 1), spatial(dilation, n, "dilation", 1)
+    check_positive(stride=st, dilation=dil)
+    return n, st, dil
+
+
+def _conv_attrs(t: Tensor, weight: Tensor, stride: Any, padding: Any, dilation: Any,
+                groups: int, pad_type: str) -> dict[str, Any]:
+    _, st, dil = _strides(t, weight, stride, dilation)
+    pads = resolve_pads(t.shape[2:], weight.shape[2:], st, dil, padding, pad_type)
+    return {"stride": st, "pads": pads, "dilation": dil, "groups": int(groups)}
+
+
+@register(_CONV)
+def conv(t: Tensor, weight: Tensor, stride: Any = (1, 1), padding: Any = (0, 0, 0, 0),
+         dilation: Any = (1, 1), groups: int = 1, pad_type: str = "not_set",
+         available_memory_proportion: float | None = None, partials_type: Any = None,
+         enable_conv_dithering: Any = None) -> Tensor:
+    """Convolution (cross-correlation, as in ONNX/PopXL) of ``t`` with ``weight``.
+
+    Args:
+        t: data ``(N, C, *spatial)`` with 1, 2 or 3 spatial dims.
+        weight: ``(M, C / groups, *kernel)``.
+        stride, dilation: one int per spatial dim (an int, or PopXL's 2-D default, broadcasts).
+        padding: ``(begin_0, ..., begin_n, end_0, ..., end_n)``, used when ``pad_type`` is
+            'not_set'; 'valid' means no padding, 'same_upper'/'same_lower' pad so that the
+            output has ``ceil(size / stride)`` positions, the odd element at the end/start.
+        groups: channel groups.
+        available_memory_proportion, partials_type, enable_conv_dithering: accepted for PopXL
+            compatibility; no effect on the simulator.
+
+    Returns:
+        ``(N, M, *out)`` where ``out = (size + pads - dilation * (kernel - 1) - 1) // stride + 1``.
+
+    Raises:
+        ShapeError: for mismatched ranks/channels or a window larger than the padded input.
+    """
+    attrs = checked("conv", [t, weight], lambda: _conv_attrs(t, weight, stride, padding,
+                                                             dilation, groups, pad_type))
+    return apply1(_CONV, [t, weight], attrs)
+
+
+def _transpose_attrs(t: Tensor, weight: Tensor, stride: Any, padding: Any, dilation: Any,
+                     groups: int, pad_type: str, output_padding: Any,
+                     output_shape: Any) -> dict[str, Any]:
+    n, st, dil = _strides(t, weight, stride, dilation)
+    extra = spatial(output_padding or None, n, "output_padding", 0)
+    if any(not 0 <= e < s for e, s in zip(extra, st)):
+        raise ShapeError(f"output_padding {extra} must be in [0, stride {st})")
+    full = [s * (i - 1) + e + (k - 1) * d + 1
+            for i, e, k, s, d in zip(t.shape[2:], extra, weight.shape[2:], st, dil)]
+    if output_shape or pad_type in ("same_upper", "same_lower"):
+        target = (spatial(output_shape, n, "output_shape", -1) if output_shape
+                  else tuple(i * s for i, s in zip(t.shape[2:], st)))
+        total = [f - o for f, o in zip(full, target)]
+        if min(total) < 0:
+            raise ShapeError(f"output shape {target} is larger than {tuple(full)}, the most "
+                             f"this transposed convolution produces; add output_padding")
+        first = [p // 2 if pad_type == "same_upper" else p - p // 2 for p in total]
+        pads = tuple(first) + tuple(p - f for p, f in zip(total, first))
+    else:
+        pads = resolve_pads(t.shape[2:], weight.shape[2:], st, dil, padding, pad_type)
+    out = tuple(f - pads[i] - pads[n + i] for i, f in enumerate(full))
+    return {"stride": st, "pads": pads, "dilation": dil, "groups": int(groups), "out": out}
+
+
+@register(_CONV_TRANSPOSE)
+def conv_transpose(t: Tensor, weight: Tensor, stride: Any = (1, 1),
+                   padding: Any = (0, 0, 0, 0), dilation: Any = (1, 1), groups: int = 1,
+                   pad_type: str = "not_set", output_padding: Any = (), output_shape: Any = (),
+                   available_memory_proportion: float | None = None, partials_type: Any = None,
+                   enable_conv_dithering: Any = None) -> Tensor:
+    """Transposed convolution (ONNX ConvTranspose): the input gradient of ``conv``.
+
+    Args:
+        t: data ``(N, C, *spatial)``.
+        weight: ``(C, M / groups, *kernel)``.
+        stride, padding, dilation, groups, pad_type: as for ``conv``; ``padding`` removes
+            rows from the output.
+        output_padding: extra rows at the end of each output dim (each < stride).
+        output_shape: explicit output spatial shape; the padding is then derived (for
+            'same_upper' the odd row is cut at the end, otherwise at the start).
+        available_memory_proportion, partials_type, enable_conv_dithering: no effect.
+
+    Returns:
+        ``(N, M, *out)`` with ``out = stride * (size - 1) + output_padding
+        + dilation * (kernel - 1) + 1 - pads``; 'same_*' pad types give ``size * stride``.
+    """
+    attrs = checked("conv_transpose", [t, weight], lambda: _transpose_attrs(
+        t, weight, stride, padding, dilation, groups, pad_type, output_padding, output_shape))
+    return apply1(_CONV_TRANSPOSE, [t, weight], attrs)

@@ -1,0 +1,149 @@
+"""Sliding-window geometry shared by convolution and pooling.
+
+Spatial attributes follow ONNX/PopXL: ``pads`` is ``(begin_0, ..., begin_n, end_0, ..., end_n)``,
+windows have ``kernel`` taps spaced by ``dilation`` and move by ``stride``. Kernels loop over the
+few kernel *taps* (each step a strided slice over every pixel at once), never over pixels.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from xlgraph.errors import ShapeError, XlgraphError, user_source_line
+from xlgraph.tensor import Tensor
+
+PAD_TYPES = ("not_set", "same_upper", "same_lower", "valid")
+
+Ints = tuple[int, ...]
+
+
+def spatial(value: Any, n: int, name: str, fill: int) -> Ints:
+    """``value`` as ``n`` ints. None, an int, or an all-``fill`` default of another length
+    (PopXL's 2-D defaults used with 1-D or 3-D data) broadcast to ``n`` values."""
+    if value is None:
+        return (fill,) * n
+    if isinstance(value, int | np.integer):
+        return (int(value),) * n
+    values = tuple(int(v) for v in value)
+    if len(values) == n:
+        return values
+    if values and all(v == fill for v in values):
+        return (fill,) * n
+    raise ShapeError(f"{name} needs {n} values here, got {tuple(value)}")
+
+
+def resolve_pads(in_sp: Ints, kernel: Ints, stride: Ints, dilation: Ints, padding: Any,
+                 pad_type: str) -> Ints:
+    """Explicit ``begins + ends`` padding for ``pad_type`` ('not_set' uses ``padding``)."""
+    n = len(in_sp)
+    if pad_type not in PAD_TYPES:
+        raise ValueError(f"pad type must be one of {PAD_TYPES}, got {pad_type!r}")
+    if pad_type == "valid":
+        return (0,) * (2 * n)
+    if pad_type == "not_set":
+        pads = spatial(padding, 2 * n, "padding", 0)
+        if min(pads) < 0:
+            raise ShapeError(f"padding must be non-negative, got {pads}")
+        return pads
+    begins, ends = [], []
+    for size, k, s, d in zip(in_sp, kernel, stride, dilation):
+        total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        begins.append(small if pad_type == "same_upper" else big)
+        ends.append(big if pad_type == "same_upper" else small)
+    return tuple(begins + ends)
+
+
+def check_positive(**attrs: Ints) -> None:
+    """ShapeError unless every value of every named attribute is >= 1."""
+    for name, values in attrs.items():
+        if min(values, default=1) < 1:
+            raise ShapeError(f"{name} must be >= 1, got {values}")
+
+
+def out_shape(in_sp: Ints, kernel: Ints, stride: Ints, pads: Ints, dilation: Ints,
+              ceil_mode: bool = False) -> Ints:
+    """Number of window positions per spatial dim (torch's rule for ``ceil_mode``: a window
+    may not start inside the end padding)."""
+    n = len(in_sp)
+    out = []
+    for i, (size, k, s, d) in enumerate(zip(in_sp, kernel, stride, dilation)):
+        span = size + pads[i] + pads[n + i] - (k - 1) * d - 1
+        if span < 0:
+            raise ShapeError(
+                f"window of {k} taps with dilation {d} does not fit spatial dim {i} of size "
+                f"{size} padded by ({pads[i]}, {pads[n + i]})"
+            )
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (o - 1) * s >= size + pads[i]:
+            o -= 1
+        out.append(o)
+    return tuple(out)
+
+
+def extents(out: Ints, kernel: Ints, stride: Ints, dilation: Ints) -> Ints:
+    """Padded length each spatial dim needs so that every window fits."""
+    return tuple((o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out, kernel, stride, dilation))
+
+
+def pad_to(x: np.ndarray, begins: Ints, sizes: Ints, fill: float) -> np.ndarray:
+    """``x`` placed at ``begins`` in a ``fill``-ed buffer whose last dims have ``sizes``
+    (trailing input no window reaches is dropped). Returns ``x`` itself when nothing changes."""
+    n = len(sizes)
+    if not any(begins) and x.shape[-n:] == tuple(sizes):
+        return x
+    buf = np.full(x.shape[:-n] + tuple(sizes), fill, x.dtype)
+    keep = [min(size, total - b) for size, b, total in zip(x.shape[-n:], begins, sizes)]
+    dst = tuple(slice(b, b + k) for b, k in zip(begins, keep))
+    buf[(..., *dst)] = x[(..., *(slice(0, k) for k in keep))]
+    return buf
+
+
+def crop(buf: np.ndarray, begins: Ints, sizes: Ints) -> np.ndarray:
+    """The ``sizes`` region of ``buf``'s last dims starting at ``begins`` (a view)."""
+    return buf[(..., *(slice(b, b + s) for b, s in zip(begins, sizes)))]
+
+
+def windows(xp: np.ndarray, kernel: Ints, stride: Ints, dilation: Ints, out: Ints) -> np.ndarray:
+    """Read-only view ``(*lead, *out, *kernel)`` of every window of the padded ``xp``."""
+    n = len(kernel)
+    lead, st = xp.shape[:-n], xp.strides
+    strides = st[:-n] + tuple(a * s for a, s in zip(st[-n:], stride))
+    strides += tuple(a * d for a, d in zip(st[-n:], dilation))
+    return as_strided(xp, lead + tuple(out) + tuple(kernel), strides, writeable=False)
+
+
+@functools.lru_cache(maxsize=512)
+def taps(kernel: Ints, stride: Ints, dilation: Ints, out: Ints) -> tuple[tuple, ...]:
+    """For each kernel tap in row-major order, the index of the padded input it reads
+    (cached: kernels call this every step with the same geometry)."""
+    return tuple((Ellipsis, *(slice(t * d, t * d + (o - 1) * s + 1, s)
+                              for t, d, o, s in zip(tap, dilation, out, stride)))
+                 for tap in itertools.product(*(range(k) for k in kernel)))
+
+
+def valid_counts(in_sp: Ints, kernel: Ints, stride: Ints, begins: Ints, dilation: Ints,
+                 out: Ints) -> np.ndarray:
+    """How many taps of each window fall inside the unpadded input, shape ``out``."""
+    count = np.ones((), np.int64)
+    for size, k, s, b, d, o in zip(in_sp, kernel, stride, begins, dilation, out):
+        pos = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d
+        per_dim = ((pos >= b) & (pos < b + size)).sum(axis=1)
+        count = np.multiply.outer(count, per_dim)
+    return count
+
+
+def checked(name: str, inputs: Sequence[Tensor], fn: Callable[[], Any]) -> Any:
+    """Run a builder's attribute normalisation; errors name the op, inputs and source line."""
+    try:
+        return fn()
+    except XlgraphError as exc:
+        specs = ", ".join(f"{t.id} {t.spec}" for t in inputs)
+        raise type(exc)(f"{name}: {exc} (inputs: {specs}) [created at {user_source_line()}]") \
+            from None

@@ -1,0 +1,283 @@
+"""One-call training and inference steps: forward, loss, ``autodiff`` and optimiser updates.
+
+``build_train_step`` writes, into an Ir, a loop that runs ``num_host_transfers`` training steps
+per ``Session.run``: each iteration host-loads one batch, calls the forward-and-loss graph, calls
+its gradient graph and applies the optimiser's in-place updates. ``build_inference`` writes the
+matching loop for evaluation.
+
+Example:
+    >>> model = nn.Linear(4, 3)
+    >>> ir = xlgraph.Ir()
+    >>> step = build_train_step(ir, model, nn.cross_entropy, optim.SGD(lr=0.1),
+    ...                         inputs=[TensorSpec((8, 4), float32)],
+    ...                         targets=[TensorSpec((8,), int32)], num_host_transfers=10)
+    >>> with xlgraph.Session(ir) as session:
+    ...     losses = step.run(session, images, labels)   # arrays of shape (10, 8, ...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xlgraph import dtypes, ops
+from xlgraph.context import in_sequence
+from xlgraph.graph import Graph
+from xlgraph.ir import Ir
+from xlgraph.nn import Layer
+from xlgraph.ops.random import create_seeds
+from xlgraph.ops.var_updates import copy_var_update_
+from xlgraph.optim import Optimizer
+from xlgraph.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
+from xlgraph.tensor import (
+    Tensor,
+    TensorSpec,
+    Variable,
+    constant,
+    graph_input,
+    graph_output,
+    variable,
+)
+from xlgraph.transforms import autodiff
+
+__all__ = ["TrainStep", "InferenceStep", "build_train_step", "build_inference", "SEED_SPEC"]
+
+SEED_SPEC = TensorSpec((2,), dtypes.uint32)
+
+
+def _outputs(result: Any) -> tuple[Tensor, ...]:
+    return (result,) if isinstance(result, Tensor) else tuple(result)
+
+
+class _Forward:
+    """A model as the training code sees it: variables by name, and a way to build it.
+
+    ``forward`` is an ``nn.Layer`` (its parameters become inputs of the graph it is built in) or a
+    subgraph with ``params`` mapping its parameter inputs to variables.
+    """
+
+    def __init__(self, forward: Layer | Graph, params: Mapping[Any, Variable] | None,
+                 seed: int | None, seed_input: Tensor | None, init_seed: int | None) -> None:
+        self.forward = forward
+        self.seed_input = seed_input
+        if isinstance(forward, Graph):
+            if params is None:
+                raise ValueError("a forward graph needs params={graph input: variable}")
+            if seed_input is None and seed is not None:
+                raise ValueError("a forward graph with a seed needs seed_input=<its seed input>")
+            self.inputs = {v.name: t for t, v in params.items()}
+            self.variables = {v.name: v for v in params.values()}
+        elif isinstance(forward, Layer):
+            self.variables = dict(params) if params is not None else \
+                forward.create_variables(init_seed)
+        else:
+            raise TypeError(f"forward must be an nn.Layer or a Graph, got {type(forward).__name__}")
+
+    def build(self, xs: Sequence[Tensor], seed: Tensor | None) -> tuple[tuple[Tensor, ...],
+                                                                         dict[str, Tensor]]:
+        """Build the forward in the current subgraph; returns its outputs and parameter tensors."""
+        if isinstance(self.forward, Layer):
+            out = self.forward(*xs) if seed is None else self.forward(*xs, seed=seed)
+            return _outputs(out), self.forward.named_tensors()
+        params = {name: graph_input(t.shape, t.dtype, name) for name, t in self.inputs.items()}
+        bound = {t: params[name] for name, t in self.inputs.items()}
+        if seed is not None:
+            bound[self.seed_input] = seed
+        data = [t for t in self.forward.inputs if t not in bound and t is not self.seed_input]
+        if len(data) != len(xs):
+            raise ValueError(f"forward graph {self.forward.name!r} has {len(data)} data inputs, "
+                             f"got {len(xs)} input specs")
+        bound.update(zip(data, xs))
+        return ops.call(self.forward, inputs_dict=bound), params
+
+
+def _streams(specs: Sequence[TensorSpec], prefix: str) -> list[HostToDeviceStream]:
+    return [h2d_stream(s.shape, s.dtype, f"{prefix}{i}") for i, s in enumerate(specs)]
+
+
+def _loop(ir: Ir, body: Graph, count: int, bound: Mapping[Tensor, Variable]) -> None:
+    """Repeat ``body`` in the main graph; the variables it updates in place stay updated."""
+    with ir.main_graph, in_sequence():
+        site = ops.repeat_with_info(body, count, inputs_dict=bound)
+        for v in dict.fromkeys(bound.values()):
+            site.set_parent_input_modified(v)
+
+
+def _feeds(streams: Sequence[HostToDeviceStream], arrays: Sequence[Any]) -> dict[Any, Any]:
+    if len(arrays) != len(streams):
+        raise ValueError(f"expected {len(streams)} arrays ({[s.name for s in streams]}), "
+                         f"got {len(arrays)}")
+    return dict(zip(streams, arrays))
+
+
+@dataclass(eq=False)
+class TrainStep:
+    """What ``build_train_step`` made: streams, variables and the optimiser.
+
+    Attributes:
+        streams: the h2d streams, model inputs then targets (one batch per transfer).
+        loss_stream: the d2h stream of the per-step loss.
+        params: ``{name: Variable}`` of the model.
+        state: ``{name: Variable}`` of the optimiser.
+        seed: the dropout seed variable (``uint32[2]``), or None.
+        num_host_transfers: training steps per ``run``.
+    """
+
+    optimizer: Optimizer
+    streams: tuple[HostToDeviceStream, ...]
+    loss_stream: DeviceToHostStream
+    params: dict[str, Variable]
+    state: dict[str, Variable]
+    seed: Variable | None
+    num_host_transfers: int
+
+    def run(self, session: Any, *arrays: Any) -> np.ndarray:
+        """Train on one group of batches; returns the loss of each step, shape ``(n,)``.
+
+        Args:
+            session: an attached Session of the Ir.
+            *arrays: one array per stream, shaped ``(n, batch, ...)`` (``(batch, ...)`` if n=1).
+        """
+        out = session.run(_feeds(self.streams, arrays))
+        return np.atleast_1d(out[self.loss_stream])
+
+
+@dataclass(eq=False)
+class InferenceStep:
+    """What ``build_inference`` made: input and output streams and the model's variables."""
+
+    streams: tuple[HostToDeviceStream, ...]
+    output_streams: tuple[DeviceToHostStream, ...]
+    params: dict[str, Variable]
+    num_host_transfers: int
+
+    def run(self, session: Any, *arrays: Any) -> tuple[np.ndarray, ...]:
+        """Run the model on one group of batches; returns one array per model output."""
+        out = session.run(_feeds(self.streams, arrays))
+        return tuple(out[s] for s in self.output_streams)
+
+
+def build_train_step(
+    ir: Ir,
+    forward: Layer | Graph,
+    loss: Callable[..., Tensor],
+    optimizer: Optimizer,
+    inputs: Sequence[TensorSpec],
+    targets: Sequence[TensorSpec] = (),
+    *,
+    params: Mapping[Any, Variable] | None = None,
+    seed: int | None = None,
+    seed_input: Tensor | None = None,
+    init_seed: int | None = None,
+    num_host_transfers: int | None = None,
+) -> TrainStep:
+    """Build forward + loss + ``autodiff`` + optimiser updates, looped over host transfers.
+
+    Args:
+        ir: the Ir to build in (its main graph gets the variables, streams and the loop).
+        forward: an ``nn.Layer``, or a subgraph whose parameter inputs ``params`` names.
+        loss: ``loss(model_output, *targets) -> scalar``, built in the same subgraph.
+        optimizer: an ``xlgraph.optim`` optimiser; its state variables are created here.
+        inputs: specs of one batch of each model input.
+        targets: specs of one batch of each loss target (e.g. int32 labels).
+        params: for a Layer, existing variables ``{name: Variable}`` (default: created with
+            ``forward.create_variables(init_seed)``); for a Graph, ``{graph input: Variable}``.
+        seed: when given, a ``uint32[2]`` seed variable starting from ``create_seeds(seed)`` is
+            split every step and passed as ``seed=`` to the Layer (or to ``seed_input``).
+        seed_input: the seed input of a forward Graph.
+        init_seed: seed of the parameter initialisation of a Layer.
+        num_host_transfers: steps per ``run`` (sets ``ir.num_host_transfers``).
+
+    Returns:
+        A ``TrainStep``; ``step.run(session, *arrays)`` trains and returns the losses.
+    """
+    if num_host_transfers is not None:
+        ir.num_host_transfers = int(num_host_transfers)
+    n = ir.num_host_transfers
+    with ir.main_graph:
+        model = _Forward(forward, params, seed, seed_input, init_seed)
+        state = optimizer.create_state(model.variables)
+        seed_var = None if seed is None else variable(create_seeds(seed), dtypes.uint32, "seed")
+        streams = _streams(inputs, "input") + _streams(targets, "target")
+    specs = [*inputs, *targets]
+
+    fwd = ir.create_empty_graph("train_forward", unique_suffix=False)
+    with fwd:
+        args = [graph_input(s.shape, s.dtype, st.name) for s, st in zip(specs, streams)]
+        seed_in = None if seed is None else graph_input(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
+        outs, fwd_params = model.build(args[: len(inputs)], seed_in)
+        value = loss(outs[0] if len(outs) == 1 else outs, *args[len(inputs):])
+        if value.shape != () or not value.dtype.is_floating_point:
+            raise ValueError(f"the loss must be a float scalar, got {value.spec}")
+        graph_output(value)
+    names = [k for k in model.variables if k in fwd_params]  # unused parameters get no update
+    grad = autodiff(fwd, grads_provided=[value], grads_required=[fwd_params[k] for k in names])
+
+    body = ir.create_empty_graph("train_loop", unique_suffix=False)
+    everything = {**model.variables, **state}
+    with body, in_sequence():
+        local = {k: graph_input(v.shape, v.dtype, k) for k, v in everything.items()}
+        data = [ops.host_load(s) for s in streams]
+        bound = {fwd_params[k]: local[k] for k in names}
+        wiring = {local[k]: v for k, v in everything.items()}
+        if seed_var is not None:
+            seed_local = graph_input(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
+            step_seed, next_seed = ops.split_random_seed(seed_local)
+            copy_var_update_(seed_local, next_seed)
+            bound[seed_in] = step_seed
+            wiring[seed_local] = seed_var
+        site = ops.call_with_info(fwd, *data, inputs_dict=bound)
+        step_loss = site.outputs[0]
+        one = constant(np.ones((), step_loss.dtype.as_numpy()), step_loss.dtype)
+        grads = ops.call(grad.graph, one, inputs_dict=grad.inputs_dict(site))
+        optimizer.update({k: local[k] for k in names}, dict(zip(names, grads)),
+                         {k: local[k] for k in state})
+        with ir.main_graph:
+            loss_stream = d2h_stream(step_loss.shape, step_loss.dtype, "loss")
+        ops.host_store(loss_stream, step_loss)
+    _loop(ir, body, n, wiring)
+    return TrainStep(optimizer, tuple(streams), loss_stream, model.variables, state, seed_var, n)
+
+
+def build_inference(
+    ir: Ir,
+    forward: Layer | Graph,
+    inputs: Sequence[TensorSpec],
+    *,
+    params: Mapping[Any, Variable] | None = None,
+    init_seed: int | None = None,
+    num_host_transfers: int | None = None,
+) -> InferenceStep:
+    """Build a loop that runs ``forward`` on ``num_host_transfers`` batches per ``run``.
+
+    Args:
+        ir: the Ir to build in.
+        forward: an ``nn.Layer`` (built without a seed, so dropout is off) or a subgraph.
+        inputs: specs of one batch of each model input.
+        params: as for ``build_train_step``; load trained values afterwards with
+            ``xlgraph.checkpoint.load_into`` (variables are named like the training ones).
+        init_seed: seed of the parameter initialisation of a Layer.
+        num_host_transfers: batches per ``run`` (sets ``ir.num_host_transfers``).
+
+    Returns:
+        An ``InferenceStep``; ``step.run(session, *arrays)`` returns the model outputs.
+    """
+    if num_host_transfers is not None:
+        ir.num_host_transfers = int(num_host_transfers)
+    with ir.main_graph:
+        model = _Forward(forward, params, None, None, init_seed)
+        streams = _streams(inputs, "input")
+    body = ir.create_empty_graph("inference_loop", unique_suffix=False)
+    with body, in_sequence():
+        outs, body_params = model.build([ops.host_load(s) for s in streams], None)
+        with ir.main_graph:
+            out_streams = [d2h_stream(t.shape, t.dtype, f"output{i}") for i, t in enumerate(outs)]
+        for s, t in zip(out_streams, outs):
+            ops.host_store(s, t)
+    _loop(ir, body, ir.num_host_transfers,
+          {t: model.variables[k] for k, t in body_params.items()})
+    return InferenceStep(tuple(streams), tuple(out_streams), model.variables,
+                         ir.num_host_transfers)
