@@ -66,6 +66,7 @@ class _Writer:
             self.carried.update(d for s in walk(fn.steps) if s.kind == "loop" for d, _ in s.carried)
         self.loop_vars: dict[int, str] = {}
         self.index: dict[int, str] = {}  # id(host step) -> index expression into IN/OUT
+        self.counters: list[str] = []  # transfer counters of streams with several sites
         self.plan: Plan = plans[id(program)]
 
     # -- naming --------------------------------------------------------------------------------
@@ -187,15 +188,15 @@ class _Writer:
         elif k == "const":
             self.const(s, indent)
         elif k == "host_load":
-            self.counter(s, "h", indent)
+            self.counter(s, indent)
             expr = f"IN[{self.h2d[s.attrs['stream']]}]{self.index.get(id(s), '')}"
             self.emit(indent, f"s{s.outs[0]} = {f'np.array({expr})' if s.copy_out else expr}",
                       s.op)
             self.names[s.outs[0]] = f"s{s.outs[0]}"
         elif k == "host_store":
             i = self.d2h[s.attrs["stream"]]
-            self.counter(s, "d", indent)
-            self.emit(indent, f"OUT[{i}][{self.index.get(id(s), '...')}] = "
+            self.counter(s, indent)
+            self.emit(indent, f"OUT[{i}]{self.index.get(id(s), '[...]')} = "
                       f"{self.names[s.ins[0]]}", s.op)
         elif k == "loop":
             self.loop(s, indent)
@@ -229,11 +230,17 @@ class _Writer:
         else:
             self.set_name(slot, name, indent)
 
-    def counter(self, s: Step, kind: str, indent: int) -> None:
+    def counter_name(self, s: Step) -> str:
+        if s.kind == "host_load":
+            return f"h{self.h2d[s.attrs['stream']]}_i"
+        return f"d{self.d2h[s.attrs['stream']]}_i"
+
+    def counter(self, s: Step, indent: int) -> None:
+        """Count transfers where no loop variable gives the index (several sites per stream)."""
         if self.transfers > 1 and id(s) not in self.index:
-            i = self.h2d[s.attrs["stream"]] if kind == "h" else self.d2h[s.attrs["stream"]]
-            self.emit(indent, f"{kind}{i}_i += 1")
-            self.index[id(s)] = f"[({kind}{i}_i - 1) % {self.transfers}]"
+            name = self.counter_name(s)
+            self.emit(indent, f"{name} += 1")
+            self.index[id(s)] = f"[({name} - 1) % {self.transfers}]"
 
     def loop(self, s: Step, indent: int) -> None:
         var = self.loop_vars.get(id(s), "_")
@@ -259,28 +266,30 @@ class _Writer:
 
     # -- functions -----------------------------------------------------------------------------
     def transfer_indices(self) -> None:
-        """Index host transfers by a loop variable where a stream has one site, in one loop."""
-        sites: dict[tuple[str, Any], list[tuple[Step, list[Step | None]]]] = {}
+        """Index host transfers by a loop variable where a stream has one site, in one loop;
+        other sites count their transfers at run time."""
+        if self.transfers == 1:
+            return
+        sites: dict[str, list[tuple[Step, list[Step | None]]]] = {}
 
         def visit(steps: list[Step], loops: list[Step | None]) -> None:
             for s in steps:
                 if s.kind in ("host_load", "host_store"):
-                    sites.setdefault((s.kind, s.attrs["stream"]), []).append((s, loops))
+                    sites.setdefault(self.counter_name(s), []).append((s, loops))
                 visit(s.body, [*loops, s if s.kind == "loop" else None])
                 visit(s.orelse, [*loops, None])
 
         visit(self.program.steps, [])
-        for found in sites.values():
-            if self.transfers == 1 or len(found) != 1:
-                continue
-            x, loops = found[0]
-            if not loops:
+        for name, found in sites.items():
+            (x, loops), single = found[0], len(found) == 1
+            if single and not loops:
                 self.index[id(x)] = "[0]"
-            elif len(loops) == 1 and loops[0] is not None:
-                loop = loops[0]
-                var = self.loop_vars.setdefault(id(loop), f"t{len(self.loop_vars)}")
-                mod = f" % {self.transfers}" if loop.count > self.transfers else ""
+            elif single and len(loops) == 1 and loops[0] is not None:
+                var = self.loop_vars.setdefault(id(loops[0]), f"t{len(self.loop_vars)}")
+                mod = f" % {self.transfers}" if loops[0].count > self.transfers else ""
                 self.index[id(x)] = f"[{var}{mod}]"
+            else:
+                self.counters.append(name)
 
     def function(self, fn: Function) -> None:
         self.plan = self.plans[id(fn)]
@@ -307,10 +316,8 @@ class _Writer:
         self.plan = self.plans[id(self.program)]
         self.transfer_indices()
         self.emit(0, "def step(IN, OUT):")
-        if self.transfers > 1:
-            for table, kind in ((self.h2d, "h"), (self.d2h, "d")):
-                for i in table.values():
-                    self.emit(1, f"{kind}{i}_i = 0")
+        for counter in self.counters:
+            self.emit(1, f"{counter} = 0")
         for s in self.program.steps:
             self.step(s, 1)
         self.emit(1, "return None")

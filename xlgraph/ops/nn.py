@@ -82,8 +82,13 @@ def _reduce(per_item: np.ndarray, reduction: str, count: int, shape: tuple[int, 
 
 
 def _nll_loss(probs, labels, ignore_index, reduction, log_prob):
-    p, lab, keep, count = _nll_parts(probs, labels, ignore_index)
-    picked = p[np.arange(lab.size), lab]
+    parts = _nll_parts(probs, labels, ignore_index)
+    return _nll_of_parts(parts, np.arange(parts[1].size), probs, labels, reduction, log_prob)
+
+
+def _nll_of_parts(parts, rows, probs, labels, reduction, log_prob):
+    p, lab, keep, count = parts
+    picked = p[rows, lab]
     per_item = -picked if log_prob else -np.log(picked)
     if keep is not None:
         per_item = np.where(keep, per_item, 0).astype(probs.dtype)
@@ -165,12 +170,13 @@ def _nll_softmax_infer(probs, labels, loss_grad, ignore_index, reduction):
 def _nll_softmax_out(probs, labels, loss_grad, ignore_index, reduction, out):
     """``nll_loss_with_softmax_grad`` into ``out = (loss, d_logits)``."""
     loss_out, grad_out = out
-    p, lab, keep, count = _nll_parts(probs, labels, ignore_index)
-    np.copyto(loss_out, _nll_loss(probs, labels, ignore_index, reduction, False))
+    parts = p, lab, keep, count = _nll_parts(probs, labels, ignore_index)
+    rows = np.arange(lab.size)
+    np.copyto(loss_out, _nll_of_parts(parts, rows, probs, labels, reduction, False))
     scale = loss_grad / max(count, 1) if reduction == "mean" else loss_grad
     grad = grad_out.reshape(p.shape)
     np.multiply(p, scale, out=grad)
-    grad[np.arange(lab.size), lab] -= scale
+    grad[rows, lab] -= scale
     if keep is not None:
         grad *= keep[:, None]
     return loss_out, grad_out

@@ -218,7 +218,10 @@ def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int,
 def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
     """Layer normalisation over the last axis, then ``* weight + bias`` (shape ``(H,)``).
 
-    Equals PopXL's ``layer_norm`` (group_norm with one group over rows of the last axis).
+    For 2-D ``(rows, H)`` data, the way PopXL programs use it, this equals PopXL's
+    ``layer_norm`` (a one-group ``group_norm``). On higher ranks PopXL would normalise over
+    every non-batch dim with parameters of ``t.shape[1]``; xlgraph normalises the last axis,
+    like torch's ``layer_norm(t, (H,))``.
     """
     return apply1(_LAYER_NORM, [t, weight, bias], {"eps": float(eps)})
 
