@@ -3,7 +3,18 @@
 Replace ``import popxl`` with ``import xlgraph as popxl``.
 """
 
-from xlgraph import dtypes, errors, ops, transforms
+from xlgraph import (
+    checkpoint,
+    data,
+    datasets,
+    dtypes,
+    errors,
+    nn,
+    ops,
+    optim,
+    training,
+    transforms,
+)
 from xlgraph.context import (
     gcg,
     get_current_graph,
@@ -57,6 +68,7 @@ __all__ = [
     "HostToDeviceStream", "DeviceToHostStream", "in_sequence", "name_scope",
     "gcg", "get_current_graph", "gmg", "get_main_graph", "gir", "get_ir",
     "dtypes", "errors", "ops", "transforms", "dtype", "create_seeds",
+    "checkpoint", "data", "datasets", "nn", "optim", "training",
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "half", "float32", "float", "float64", "double",
 ]

@@ -137,8 +137,7 @@ class Layer(Module):
 
     def parameters(self) -> dict[str, Parameter]:
         """Every declared parameter of this layer and its children, by dotted name."""
-        return {layer._prefix[len(self._prefix):] + name: p
-                for layer in self._layers() for name, p in layer._params.items()}
+        return {name: layer._params[local] for name, (layer, local) in self._owners().items()}
 
     def _owners(self) -> dict[str, tuple[Layer, str]]:
         return {layer._prefix[len(self._prefix):] + name: (layer, name)
@@ -169,7 +168,7 @@ class Layer(Module):
 
         For a subgraph these are its parameter inputs; for a main graph, the variables.
         """
-        graph = graph or get_current_graph()
+        graph = get_current_graph() if graph is None else graph
         return {name: layer._bound[graph][local]
                 for name, (layer, local) in self._owners().items()
                 if local in layer._bound.get(graph, {})}

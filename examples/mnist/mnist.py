@@ -197,7 +197,9 @@ def train(opts: argparse.Namespace, train_loader: DataLoader) -> dict[str, np.nd
     return {var.name: data for var, data in trained.items()}
 
 
-def test(opts: argparse.Namespace, test_loader: DataLoader, weights: dict[str, np.ndarray]) -> float:
+def test(
+    opts: argparse.Namespace, test_loader: DataLoader, weights: dict[str, np.ndarray]
+) -> float:
     """Accuracy (percent) of the trained weights on the test set."""
     ir, img_stream, variables, out_stream = build_test_ir(opts)
     session = popxl.Session(ir, "ipu_model")

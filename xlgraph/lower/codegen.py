@@ -1,9 +1,10 @@
 """Generate one Python function that runs a planned ``Program``; its source is kept for inspection.
 
-Every slot gets a name in the generated code. Variables (``w``), constants (``c``), pool buffers
-(``b``) and views of them (``v``, computed once here) are globals of the function; only values
-that change from run to run (host data, fresh arrays, views of them) are locals (``s``). View and
-by-value binding steps whose source is a global emit no code at all.
+Every slot gets a name in the generated code. Constants (``c``), pool buffers (``b``) and views
+of them (``v``, computed once here) are globals of the function. Variables (``w``, and ``n`` for
+the spare array a first write goes to, see ``plan.swap_writes``) and values that change from run
+to run (host data, fresh arrays, views of them: ``s``) are locals. View and by-value binding
+steps whose source is a global emit no code at all.
 """
 
 from __future__ import annotations
@@ -25,11 +26,17 @@ _LITERALS = (bool, int, float, str, type(None))
 
 @dataclass(eq=False)
 class CompiledStep:
-    """The generated function ``fn(IN, OUT)`` and what is needed to explain its failures."""
+    """The generated function ``fn(IN, OUT, V, N)`` and what is needed to explain its failures."""
 
-    fn: Callable[[list[np.ndarray], list[np.ndarray]], None]
+    fn: Callable[..., None]
     source: str
     line_ops: dict[int, Op]
+
+
+def dense(a: np.ndarray) -> np.ndarray:
+    """``a`` if it is contiguous, else a dense copy in its own axis order: exactly the layout
+    the interpreter's copy of a view has (so kernels see the same strides on both paths)."""
+    return a if a.flags.c_contiguous or a.flags.f_contiguous else np.array(a)
 
 
 def _is_literal(v: Any) -> bool:
@@ -44,8 +51,7 @@ def _is_literal(v: Any) -> bool:
 
 class _Writer:
     def __init__(self, program: Program, plans: dict[int, Plan], buffers: list[np.ndarray],
-                 variables: list[np.ndarray], h2d: list[Any], d2h: list[Any],
-                 transfers: int) -> None:
+                 swaps: dict[int, int], h2d: list[Any], d2h: list[Any], transfers: int) -> None:
         self.program = program
         self.plans = plans
         self.h2d = {s: i for i, s in enumerate(h2d)}
@@ -58,9 +64,9 @@ class _Writer:
         self.names: dict[int, str] = {}
         for i, buf in enumerate(buffers):
             self.namespace[f"b{i}"] = buf
-        for slot, arr in zip(program.variable_slots, variables):
+        self.swaps = swaps
+        for slot in program.variable_slots:
             self.names[slot] = f"w{slot}"
-            self.namespace[f"w{slot}"] = arr
         self.carried = {d for s in program.walk() if s.kind == "loop" for d, _ in s.carried}
         for fn in program.functions:
             self.carried.update(d for s in walk(fn.steps) if s.kind == "loop" for d, _ in s.carried)
@@ -93,11 +99,15 @@ class _Writer:
         return "".join(", " + p for p in parts)
 
     def is_static(self, slot: int) -> bool:
-        return self.names[slot][0] in "wcbv"
+        return self.names[slot][0] in "cbv"
 
     def arg(self, s: Step, i: int) -> str:
         name = self.names[s.ins[i]]
-        return f"np.array({name})" if i in self.plan.densify.get(id(s), ()) else name
+        if i in self.plan.copies.get(id(s), ()):
+            return f"np.array({name})"
+        if i in self.plan.densify.get(id(s), ()):
+            return f"{self.bind_global('dense', dense)}({name})"
+        return name
 
     def set_name(self, slot: int, name: str, indent: int) -> None:
         """Name ``slot``; a loop-carried slot must be a local, so it gets an assignment."""
@@ -119,6 +129,8 @@ class _Writer:
             if id(s) in plan.use_out:
                 fn = self.bind_global(f"o_{d.name}", d.kernel_out)
                 extra = self.scratch_text(s)
+                if id(s) in self.swaps:  # the result goes to the variable's spare array
+                    self.names[src] = f"n{src}"
                 self.emit(indent, f"{fn}({', '.join(args)}, out={self.names[src]}{extra}{attrs})",
                           s.op)
             else:
@@ -315,7 +327,11 @@ class _Writer:
             self.function(fn)
         self.plan = self.plans[id(self.program)]
         self.transfer_indices()
-        self.emit(0, "def step(IN, OUT):")
+        self.emit(0, "def step(IN, OUT, V, N):")
+        if self.program.variable_slots:
+            self.emit(1, f"{''.join(f'w{v}, ' for v in self.program.variable_slots)}= V")
+        if self.swaps:
+            self.emit(1, f"{''.join(f'n{v}, ' for v in sorted(self.swaps.values()))}= N")
         for counter in self.counters:
             self.emit(1, f"{counter} = 0")
         for s in self.program.steps:
@@ -325,16 +341,17 @@ class _Writer:
 
 
 def generate(program: Program, plans: dict[int, Plan], buffers: list[np.ndarray],
-             variables: list[np.ndarray], h2d: list[Any], d2h: list[Any],
+             swaps: dict[int, int], h2d: list[Any], d2h: list[Any],
              transfers: int) -> CompiledStep:
-    """Compile ``program`` into a Python function ``step(IN, OUT)``.
+    """Compile ``program`` into a Python function ``step(IN, OUT, V, N)``.
 
-    ``plans`` maps ``id(body)`` (the program and each function) to its buffer plan;
-    ``buffers`` are the pool arrays and ``variables`` the device arrays of the variables (in
-    ``program.variable_slots`` order), both bound into the function. ``IN``/``OUT`` are the
-    host arrays of the h2d/d2h streams in the given order.
+    ``plans`` maps ``id(body)`` (the program and each function) to its buffer plan and
+    ``buffers`` are the pool arrays (bound into the function). ``IN``/``OUT`` are the host
+    arrays of the h2d/d2h streams in the given order, ``V`` the variables' device arrays (in
+    ``program.variable_slots`` order) and ``N`` the spare arrays of the variables in ``swaps``
+    (``{id(step): variable slot}``, in slot order), which those steps write instead.
     """
-    writer = _Writer(program, plans, buffers, variables, h2d, d2h, transfers)
+    writer = _Writer(program, plans, buffers, swaps, h2d, d2h, transfers)
     source = writer.source()
     code = compile(source, _FILENAME, "exec")
     namespace = writer.namespace

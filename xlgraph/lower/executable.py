@@ -1,7 +1,9 @@
 """Executables: the compiled plan and the reference interpreter behind one interface.
 
 Both own the device arrays of the variables (``arrays``, one per entry of ``variables``); ``run``
-reads and updates them in place.
+updates them. ``written_variables`` are the ones a failed run may have changed: the Session
+snapshots those. The compiled plan writes some variables into spare arrays instead and swaps
+them in only when the run succeeds (so ``arrays`` may hold other array objects after a run).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from xlgraph.lower.codegen import failing_op, generate
 from xlgraph.lower.flatten import flatten
 from xlgraph.lower.interpreter import Interpreter
 from xlgraph.lower.passes import fold_constants, remove_dead, written_alias_slots
-from xlgraph.lower.plan import Plan, Pool, plan_body
+from xlgraph.lower.plan import Plan, Pool, plan_body, swap_writes
 from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.op import Op
 from xlgraph.tensor import Variable
@@ -71,23 +73,30 @@ class CompiledExecutable:
             plans[id(fn)] = plan_body(fn.steps, fn.params, fn.results, program.specs, pool, "?")
         program.steps = optimise(program.steps, program, [])
         program.functions = _used_functions(program)
-        written = plan_copies(program.steps, list(program.variable_slots))
-        plans[id(program)] = plan_body(program.steps, list(program.variable_slots), [],
-                                       program.specs, pool, "C")
+        slots = list(program.variable_slots)
+        written = plan_copies(program.steps, slots)
+        plans[id(program)] = plan = plan_body(program.steps, slots, [], program.specs, pool, "C")
+        swaps = swap_writes(program.steps, slots, plan)
         self.variables = list(program.variable_slots.values())
         self.arrays = _device_arrays(self.variables)
+        self.swapped = [slots.index(v) for v in sorted(swaps.values())]
+        self.spares = [np.empty_like(self.arrays[i]) for i in self.swapped]
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
         self.program = program
         self.plans = plans
         self.buffers = pool.allocate()
-        self.compiled = generate(program, plans, self.buffers, self.arrays, self.h2d, self.d2h,
+        self.compiled = generate(program, plans, self.buffers, swaps, self.h2d, self.d2h,
                                  ir.num_host_transfers)
         self.source = self.compiled.source
-        self.written_variables = [program.variable_slots[s] for s in sorted(written)]
+        self.written_variables = [program.variable_slots[s] for s in sorted(written)
+                                  if s not in swaps.values()]
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        self.compiled.fn(inputs, outputs)
+        self.compiled.fn(inputs, outputs, self.arrays, self.spares)
+        arrays, spares = self.arrays, self.spares
+        for k, i in enumerate(self.swapped):  # commit: the spares now hold the new values
+            arrays[i], spares[k] = spares[k], arrays[i]
 
     def failing_op(self, exc: BaseException) -> Op | None:
         return failing_op(self.compiled, exc)

@@ -88,6 +88,7 @@ def _fold(s: Step, values: dict[int, np.ndarray], specs: Callable[[int], object]
     except Exception:  # noqa: BLE001 - leave the failure to run time, where it names the op
         return [s]
     results = list(result) if isinstance(result, tuple) else [result]
+    results = [np.asarray(r) if isinstance(r, np.generic) else r for r in results]
     if not all(isinstance(r, np.ndarray) for r in results):
         return [s]
     arrays = [np.array(r, copy=True) for r in results]

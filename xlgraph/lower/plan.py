@@ -9,8 +9,9 @@ For one body of steps (the main program or a compiled function) the planner
 2. tracks array layouts so that the optimised path hands every kernel the same memory layout as
    the interpreter does (which copies view results): numpy picks a result's layout, and so the
    order of later reductions, from its inputs' strides. A view that may be non-dense (a stepped
-   slice, a broadcast) is copied before a kernel reads it, and a ufunc writes into a C-ordered
-   pool buffer only when its inputs are C-contiguous;
+   slice, a broadcast) is made dense before a kernel reads it, a view that shares memory with
+   another input of the same kernel is copied (numpy's matmul treats ``a @ a.T`` specially),
+   and a ufunc writes into a C-ordered pool buffer only when its inputs are C-contiguous;
 3. assigns pool buffers (one per shape and dtype in use at once) to the outputs of kernels run
    through ``kernel_out``. An elementwise ufunc writes into the buffer of an input that dies at
    that step: chains of elementwise ops fuse into one scratch buffer.
@@ -98,7 +99,8 @@ class Plan:
     layout: dict[int, str] = field(default_factory=dict)
     viewish: set[int] = field(default_factory=set)  # slots that may hold a view
     use_out: set[int] = field(default_factory=set)  # steps run through kernel_out
-    densify: dict[int, set[int]] = field(default_factory=dict)  # step -> inputs to copy first
+    densify: dict[int, set[int]] = field(default_factory=dict)  # step -> inputs made dense
+    copies: dict[int, set[int]] = field(default_factory=dict)  # step -> inputs always copied
     buffer_of: dict[int, int] = field(default_factory=dict)  # root -> pool buffer
     scratch: dict[int, list[int]] = field(default_factory=dict)  # step -> scratch buffers
     fused_into: dict[int, int] = field(default_factory=dict)  # dying root -> root fused into it
@@ -220,6 +222,10 @@ class _Planner:
                   if x in p.viewish and lay[x] == "?" and i != d.inplace_of}
         if copies:
             p.densify[id(s)] = copies
+        shared = {i for i, x in enumerate(s.ins) if x in p.viewish and i != d.inplace_of
+                  and any(y != x and p.root[y] == p.root[x] for y in s.ins)}
+        if shared:  # numpy may take another path for aliased operands (matmul: a @ a.T)
+            p.copies[id(s)] = shared
         if src is not None:  # modifies an input in place
             lay[s.outs[0]] = lay[src]
             if src in p.viewish:
@@ -243,6 +249,7 @@ class _Planner:
         for s in steps:
             p.use_out.discard(id(s))
             p.densify.pop(id(s), None)
+            p.copies.pop(id(s), None)
             p.viewish.difference_update(s.outs)
             if s.kind == "kernel":
                 self.kernel(s)
@@ -256,10 +263,14 @@ class _Planner:
                         p.viewish.add(out)
             elif s.kind in ("host_load", "const"):
                 p.layout[s.outs[0]] = "C"
-            elif s.kind == "func":
+            elif s.kind == "func":  # arguments as the interpreter binds them: fresh copies
+                shared = {i for i, x in enumerate(s.ins)
+                          if any(y != x and p.root[y] == p.root[x] for y in s.ins)}
                 copies = {i for i, x in enumerate(s.ins) if x in p.viewish and p.layout[x] == "?"}
                 if copies:
                     p.densify[id(s)] = copies
+                if shared:
+                    p.copies[id(s)] = shared
                 p.layout.update((o, "?") for o in s.outs)
             elif s.kind == "loop":
                 self.loop(s)
@@ -361,3 +372,28 @@ def plan_body(steps: list[Step], entry: list[int], results: list[int],
 
 def count_steps(steps: list[Step]) -> int:
     return sum(1 for _ in walk(steps))
+
+
+def swap_writes(steps: list[Step], variables: list[int], plan: Plan) -> dict[int, int]:
+    """Variables whose first in-place write can go to a spare array instead: ``{id(step): slot}``.
+
+    Such a variable is never written in its live array during a run; the Session swaps the two
+    arrays when the run succeeds, so a failed run leaves it untouched without a snapshot. That
+    needs the first write to be a top-level step run through ``kernel_out`` on the variable
+    itself, with no in-place alias of it (an in-place view, a by-reference loop input) made
+    before it: those would keep pointing at the old array.
+    """
+    pending = set(variables)
+    top = {id(s) for s in steps}
+    chosen: dict[int, int] = {}
+    for s in walk(steps):
+        for slot in s.writes:
+            var = plan.root[slot]
+            if var in pending:
+                pending.discard(var)
+                if id(s) in top and id(s) in plan.use_out and slot == var:
+                    chosen[id(s)] = var
+        src = s.alias_source
+        if src is not None and s.aliases_input and s.writes == [] and plan.root[src] in pending:
+            pending.discard(plan.root[src])
+    return chosen

@@ -17,6 +17,7 @@ from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
 from xlgraph.ops.window import (
     Ints,
+    batch_chunks,
     check_positive,
     checked,
     crop,
@@ -32,61 +33,76 @@ from xlgraph.tensor import Tensor, TensorSpec
 
 
 # -- numpy kernels -----------------------------------------------------------------------------
-def _swap01(a: np.ndarray) -> np.ndarray:
-    """``a`` with its first two axes exchanged, as a fresh contiguous array."""
-    return np.ascontiguousarray(a.swapaxes(0, 1))
-
-
-def _im2col(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints, dilation: Ints,
-            batch_major: bool):
-    """Patches of ``x``, and the output shape. Rows are (channel, tap) pairs; the patch matrix
-    is ``(N, C * taps, positions)`` if ``batch_major``, else ``(C * taps, N * positions)``."""
+# Each kernel works through the batch a cache-sized chunk at a time (``batch_chunks``).
+def _patches(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints,
+             dilation: Ints) -> tuple[np.ndarray, Ints]:
+    """A read-only view ``(N, C, *kernel, *out)`` of the windows of ``x`` (the im2col matrix
+    before its copy: rows are (channel, tap) pairs), and the output shape."""
     n = len(kernel)
     out = out_shape(x.shape[2:], kernel, stride, pads, dilation)
     xp = pad_to(x, pads[:n], extents(out, kernel, stride, dilation), 0)
     view = windows(xp, kernel, stride, dilation, out)  # (N, C, *out, *kernel)
-    taps_, positions = tuple(range(2 + n, 2 + 2 * n)), tuple(range(2, 2 + n))
-    rows = x.shape[1] * int(np.prod(kernel))
-    if batch_major:
-        return view.transpose(0, 1, *taps_, *positions).reshape(x.shape[0], rows, -1), out
-    return view.transpose(1, *taps_, 0, *positions).reshape(rows, -1), out
+    return view.transpose(0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n)), out
 
 
-def _grouped(a: np.ndarray, groups: int) -> np.ndarray:
-    """A ``(rows, cols)`` matrix as ``(groups, rows / groups, cols)``."""
-    return a.reshape(groups, a.shape[0] // groups, -1)
+def _grouped(a: np.ndarray, groups: int, positions: int) -> np.ndarray:
+    """A batch ``(B, rows, ...)`` as ``(B, groups, rows / groups, positions)``."""
+    return a.reshape(a.shape[0], groups, -1, positions)
+
+
+def _conv_out(x: np.ndarray, w: np.ndarray, out: np.ndarray, stride: Ints, pads: Ints,
+              dilation: Ints, groups: int) -> np.ndarray:
+    # copy a chunk's patches, then one matmul per item and group writes (B, M, positions)
+    patches, _ = _patches(x, w.shape[2:], stride, pads, dilation)
+    m, p = w.shape[0], int(np.prod(out.shape[2:]))
+    wg = w.reshape(groups, m // groups, -1)
+    for sl in batch_chunks(x.shape[0], max(w[0].size * groups, m) * p * x.itemsize):
+        cols = _grouped(np.ascontiguousarray(patches[sl]), groups, p)
+        np.matmul(wg, cols, out=_grouped(out[sl], groups, p))
+    return out
 
 
 def _conv(x: np.ndarray, w: np.ndarray, stride: Ints, pads: Ints, dilation: Ints,
           groups: int) -> np.ndarray:
-    # one matmul per item and group writes (N, M, positions) directly: no output transpose
-    cols, out = _im2col(x, w.shape[2:], stride, pads, dilation, batch_major=True)
-    cols = cols.reshape(x.shape[0], groups, -1, cols.shape[-1])
-    y = np.matmul(_grouped(w.reshape(w.shape[0], -1), groups), cols)
-    return y.reshape(x.shape[0], w.shape[0], *out)
+    sp = out_shape(x.shape[2:], w.shape[2:], stride, pads, dilation)
+    y = np.empty((x.shape[0], w.shape[0], *sp), x.dtype)
+    return _conv_out(x, w, y, stride, pads, dilation, groups)
 
 
 def _conv_transpose(x: np.ndarray, w: np.ndarray, stride: Ints, pads: Ints, dilation: Ints,
                     groups: int, out: Ints) -> np.ndarray:
-    n, m = len(out), x.shape[1]
-    wg = _grouped(w.reshape(m, -1), groups).transpose(0, 2, 1)
-    cols = np.matmul(wg, _grouped(_swap01(x).reshape(m, -1), groups))
-    channels = groups * w.shape[1]
-    cols = cols.reshape(channels, -1, x.shape[0], *x.shape[2:])  # (C, taps, N, *positions)
+    # Per item, group and tap, a matmul of the item's data seen transposed (positions, M / g)
+    # by the tap's weights (M / g, C / g) gives that tap's contribution channels-last; col2im
+    # adds them a tap at a time into a padded channels-last buffer, each add running over
+    # rows of positions x channels instead of short spatial rows.
+    n, m, p = len(out), x.shape[1], int(np.prod(x.shape[2:]))
+    index = taps(w.shape[2:], stride, dilation, x.shape[2:])
+    cg = w.shape[1]
+    wt = np.ascontiguousarray(w.reshape(groups, m // groups, cg, -1).transpose(3, 0, 1, 2))
     sizes = tuple(o + pads[i] + pads[n + i] for i, o in enumerate(out))
-    buf = np.zeros((channels, x.shape[0], *sizes), x.dtype)
-    for t, sl in enumerate(taps(w.shape[2:], stride, dilation, x.shape[2:])):
-        buf[sl] += cols[:, t]
-    return _swap01(crop(buf, pads[:n], out))
+    dx = np.empty((x.shape[0], groups * cg, *out), x.dtype)
+    for sl in batch_chunks(x.shape[0], len(index) * p * groups * cg * x.itemsize):
+        xt = _grouped(x[sl], groups, p)[:, None].swapaxes(-1, -2)  # (B, 1, groups, p, M / g)
+        cols = np.matmul(xt, wt)  # (B, taps, groups, p, C / g)
+        buf = np.zeros((cols.shape[0], groups, *sizes, cg), x.dtype)
+        for t, tap in enumerate(index):
+            buf[(*tap, slice(None))] += cols[:, t].reshape(buf.shape[:2] + x.shape[2:] + (cg,))
+        moved = np.moveaxis(buf, -1, 2)  # (B, groups, C / g, *sizes), a view
+        dx[sl].reshape(moved.shape[:3] + out)[...] = crop(moved, pads[:n], out)
+    return dx
 
 
 def _conv_grad_weight(dy: np.ndarray, x: np.ndarray, stride: Ints, pads: Ints, dilation: Ints,
                       groups: int, kernel: Ints) -> np.ndarray:
-    cols, _ = _im2col(x, kernel, stride, pads, dilation, batch_major=False)
-    m = dy.shape[1]
-    dw = np.matmul(_grouped(_swap01(dy).reshape(m, -1), groups),
-                   _grouped(cols, groups).transpose(0, 2, 1))
-    return dw.reshape(m, x.shape[1] // groups, *kernel)
+    # copy a chunk's patches, one matmul per item and group, summed over the items; the
+    # transposed product (patches @ dy.T) is the faster orientation for BLAS
+    patches, out = _patches(x, kernel, stride, pads, dilation)
+    m, k, p = dy.shape[1], x.shape[1] * int(np.prod(kernel)), int(np.prod(out))
+    dw_t = np.zeros((groups, k // groups, m // groups), x.dtype)
+    for sl in batch_chunks(x.shape[0], max(k, m) * p * x.itemsize):
+        cols = _grouped(np.ascontiguousarray(patches[sl]), groups, p)
+        dw_t += np.matmul(cols, _grouped(dy[sl], groups, p).swapaxes(-1, -2)).sum(axis=0)
+    return dw_t.swapaxes(-1, -2).reshape(m, x.shape[1] // groups, *kernel)
 
 
 # -- inference ---------------------------------------------------------------------------------
@@ -189,7 +205,8 @@ def _grad_weight_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 # -- records and builders ----------------------------------------------------------------------
-_CONV = OpDef("conv", _conv_infer, _conv, _conv_grad, samples=_conv_samples)
+_CONV = OpDef("conv", _conv_infer, _conv, _conv_grad, kernel_out=_conv_out,
+               samples=_conv_samples)
 _CONV_TRANSPOSE = OpDef("conv_transpose", _conv_transpose_infer, _conv_transpose,
                         _conv_transpose_grad, samples=_conv_transpose_samples)
 _CONV_GRAD_WEIGHT = OpDef("conv_grad_weight", _grad_weight_infer, _conv_grad_weight,

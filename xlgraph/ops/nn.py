@@ -172,7 +172,12 @@ def _nll_softmax_out(probs, labels, loss_grad, ignore_index, reduction, out):
     loss_out, grad_out = out
     parts = p, lab, keep, count = _nll_parts(probs, labels, ignore_index)
     rows = np.arange(lab.size)
-    np.copyto(loss_out, _nll_of_parts(parts, rows, probs, labels, reduction, False))
+    if keep is None and reduction != "none":  # the common case, in fewer numpy calls
+        picked = np.log(p[rows, lab])
+        total = np.negative(np.add.reduce(picked))
+        loss_out[...] = total / count if reduction == "mean" else total
+    else:
+        np.copyto(loss_out, _nll_of_parts(parts, rows, probs, labels, reduction, False))
     scale = loss_grad / max(count, 1) if reduction == "mean" else loss_grad
     grad = grad_out.reshape(p.shape)
     np.multiply(p, scale, out=grad)

@@ -18,6 +18,7 @@ from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
 from xlgraph.ops.window import (
     Ints,
+    batch_chunks,
     check_positive,
     checked,
     crop,
@@ -49,39 +50,66 @@ def _axis_taps(ndim: int, axis: int, k: int, s: int, d: int, o: int) -> Iterator
 
 
 def _separable(xp: np.ndarray, ufunc: np.ufunc, kernel: Ints, stride: Ints, dilation: Ints,
-               out: Ints) -> np.ndarray:
-    """Combine each window of ``xp`` with ``ufunc``, one spatial dim after another."""
-    a = xp
+               out: Ints, y: np.ndarray) -> None:
+    """Combine each window of ``xp`` with ``ufunc`` into ``y``, one spatial dim after another."""
+    a, n = xp, len(kernel)
     for i, (k, s, d, o) in enumerate(zip(kernel, stride, dilation, out)):
-        sl = list(_axis_taps(a.ndim, a.ndim - len(kernel) + i, k, s, d, o))
-        acc = ufunc(a[sl[0]], a[sl[1]]) if k > 1 else a[sl[0]].copy()
-        for tap in sl[2:]:
-            ufunc(acc, a[tap], out=acc)
+        views = [a[tap] for tap in _axis_taps(a.ndim, a.ndim - n + i, k, s, d, o)]
+        acc = y if i == n - 1 else np.empty(views[0].shape, a.dtype)
+        if k == 1:
+            np.copyto(acc, views[0])
+        else:
+            ufunc(views[0], views[1], out=acc)
+        for view in views[2:]:
+            ufunc(acc, view, out=acc)
         a = acc
-    return a
+
+
+def _pool(x: np.ndarray, ufunc: np.ufunc, fill: Any, kernel: Ints, stride: Ints, pads: Ints,
+          dilation: Ints, y: np.ndarray) -> np.ndarray:
+    """``ufunc`` over every window of ``x`` padded with ``fill`` into ``y``, a batch chunk at a
+    time."""
+    out = y.shape[2:]
+    sizes = _sizes(x.shape[2:], kernel, stride, pads, dilation, out)
+    for sl in batch_chunks(x.shape[0], _item_bytes(x)):
+        _separable(pad_to(x[sl], pads[:len(kernel)], sizes, fill), ufunc, kernel, stride,
+                   dilation, out, y[sl])
+    return y
+
+
+def _pooled(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints, dilation: Ints,
+            ceil_mode: bool) -> np.ndarray:
+    """An uninitialised result for pooling ``x``."""
+    out = out_shape(x.shape[2:], kernel, stride, pads, dilation, ceil_mode)
+    return np.empty(x.shape[:2] + out, x.dtype)
+
+
+def _item_bytes(x: np.ndarray) -> int:
+    return int(np.prod(x.shape[1:])) * x.itemsize
 
 
 def _lowest(dtype: np.dtype) -> Any:
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
+def _max_pool_out(x: np.ndarray, out: np.ndarray, kernel: Ints, stride: Ints, pads: Ints,
+                  dilation: Ints, ceil_mode: bool) -> np.ndarray:
+    return _pool(x, np.maximum, _lowest(x.dtype), kernel, stride, pads, dilation, out)
+
+
 def _max_pool(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints, dilation: Ints,
               ceil_mode: bool) -> np.ndarray:
-    out = out_shape(x.shape[2:], kernel, stride, pads, dilation, ceil_mode)
-    sizes = _sizes(x.shape[2:], kernel, stride, pads, dilation, out)
-    xp = pad_to(x, pads[:len(kernel)], sizes, _lowest(x.dtype))
-    return _separable(xp, np.maximum, kernel, stride, dilation, out)
+    out = _pooled(x, kernel, stride, pads, dilation, ceil_mode)
+    return _max_pool_out(x, out, kernel, stride, pads, dilation, ceil_mode)
 
 
-def _max_pool_grad(dy: np.ndarray, x: np.ndarray, y: np.ndarray, kernel: Ints, stride: Ints,
-                   pads: Ints, dilation: Ints, ceil_mode: bool) -> np.ndarray:
-    out, n = y.shape[2:], len(kernel)
-    sizes = _sizes(x.shape[2:], kernel, stride, pads, dilation, out)
-    xp = pad_to(x, pads[:n], sizes, _lowest(x.dtype))
-    dxp = np.zeros(xp.shape, dy.dtype)
+def _first_max_grad(dy: np.ndarray, xp: np.ndarray, y: np.ndarray, index: tuple[tuple, ...],
+                    overlap: bool, dxp: np.ndarray) -> None:
+    """Route ``dy`` to the first maximum of each window of ``xp`` (taps in row-major order),
+    writing the gradient of ``xp`` into ``dxp``."""
+    dxp.fill(0)
     free = np.ones(y.shape, bool)
-    overlap = any(s < (k - 1) * d + 1 for k, s, d in zip(kernel, stride, dilation))
-    for sl in taps(kernel, stride, dilation, out):
+    for sl in index:
         hit = np.equal(xp[sl], y)
         hit &= free
         free ^= hit
@@ -89,16 +117,45 @@ def _max_pool_grad(dy: np.ndarray, x: np.ndarray, y: np.ndarray, kernel: Ints, s
             dxp[sl] += dy * hit
         else:
             np.multiply(dy, hit, out=dxp[sl])
-    return np.ascontiguousarray(crop(dxp, pads[:n], x.shape[2:]))
+
+
+def _max_pool_grad_out(dy: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.ndarray,
+                       kernel: Ints, stride: Ints, pads: Ints, dilation: Ints,
+                       ceil_mode: bool) -> np.ndarray:
+    begins = pads[:len(kernel)]
+    sizes = _sizes(x.shape[2:], kernel, stride, pads, dilation, y.shape[2:])
+    index = taps(kernel, stride, dilation, y.shape[2:])
+    overlap = any(s < (k - 1) * d + 1 for k, s, d in zip(kernel, stride, dilation))
+    for sl in batch_chunks(x.shape[0], _item_bytes(x)):
+        xs = x[sl]
+        xp = pad_to(xs, begins, sizes, _lowest(x.dtype))
+        unpadded = xp is xs  # then the gradient goes straight into out
+        dxp = out[sl] if unpadded else np.empty(xp.shape, dy.dtype)
+        _first_max_grad(dy[sl], xp, y[sl], index, overlap, dxp)
+        if not unpadded:
+            out[sl] = crop(dxp, begins, x.shape[2:])
+    return out
+
+
+def _max_pool_grad(dy: np.ndarray, x: np.ndarray, y: np.ndarray, kernel: Ints, stride: Ints,
+                   pads: Ints, dilation: Ints, ceil_mode: bool) -> np.ndarray:
+    out = np.empty(x.shape, dy.dtype)
+    return _max_pool_grad_out(dy, x, y, out, kernel, stride, pads, dilation, ceil_mode)
+
+
+def _average_pool_out(x: np.ndarray, out: np.ndarray, kernel: Ints, stride: Ints, pads: Ints,
+                      dilation: Ints, ceil_mode: bool) -> np.ndarray:
+    _pool(x, np.add, 0, kernel, stride, pads, dilation, out)
+    counts = valid_counts(x.shape[2:], kernel, stride, pads[:len(kernel)], dilation,
+                          out.shape[2:])
+    out /= counts.astype(x.dtype)
+    return out
 
 
 def _average_pool(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints, dilation: Ints,
                   ceil_mode: bool) -> np.ndarray:
-    out, n = out_shape(x.shape[2:], kernel, stride, pads, dilation, ceil_mode), len(kernel)
-    xp = pad_to(x, pads[:n], _sizes(x.shape[2:], kernel, stride, pads, dilation, out), 0)
-    total = _separable(xp, np.add, kernel, stride, dilation, out)
-    total /= valid_counts(x.shape[2:], kernel, stride, pads[:n], dilation, out).astype(x.dtype)
-    return total
+    out = _pooled(x, kernel, stride, pads, dilation, ceil_mode)
+    return _average_pool_out(x, out, kernel, stride, pads, dilation, ceil_mode)
 
 
 def _average_pool_grad(dy: np.ndarray, kernel: Ints, stride: Ints, pads: Ints, dilation: Ints,
@@ -188,12 +245,12 @@ def _avg_grad_samples(rng: np.random.Generator) -> list[Sample]:
 # -- records and builders ----------------------------------------------------------------------
 _MAX_POOL = OpDef("max_pool", _pool_infer, _max_pool,
                   lambda g, dy: (max_pool_grad(dy, g.x(0), g.y(0), **g.attrs),),
-                  samples=_pool_samples)
+                  kernel_out=_max_pool_out, samples=_pool_samples)
 _MAX_POOL_GRAD = OpDef("max_pool_grad", _max_grad_infer, _max_pool_grad,
-                       samples=_max_grad_samples)
+                       kernel_out=_max_pool_grad_out, samples=_max_grad_samples)
 _AVERAGE_POOL = OpDef("average_pool", _average_infer, _average_pool,
                       lambda g, dy: (average_pool_grad(dy, size=g.x(0).shape[2:], **g.attrs),),
-                      samples=_pool_samples)
+                      kernel_out=_average_pool_out, samples=_pool_samples)
 _AVERAGE_POOL_GRAD = OpDef("average_pool_grad", _avg_grad_infer, _average_pool_grad,
                            samples=_avg_grad_samples)
 

@@ -48,11 +48,12 @@ def _accumulate(t: np.ndarray, x: np.ndarray, f: float) -> np.ndarray:
 
 def _accumulate_out(t: np.ndarray, x: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray],
                     f: float) -> np.ndarray:
-    """``accumulate_`` (``out`` is ``t``) computing ``f * x`` in a scratch array."""
+    """``accumulate_`` into ``out`` (``t`` itself, or a spare array of its shape), computing
+    ``f * x`` in a scratch array."""
     if f == 1.0:
-        return np.add(out, x, out=out)
+        return np.add(t, x, out=out)
     np.multiply(x, f, out=scratch[0])
-    return np.add(out, scratch[0], out=out)
+    return np.add(t, scratch[0], out=out)
 
 
 _accumulate_out.scratch = 1

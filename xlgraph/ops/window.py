@@ -22,6 +22,8 @@ PAD_TYPES = ("not_set", "same_upper", "same_lower", "valid")
 
 Ints = tuple[int, ...]
 
+CHUNK_BYTES = 1 << 19  # per batch chunk: it and BLAS's own blocks fit a core's L2 cache
+
 
 def spatial(value: Any, n: int, name: str, fill: int) -> Ints:
     """``value`` as ``n`` ints. None, an int, or an all-``fill`` default of another length
@@ -103,6 +105,14 @@ def pad_to(x: np.ndarray, begins: Ints, sizes: Ints, fill: float) -> np.ndarray:
     dst = tuple(slice(b, b + k) for b, k in zip(begins, keep))
     buf[(..., *dst)] = x[(..., *(slice(0, k) for k in keep))]
     return buf
+
+
+def batch_chunks(n: int, item_bytes: int) -> list[slice]:
+    """Slices of a leading (batch) axis of length ``n``, each covering about ``CHUNK_BYTES``
+    of a kernel's per-item working set of ``item_bytes``. Kernels make several passes over
+    their temporaries; a chunk at a time they stay in the CPU cache instead of main memory."""
+    step = max(1, CHUNK_BYTES // max(1, item_bytes))
+    return [slice(i, min(n, i + step)) for i in range(0, n, step)]
 
 
 def crop(buf: np.ndarray, begins: Ints, sizes: Ints) -> np.ndarray:

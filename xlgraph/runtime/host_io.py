@@ -32,6 +32,7 @@ class HostIO:
         self.d2h = list(ir.d2h_streams)
         self._fast = [(self.h2d.index(s), s, s.dtype.as_numpy(), self.host_shape(s))
                       for s in self.expected]
+        self._out_specs = [(s, self.host_shape(s), s.dtype.as_numpy()) for s in self.d2h]
 
     def host_shape(self, stream: Any) -> tuple[int, ...]:
         lead = (self.transfers,) if self.transfers > 1 else ()
@@ -106,7 +107,7 @@ class HostIO:
         return arr if arr.flags.c_contiguous else arr.copy()  # both paths see one layout
 
     def new_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
-        return {s: np.zeros(self.host_shape(s), s.dtype.as_numpy()) for s in self.d2h}
+        return {s: np.zeros(shape, dtype) for s, shape, dtype in self._out_specs}
 
     def check_outputs(self, outputs: Mapping[Any, np.ndarray]) -> list[np.ndarray]:
         arrays = []

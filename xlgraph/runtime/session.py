@@ -19,6 +19,7 @@ from xlgraph.ir import Ir
 from xlgraph.lower import lower
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
+from xlgraph.runtime.threads import ThreadLimit, choose_threads, largest_matmul_flops
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
 from xlgraph.tensor import Constant, Tensor, Variable
 
@@ -33,6 +34,8 @@ class Session:
         device_desc: ``"cpu"`` or ``"ipu_model"`` (``"ipu_hw"`` raises).
         weights_to_host_on_exit: copy weights to the host when leaving the ``with`` that attached.
         optimize: run the generated plan (True) or the reference interpreter (False).
+        blas_threads: BLAS threads while attached: ``"auto"`` (the policy in
+            ``xlgraph.runtime.threads``), a number, or None to leave BLAS alone.
 
     Example:
         >>> with session:
@@ -40,7 +43,7 @@ class Session:
     """
 
     def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True,
-                 optimize: bool = True) -> None:
+                 optimize: bool = True, blas_threads: int | str | None = "auto") -> None:
         self.device = make_device(device_desc)
         if ir.replication_factor != 1:
             raise UnsupportedDeviceError(
@@ -52,13 +55,20 @@ class Session:
         self.executable = lower(ir, optimize)
         variables = self.executable.variables
         self._host = {v: v.initial_data.copy() for v in variables}
-        self._device = dict(zip(variables, self.executable.arrays))
         self._backup = [(self._device[v], np.empty_like(self._device[v]))
                         for v in self.executable.written_variables]
         self.io = HostIO(ir)
+        self.blas_threads = blas_threads
+        self._flops = largest_matmul_flops(ir)
+        self._thread_limit = ThreadLimit()
         self._attached = False
         self._host_stale = False
         self._entered: list[bool] = []
+
+    @property
+    def _device(self) -> dict[Variable, np.ndarray]:
+        """The variables' device arrays (the executable may swap them between runs)."""
+        return dict(zip(self.executable.variables, self.executable.arrays))
 
     # -- attachment --------------------------------------------------------------------------
     @property
@@ -74,6 +84,7 @@ class Session:
         attach = not self._attached
         if attach:
             self._attached = True
+            self._thread_limit.apply(choose_threads(self.blas_threads, self._flops))
             self.weights_from_host()
         self._entered.append(attach)
         return self
@@ -83,6 +94,7 @@ class Session:
             if exc_type is None and self.weights_to_host_on_exit:
                 self.weights_to_host()
             self._attached = False
+            self._thread_limit.restore()
 
     def _require_attached(self, what: str) -> None:
         if not self._attached:
@@ -130,8 +142,8 @@ class Session:
         self._execute(in_arrays, self.io.check_outputs(outputs))
 
     def _execute(self, in_arrays: list[np.ndarray], out_arrays: list[np.ndarray]) -> None:
-        for live, saved in self._backup:  # one snapshot per run, however many transfers it has
-            np.copyto(saved, live)
+        for live, saved in self._backup:  # one snapshot per run, however many transfers it has;
+            np.copyto(saved, live)  # variables the executable double-buffers need none
         try:
             self.executable.run(in_arrays, out_arrays)
         except BaseException as exc:

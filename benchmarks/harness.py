@@ -1,0 +1,75 @@
+"""Timing helpers shared by the benchmarks: medians of repeated loops, BLAS thread control."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+
+def time_per_call(fn: Callable[[int], Any], calls: int, repeats: int = 7,
+                  warmup: int = 3) -> float:
+    """Median over ``repeats`` loops of the mean microseconds per ``fn(i)`` call."""
+    return interleaved({"fn": fn}, calls, repeats, warmup)["fn"]["median"]
+
+
+def interleaved(fns: dict[str, Callable[[int], Any]], calls: int, rounds: int = 7,
+                warmup: int = 3) -> dict[str, dict[str, float]]:
+    """Time several step functions in interleaved rounds (one loop of ``calls`` each per round),
+    so that load from other processes hits them alike. Returns, per name, the median and the
+    minimum over rounds of the mean microseconds per call."""
+    for fn in fns.values():
+        for i in range(warmup):
+            fn(i)
+    loops: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for i in range(calls):
+                fn(i)
+            loops[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: {"median": round(statistics.median(v), 1), "min": round(min(v), 1)}
+            for name, v in loops.items()}
+
+
+def calls_for(batch: int, budget_us: float = 300_000.0, per_sample_us: float = 4.0) -> int:
+    """A loop length that keeps one timed loop near ``budget_us`` for this batch size."""
+    return max(20, int(budget_us / (30.0 + per_sample_us * batch)))
+
+
+def blas_threads(n: int | None) -> AbstractContextManager[Any]:
+    """Limit BLAS to ``n`` threads (threadpoolctl); ``None`` leaves the library default."""
+    if n is None:
+        return nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=n, user_api="blas")
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    info: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
+                            "load_avg_1m": round(os.getloadavg()[0], 2)}
+    try:
+        import numpy as np
+        from threadpoolctl import threadpool_info
+
+        info["numpy"] = np.__version__
+        info["blas"] = [{k: b.get(k) for k in ("internal_api", "version", "architecture",
+                                                "num_threads")} for b in threadpool_info()]
+    except ImportError:
+        pass
+    for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS"):
+        if key in os.environ:
+            info[key] = os.environ[key]
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f
+                               if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return info

@@ -1,0 +1,74 @@
+"""The BLAS thread policy applied while a Session is attached.
+
+OpenBLAS threading is fragile on small shared machines: measured on a 2-core machine
+(``benchmarks/blas_threads.py``, figures in ``benchmarks/README.md``), two threads speed up the
+MNIST step only when its matmuls are large (batch 256: about 1.3x) and the other core is free;
+when another process keeps one core busy, two threads collapse (batch 80: 4x slower, batch 256:
+1.5x slower than one thread), and at small batches they never help. So ``"auto"`` uses one
+thread unless the program's largest matmul has at least ``PARALLEL_MIN_FLOPS`` and the machine
+looks idle when the Session attaches (1-minute load average below ``cpus - 0.5``); then BLAS keeps
+its own setting. The limit needs the optional ``threadpoolctl`` (``pip install xlgraph[perf]``);
+without it the policy does nothing. It holds while the Session is attached (``with session:``)
+and is restored when it detaches.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from xlgraph.ir import Ir
+
+PARALLEL_MIN_FLOPS = 8e6  # a matmul this large gains from a second BLAS thread (idle machine)
+
+
+def largest_matmul_flops(ir: Ir) -> float:
+    """Flops of the largest generalised-ufunc kernel (matmul) in ``ir``."""
+    best = 0.0
+    for graph in ir.graphs:
+        for op in graph.ops:
+            fn = op.defn.kernel
+            if isinstance(fn, np.ufunc) and fn.signature and op.inputs and op.outputs:
+                inner = op.inputs[0].shape[-1] if op.inputs[0].shape else 1
+                best = max(best, 2.0 * op.outputs[0].nelms * inner)
+    return best
+
+
+def machine_busy() -> bool:
+    """Whether other work already occupies about one core or more."""
+    try:
+        return os.getloadavg()[0] >= (os.cpu_count() or 1) - 0.5
+    except OSError:
+        return True
+
+
+def choose_threads(setting: int | str | None, flops: float) -> int | None:
+    """The BLAS thread limit for a Session (``None``: leave BLAS as it is)."""
+    if setting is None or setting != "auto":
+        return None if setting is None else int(setting)
+    if flops >= PARALLEL_MIN_FLOPS and not machine_busy():
+        return None
+    return 1
+
+
+class ThreadLimit:
+    """Limits BLAS threads from ``apply()`` until ``restore()``; a no-op without threadpoolctl."""
+
+    def __init__(self) -> None:
+        self._limits: Any = None
+
+    def apply(self, threads: int | None) -> None:
+        if threads is None:
+            return
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            return
+        self._limits = threadpool_limits(limits=threads, user_api="blas")
+
+    def restore(self) -> None:
+        if self._limits is not None:
+            self._limits.restore_original_limits()
+            self._limits = None
