@@ -164,8 +164,8 @@ def time_contenders(batch: int, quick: bool) -> dict[str, dict[str, float]]:
         except ImportError:
             continue
         sessions.append(session)
-    calls = max(3, calls_for(batch, 100_000.0 if quick else 300_000.0, per_sample_us=60.0))
-    times = interleaved(steps, calls, rounds=3 if quick else 7, warmup=2)
+    calls = max(2, calls_for(batch, 50_000.0 if quick else 150_000.0, per_sample_us=60.0))
+    times = interleaved(steps, calls, rounds=3 if quick else 5, warmup=2)
     for session in sessions:
         if session is not None:
             session.__exit__(None, None, None)

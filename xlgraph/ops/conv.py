@@ -4,7 +4,10 @@ Data is ``(N, C, *spatial)`` with 1, 2 or 3 spatial dims; a ``conv`` weight is
 ``(M, C / groups, *kernel)``. All three ops share one geometry (``stride``, ``pads`` as
 ``begins + ends``, ``dilation``, ``groups``) seen from the convolution's side, so each is the
 other's gradient: conv's input gradient is a conv_transpose, conv_transpose's is a conv.
-Kernels gather patches once (im2col on a strided view) and do one matmul per group.
+Kernels work through the batch a cache-sized chunk at a time (``batch_chunks``): ``conv`` and
+``conv_grad_weight`` copy the chunk's patches (im2col on a strided view) and do one matmul per
+item and group; ``conv_transpose`` multiplies first and then adds the taps' contributions into
+the result (col2im), channels-last so that each add runs over long rows.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from xlgraph.tensor import Tensor, TensorSpec
 
 
 # -- numpy kernels -----------------------------------------------------------------------------
-# Each kernel works through the batch a cache-sized chunk at a time (``batch_chunks``).
 def _patches(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints,
              dilation: Ints) -> tuple[np.ndarray, Ints]:
     """A read-only view ``(N, C, *kernel, *out)`` of the windows of ``x`` (the im2col matrix
@@ -53,10 +55,11 @@ def _grouped(a: np.ndarray, groups: int, positions: int) -> np.ndarray:
 def _conv_out(x: np.ndarray, w: np.ndarray, out: np.ndarray, stride: Ints, pads: Ints,
               dilation: Ints, groups: int) -> np.ndarray:
     # copy a chunk's patches, then one matmul per item and group writes (B, M, positions)
+    # into ``out`` (C-contiguous, as the buffer pool's are)
     patches, _ = _patches(x, w.shape[2:], stride, pads, dilation)
-    m, p = w.shape[0], int(np.prod(out.shape[2:]))
+    m, k, p = w.shape[0], x.shape[1] * int(np.prod(w.shape[2:])), int(np.prod(out.shape[2:]))
     wg = w.reshape(groups, m // groups, -1)
-    for sl in batch_chunks(x.shape[0], max(w[0].size * groups, m) * p * x.itemsize):
+    for sl in batch_chunks(x.shape[0], max(k, m) * p * x.itemsize):
         cols = _grouped(np.ascontiguousarray(patches[sl]), groups, p)
         np.matmul(wg, cols, out=_grouped(out[sl], groups, p))
     return out
@@ -102,7 +105,7 @@ def _conv_grad_weight(dy: np.ndarray, x: np.ndarray, stride: Ints, pads: Ints, d
     for sl in batch_chunks(x.shape[0], max(k, m) * p * x.itemsize):
         cols = _grouped(np.ascontiguousarray(patches[sl]), groups, p)
         dw_t += np.matmul(cols, _grouped(dy[sl], groups, p).swapaxes(-1, -2)).sum(axis=0)
-    return dw_t.swapaxes(-1, -2).reshape(m, x.shape[1] // groups, *kernel)
+    return np.ascontiguousarray(dw_t.swapaxes(-1, -2)).reshape(m, x.shape[1] // groups, *kernel)
 
 
 # -- inference ---------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Both reductions are separable, so the forward pools one spatial dim at a time (`
 passes per dim instead of ``prod(k)``). ``average_pool`` divides by the number of taps inside
 the unpadded input (ONNX's default ``count_include_pad=0``, torch's ``count_include_pad=False``).
 ``max_pool``'s gradient goes to the first maximal element of each window in row-major order,
-as in torch.
+as in torch. Kernels work through the batch a cache-sized chunk at a time (``batch_chunks``).
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ def _axis_taps(ndim: int, axis: int, k: int, s: int, d: int, o: int) -> Iterator
 
 
 def _separable(xp: np.ndarray, ufunc: np.ufunc, kernel: Ints, stride: Ints, dilation: Ints,
-               out: Ints, y: np.ndarray) -> None:
+               y: np.ndarray) -> None:
     """Combine each window of ``xp`` with ``ufunc`` into ``y``, one spatial dim after another."""
     a, n = xp, len(kernel)
-    for i, (k, s, d, o) in enumerate(zip(kernel, stride, dilation, out)):
+    for i, (k, s, d, o) in enumerate(zip(kernel, stride, dilation, y.shape[2:])):
         views = [a[tap] for tap in _axis_taps(a.ndim, a.ndim - n + i, k, s, d, o)]
         acc = y if i == n - 1 else np.empty(views[0].shape, a.dtype)
         if k == 1:
@@ -69,11 +69,10 @@ def _pool(x: np.ndarray, ufunc: np.ufunc, fill: Any, kernel: Ints, stride: Ints,
           dilation: Ints, y: np.ndarray) -> np.ndarray:
     """``ufunc`` over every window of ``x`` padded with ``fill`` into ``y``, a batch chunk at a
     time."""
-    out = y.shape[2:]
-    sizes = _sizes(x.shape[2:], kernel, stride, pads, dilation, out)
+    sizes = _sizes(x.shape[2:], kernel, stride, pads, dilation, y.shape[2:])
     for sl in batch_chunks(x.shape[0], _item_bytes(x)):
         _separable(pad_to(x[sl], pads[:len(kernel)], sizes, fill), ufunc, kernel, stride,
-                   dilation, out, y[sl])
+                   dilation, y[sl])
     return y
 
 
