@@ -263,3 +263,30 @@ def test_failed_run_restores_variables_from_one_snapshot(optimize: bool) -> None
         with pytest.raises(popxl.errors.ExecutionError, match="nll_loss_with_softmax_grad"):
             session.run({x_s: np.ones((3, 2, 3), np.float32), lab_s: labels})
         np.testing.assert_array_equal(session.get_tensor_data(w), np.ones(3))
+
+
+def test_blas_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xlgraph.runtime import threads
+
+    big = threads.PARALLEL_MIN_FLOPS
+    assert threads.choose_threads(None, big) is None and threads.choose_threads(3, 0) == 3
+    assert threads.choose_threads("auto", big / 2) == 1  # small matmuls: one thread
+    monkeypatch.setattr(threads, "machine_busy", lambda: False)
+    assert threads.choose_threads("auto", big) is None  # large and a free core: BLAS decides
+    monkeypatch.setattr(threads, "machine_busy", lambda: True)
+    assert threads.choose_threads("auto", big) == 1
+    assert threads.largest_matmul_flops(build_mlp(8).ir) == 2 * 8 * 32 * 784
+
+
+def test_session_limits_blas_threads_while_attached() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads() -> list[int]:
+        return [lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    session = popxl.Session(build_mlp(8).ir, blas_threads=1)
+    with session:
+        assert set(blas_threads()) <= {1}
+    assert blas_threads() == before

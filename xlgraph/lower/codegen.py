@@ -60,7 +60,6 @@ class _Writer:
         self.lines: list[str] = []
         self.line_ops: dict[int, Op] = {}
         self.namespace: dict[str, Any] = {"np": np}
-        self.fn_names: dict[int, str] = {}
         self.names: dict[int, str] = {}
         for i, buf in enumerate(buffers):
             self.namespace[f"b{i}"] = buf
@@ -220,7 +219,7 @@ class _Writer:
         elif k == "func":
             args = ", ".join(self.arg(s, i) for i in range(len(s.ins)))
             lhs = "".join(f"s{o}, " for o in s.outs)
-            call = f"{self.fn_names[id(s.func)]}({args})"
+            call = f"{s.func.name}({args})"
             self.emit(indent, f"{lhs}= {call}" if lhs else call, s.op)
             for o in s.outs:
                 self.names[o] = f"s{o}"
@@ -307,7 +306,7 @@ class _Writer:
         self.plan = self.plans[id(fn)]
         for p in fn.params:
             self.names[p] = f"s{p}"
-        self.emit(0, f"def {self.fn_names[id(fn)]}({', '.join(f's{p}' for p in fn.params)}):")
+        self.emit(0, f"def {fn.name}({', '.join(f's{p}' for p in fn.params)}):")
         for s in fn.steps:
             self.step(s, 1)
         results, seen = [], {}
@@ -323,7 +322,6 @@ class _Writer:
 
     def source(self) -> str:
         for fn in self.program.functions:
-            self.fn_names[id(fn)] = fn.name
             self.function(fn)
         self.plan = self.plans[id(self.program)]
         self.transfer_indices()

@@ -67,12 +67,12 @@ class CompiledExecutable:
         program = flatten(ir)
         pool = Pool()
         plans: dict[int, Plan] = {}
+        program.steps = optimise(program.steps, program, [])
+        program.functions = _used_functions(program)
         for fn in program.functions:  # callees come before their callers
             fn.steps = optimise(fn.steps, program, fn.results)
             plan_copies(fn.steps, fn.params)
             plans[id(fn)] = plan_body(fn.steps, fn.params, fn.results, program.specs, pool, "?")
-        program.steps = optimise(program.steps, program, [])
-        program.functions = _used_functions(program)
         slots = list(program.variable_slots)
         written = plan_copies(program.steps, slots)
         plans[id(program)] = plan = plan_body(program.steps, slots, [], program.specs, pool, "C")

@@ -370,9 +370,6 @@ def plan_body(steps: list[Step], entry: list[int], results: list[int],
     return _Planner(steps, entry, results, specs, pool, entry_layout).plan
 
 
-def count_steps(steps: list[Step]) -> int:
-    return sum(1 for _ in walk(steps))
-
 
 def swap_writes(steps: list[Step], variables: list[int], plan: Plan) -> dict[int, int]:
     """Variables whose first in-place write can go to a spare array instead: ``{id(step): slot}``.

@@ -59,12 +59,20 @@ abs = unary("abs", np.abs, grad=lambda g, dy: (dy * sign(g.x(0)),), kernel_out=n
 
 
 # -- activations -------------------------------------------------------------------------------
+def _relu_out(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0, out=out)
+
+
 def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0).astype(x.dtype, copy=False)
+    return _relu_out(x, np.empty(x.shape, x.dtype))
+
+
+def _relu_grad_out(dy: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.multiply(dy, np.greater(y, 0), out=out)
 
 
 def _relu_grad(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return dy * (y > 0)
+    return _relu_grad_out(dy, y, np.empty(dy.shape, dy.dtype))
 
 
 def _grad_samples(domain: tuple[float, float]):
@@ -75,10 +83,11 @@ def _grad_samples(domain: tuple[float, float]):
 
 
 _RELU_GRAD = OpDef("relu_grad", same_spec, _relu_grad, elementwise=True,
-                   samples=_grad_samples((-2.0, 2.0)))
+                   samples=_grad_samples((-2.0, 2.0)), kernel_out=_relu_grad_out)
 relu_grad = register(_RELU_GRAD)(lambda dy, y: apply1(_RELU_GRAD, [dy, y]))
 relu = unary("relu", _relu, grad=lambda g, dy: (relu_grad(dy, g.y(0)),),
-             samples=lambda rng: [Sample((rng.uniform(-2, 2, (3, 4)) + 0.05,))])
+             samples=lambda rng: [Sample((rng.uniform(-2, 2, (3, 4)) + 0.05,))],
+             kernel_out=_relu_out)
 relu_ = inplace("relu")
 
 

@@ -179,6 +179,7 @@ def _nll_softmax_out(probs, labels, loss_grad, ignore_index, reduction, out):
     else:
         np.copyto(loss_out, _nll_of_parts(parts, rows, probs, labels, reduction, False))
     scale = loss_grad / max(count, 1) if reduction == "mean" else loss_grad
+    scale = np.asarray(scale, grad_out.dtype)  # what numpy casts the float to anyway, once
     grad = grad_out.reshape(p.shape)
     np.multiply(p, scale, out=grad)
     grad[rows, lab] -= scale

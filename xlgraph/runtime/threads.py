@@ -6,10 +6,10 @@ MNIST step only when its matmuls are large (batch 256: about 1.3x) and the other
 when another process keeps one core busy, two threads collapse (batch 80: 4x slower, batch 256:
 1.5x slower than one thread), and at small batches they never help. So ``"auto"`` uses one
 thread unless the program's largest matmul has at least ``PARALLEL_MIN_FLOPS`` and the machine
-looks idle when the Session attaches (1-minute load average below ``cpus - 0.5``); then BLAS keeps
-its own setting. The limit needs the optional ``threadpoolctl`` (``pip install xlgraph[perf]``);
-without it the policy does nothing. It holds while the Session is attached (``with session:``)
-and is restored when it detaches.
+looks free when the Session attaches (see ``machine_busy``); then BLAS keeps its own setting.
+The limit needs the optional ``threadpoolctl`` (``pip install xlgraph[perf]``); without it the
+policy does nothing. It holds while the Session is attached (``with session:``) and is restored
+when it detaches.
 """
 
 from __future__ import annotations
@@ -37,11 +37,20 @@ def largest_matmul_flops(ir: Ir) -> float:
 
 
 def machine_busy() -> bool:
-    """Whether other work already occupies about one core or more."""
+    """Whether other processes leave no core free for a second BLAS thread: one is runnable
+    right now besides this one (``/proc/loadavg``), or the 1-minute load average, this process
+    included, reaches the number of cores."""
+    cpus = os.cpu_count() or 1
     try:
-        return os.getloadavg()[0] >= (os.cpu_count() or 1) - 0.5
-    except OSError:
-        return True
+        with open("/proc/loadavg") as f:
+            fields = f.read().split()
+        others, average = int(fields[3].split("/")[0]) - 1, float(fields[0])
+    except (OSError, ValueError, IndexError):
+        try:
+            others, average = 0, os.getloadavg()[0]
+        except OSError:
+            return True
+    return others >= cpus - 1 or average >= cpus
 
 
 def choose_threads(setting: int | str | None, flops: float) -> int | None:
