@@ -16,7 +16,7 @@ from xlgraph.errors import (
     XlgraphError,
     user_source_line,
 )
-from xlgraph.tensor import Constant, Tensor, TensorSpec, constant
+from xlgraph.tensor import Tensor, TensorSpec, constant
 
 if TYPE_CHECKING:
     from xlgraph.graph import Graph
@@ -48,7 +48,9 @@ class OpDef:
         kernel: ``kernel(*arrays, **attrs)`` -> array(s). In-place ops write into input
             ``inplace_of`` and return it.
         grad: VJP rule ``grad(g, *dys)`` -> one gradient Tensor (or None) per input.
-        kernel_out: ``kernel_out(*arrays, out=buffer, **attrs)`` writing into ``out``.
+        kernel_out: ``kernel_out(*arrays, out=buffer, **attrs)`` writing into ``out`` with the
+            same bits as ``kernel`` (see docs/lowering.md: optional ``scratch=`` buffers, and
+            for in-place ops ``out`` may be a spare array rather than the input).
         elementwise: output element i depends only on input elements i (fusable).
         side_effect: never removed as dead code.
         inplace_of: index of the input this op modifies in place (its output aliases it).
@@ -231,9 +233,6 @@ def same_dtype(*specs: TensorSpec) -> None:
                 f"dtypes differ: {', '.join(str(s) for s in specs)}; cast one with ops.cast"
             )
 
-
-def is_constant(t: Tensor) -> bool:
-    return isinstance(t, Constant)
 
 
 # -- shape helpers used by infer functions ------------------------------------------------------

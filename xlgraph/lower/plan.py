@@ -317,7 +317,8 @@ class _Planner:
 
     def fuse_target(self, s: Step, pos: int) -> int | None:
         """A dying input whose buffer an elementwise ufunc can write its output into."""
-        if len(s.outs) != 1 or not is_elementwise_ufunc(s.defn.kernel_out):
+        fusable = s.defn.elementwise and is_elementwise_ufunc(s.defn.kernel_out)
+        if len(s.outs) != 1 or not fusable:
             return None
         key = key_of(self.specs[s.outs[0]])
         for x in s.ins:
