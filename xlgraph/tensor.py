@@ -279,11 +279,17 @@ class Constant(Tensor):
         self.data = data
 
 
+def from_torch(data: Any) -> Any:
+    """``data`` as numpy when it is a torch tensor (recognised without importing torch)."""
+    if hasattr(data, "detach") and hasattr(data, "numpy"):
+        return data.detach().cpu().numpy()
+    return data
+
+
 def _host_array(data: Any, dt: dtype | None, downcast: bool, what: str) -> np.ndarray:
     if isinstance(data, Tensor):
         raise TypeError(f"{what} needs host data, got the graph tensor {data.id}")
-    if hasattr(data, "detach") and hasattr(data, "numpy"):  # torch tensor; torch is not imported
-        data = data.detach().cpu().numpy()
+    data = from_torch(data)
     if dt is None:
         arr = np.asarray(data)
         if arr.dtype == np.float64 and not isinstance(data, np.ndarray | np.generic):

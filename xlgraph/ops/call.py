@@ -38,15 +38,11 @@ _CALL = OpDef("call", _call_infer, None, kind="call")
 _REPEAT = OpDef("repeat", _repeat_infer, None, kind="repeat")
 
 
-class CallSiteInfo:
-    """Mappings between a called graph's tensors and the tensors at one call site."""
+class SiteInfo:
+    """What every call-like site shares: its op, parent inputs and outputs, modified inputs."""
 
     def __init__(self, op: Op) -> None:
         self.op = op
-
-    @property
-    def called_graph(self) -> Graph:
-        return self.op.attrs["graph"]
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
@@ -61,6 +57,25 @@ class CallSiteInfo:
 
     def parent_output(self, idx: int) -> Tensor:
         return self.op.outputs[idx]
+
+    def _mark_modified(self, parent_tensor: Tensor, first: int, what: str) -> None:
+        hits = [i for i, t in enumerate(self.op.inputs) if t is parent_tensor and i >= first]
+        if not hits:
+            raise ValueError(f"{parent_tensor.id} is not {what}")
+        self.op.attrs["modified"].update(hits)
+
+
+def site_op(outputs: tuple[Tensor, ...]) -> Op:
+    """The op just appended by ``apply`` (found through an output when it has one)."""
+    return outputs[0].producer if outputs else get_current_graph().ops[-1]
+
+
+class CallSiteInfo(SiteInfo):
+    """Mappings between a called graph's tensors and the tensors at one call site."""
+
+    @property
+    def called_graph(self) -> Graph:
+        return self.op.attrs["graph"]
 
     def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
         """The parent tensor connected to a called graph's input or output."""
@@ -95,10 +110,7 @@ class CallSiteInfo:
     def set_parent_input_modified(self, parent_tensor: Tensor,
                                   infer_modified_regions: bool = False) -> None:
         """Make in-place changes the called graph makes to this input visible in the parent."""
-        hits = [i for i, t in enumerate(self.op.inputs) if t is parent_tensor]
-        if not hits:
-            raise ValueError(f"{parent_tensor.id} is not an input of this call site")
-        self.op.attrs["modified"].update(hits)
+        self._mark_modified(parent_tensor, 0, "an input of this call site")
 
     def __repr__(self) -> str:
         return f"CallSiteInfo[{self.called_graph.name} at {self.op.created_at}]"
@@ -174,8 +186,7 @@ def _site(defn: OpDef, graph: Graph, inputs: Sequence[Any],
     if not isinstance(graph, Graph) or graph.is_main:
         raise TypeError(f"{defn.name} expects a subgraph, got {graph!r}")
     bound = _bind_inputs(graph, inputs, inputs_dict)
-    outs = apply(defn, bound, {"graph": graph, **attrs, "modified": set()})
-    op = outs[0].producer if outs else get_current_graph().ops[-1]
+    op = site_op(apply(defn, bound, {"graph": graph, **attrs, "modified": set()}))
     graph.call_sites.append(op)
     return CallSiteInfo(op)
 

@@ -14,11 +14,10 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.context import get_current_graph
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.graph import Graph
 from xlgraph.op import Op, OpDef, apply, register
-from xlgraph.ops.call import _bind_inputs
+from xlgraph.ops.call import SiteInfo, _bind_inputs, site_op
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
 __all__ = ["conditional", "conditional_with_info", "ConditionalSiteInfo"]
@@ -57,14 +56,11 @@ def branch_of(op: Op, then_branch: bool) -> tuple[Graph, builtins.slice, set[int
     return graph, builtins.slice(first, first + len(graph.inputs)), modified
 
 
-class ConditionalSiteInfo:
+class ConditionalSiteInfo(SiteInfo):
     """Mappings between the branch graphs' tensors and the tensors at one conditional site.
 
     Parent input indices count the condition (index 0); graph input indices are per branch.
     """
-
-    def __init__(self, op: Op) -> None:
-        self.op = op
 
     @property
     def called_graph(self) -> tuple[Graph, Graph]:
@@ -79,26 +75,11 @@ class ConditionalSiteInfo:
     def else_called_graph(self) -> Graph:
         return self.op.attrs["else_graph"]
 
-    @property
-    def inputs(self) -> tuple[Tensor, ...]:
-        """Every parent input, the condition first."""
-        return tuple(self.op.inputs)
-
-    @property
-    def outputs(self) -> tuple[Tensor, ...]:
-        return tuple(self.op.outputs)
-
     def _offset(self, then_branch: bool) -> int:
         return 1 if then_branch else 1 + self.op.attrs["n_then"]
 
     def _branch(self, then_branch: bool) -> Graph:
         return self.then_called_graph if then_branch else self.else_called_graph
-
-    def parent_input(self, idx: int) -> Tensor:
-        return self.op.inputs[idx]
-
-    def parent_output(self, idx: int) -> Tensor:
-        return self.op.outputs[idx]
 
     def is_parent_index_in_then_branch(self, idx: int) -> bool:
         """Whether parent input ``idx`` feeds the then branch (the condition feeds neither)."""
@@ -146,10 +127,7 @@ class ConditionalSiteInfo:
     def set_parent_input_modified(self, parent_tensor: Tensor,
                                   infer_modified_regions: bool = False) -> None:
         """Make in-place changes either branch makes to this input visible in the parent."""
-        hits = [i for i, t in enumerate(self.op.inputs) if t is parent_tensor and i > 0]
-        if not hits:
-            raise ValueError(f"{parent_tensor.id} is not a branch input of this conditional")
-        self.op.attrs["modified"].update(hits)
+        self._mark_modified(parent_tensor, 1, "a branch input of this conditional")
 
     def __repr__(self) -> str:
         then, other = self.called_graph
@@ -199,8 +177,7 @@ def conditional_with_info(
     else_bound = _bind_inputs(else_branch, else_inputs or (), else_inputs_dict)
     attrs = {"then_graph": then_branch, "else_graph": else_branch, "n_then": len(then_bound),
              "modified": set()}
-    outs = apply(_CONDITIONAL, [cond, *then_bound, *else_bound], attrs)
-    op = outs[0].producer if outs else get_current_graph().ops[-1]
+    op = site_op(apply(_CONDITIONAL, [cond, *then_bound, *else_bound], attrs))
     for g in {id(then_branch): then_branch, id(else_branch): else_branch}.values():
         g.call_sites.append(op)
     return ConditionalSiteInfo(op)

@@ -11,9 +11,7 @@ from xlgraph import dtypes
 from xlgraph.errors import StreamInputError
 from xlgraph.ir import Ir
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
-
-_DOWNCASTS = {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32,
-              np.dtype(np.uint64): np.uint32}
+from xlgraph.tensor import from_torch
 
 
 def _streams_used(ir: Ir, kind: str) -> list[Any]:
@@ -86,13 +84,12 @@ class HostIO:
         return arrays
 
     def _input_array(self, stream: HostToDeviceStream, data: Any, downcast: bool) -> np.ndarray:
-        if hasattr(data, "detach") and hasattr(data, "numpy"):
-            data = data.detach().cpu().numpy()
-        arr = np.asarray(data)
+        arr = np.asarray(from_torch(data))
         want = stream.dtype.as_numpy()
         if arr.dtype != want:
-            if not (downcast and _DOWNCASTS.get(arr.dtype) == want):
-                got = dtypes.of_array(arr).name if arr.dtype.kind in "biuf" else str(arr.dtype)
+            known = arr.dtype.kind in "biuf"
+            if not (downcast and known and dtypes.downcast(dtypes.of_array(arr)) is stream.dtype):
+                got = dtypes.of_array(arr).name if known else str(arr.dtype)
                 raise StreamInputError(
                     f"stream {stream.name!r} expects dtype {stream.dtype.name} "
                     f"({stream.spec}), got {got} data of shape {arr.shape}"
