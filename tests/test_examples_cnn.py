@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import re
 import sys
 from pathlib import Path
@@ -19,12 +21,16 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "mnist"
 @pytest.fixture
 def examples(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    for name in ("common", "cnn", "fashion"):
+    for name in ("common", "plots", "cnn", "fashion"):
         sys.modules.pop(name, None)
     import cnn
     import fashion
 
     return cnn, fashion
+
+
+def _is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:4] == b"\x89PNG"
 
 
 def _write_dataset(root: Path, folder: str, seed: int) -> np.ndarray:
@@ -48,12 +54,47 @@ def test_mnist_cnn_runs(examples, tmp_path, capsys):
     cnn, _ = examples
     _write_dataset(tmp_path, "MNIST", 0)
     results = cnn.main(["--datasets-dir", str(tmp_path), "--limit-nbatches", "4",
-                        "--epochs", "2", "--test-batch-size", "8", "--device-iterations", "2"])
+                        "--epochs", "2", "--test-batch-size", "8", "--device-iterations", "2",
+                        "--output-dir", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert [r.epoch for r in results] == [1, 2]
     assert all(0 <= r.accuracy <= 100 and np.isfinite(r.loss) for r in results)
+    assert all(r.losses.shape == (4,) and 0 < r.step_seconds <= r.seconds for r in results)
     assert "4 batches of 8 per epoch, 2 per run" in out
+    assert "s in Session.run)" in out
     assert f"Accuracy on test set: {results[-1].accuracy:.2f}%" in out
+    if importlib.util.find_spec("matplotlib"):
+        assert _is_png(tmp_path / "out" / "training_curve.png")
+        assert _is_png(tmp_path / "out" / "confusion_matrix.png")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_counts_batches_and_redraws_rarely(examples, monkeypatch):
+    import common
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with common.Progress(2000, "Epoch 1/1") as progress:
+        for _ in range(40):  # 40 runs of 50 batches each
+            progress.advance(50, np.full(50, 0.25, np.float32))
+    text = terminal.getvalue()
+    assert "2000/2000" in text and "loss=0.2500" in text
+    assert text.count("\r") < 10  # the first and last draws, and one per 0.5 s
+
+
+def test_progress_is_silent_when_not_a_terminal(examples, monkeypatch):
+    import common
+
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", pipe)
+    with common.Progress(100, "Epoch 1/1") as progress:
+        for _ in range(100):
+            progress.advance(1, np.ones(1))
+    assert pipe.getvalue() == ""
 
 
 def test_mnist_cnn_parameters_match_the_torch_model(examples):
@@ -104,14 +145,46 @@ def test_fashion_trains_reports_and_predicts(examples, tmp_path, capsys):
     assert label == FASHION_MNIST_CLASSES[int(np.argmax(log_probs))]
 
 
-def test_confusion_matrix_and_png(examples, tmp_path):
+def test_confusion_matrix_and_png(examples, tmp_path, capsys):
     _, fashion = examples
+    import plots
+
     preds = np.array([0, 1, 1, 2, 9])
     labels = np.array([0, 1, 2, 2, 9])
-    m = fashion.confusion_matrix(preds, labels)
+    m = plots.confusion_matrix(preds, labels)
     assert m[2, 1] == 1 and m[2, 2] == 1 and m.sum() == 5
+    np.testing.assert_allclose(plots.per_class_accuracy(m)[[0, 2, 3]], [100, 50, 0])
     text = fashion.report(m)
     assert re.search(r"Pullover +50\.00%", text)  # class 2: one of two right
     pytest.importorskip("matplotlib")
-    assert fashion.save_confusion_png(m, tmp_path / "m.png")
-    assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+    written = plots.save_figures(tmp_path / "figs", "test", [np.ones(5), np.ones(3)],
+                                 [50.0, 60.0], m, FASHION_MNIST_CLASSES)
+    assert [p.name for p in written] == ["training_curve.png", "confusion_matrix.png"]
+    assert all(_is_png(p) for p in written)
+    assert f"Saved {written[0]}" in capsys.readouterr().out
+
+
+def test_missing_extras_and_weights_end_with_one_line(examples, tmp_path, monkeypatch, capsys):
+    _, fashion = examples
+    import plots
+
+    with pytest.raises(SystemExit, match="no saved weights at .*train first with"):
+        fashion.main(["--predict", "item.png", "--output-dir", str(tmp_path)])
+    (tmp_path / "fashion_weights.npz").write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    with pytest.raises(SystemExit, match=re.escape("--predict needs PIL, which is not installed: "
+                                                   "pip install 'xlgraph[image]'")):
+        fashion.main(["--predict", "item.png", "--output-dir", str(tmp_path)])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert plots.save_figures(tmp_path, "t", [np.ones(2)], [1.0], np.eye(10, dtype=int),
+                              FASHION_MNIST_CLASSES) == []
+    assert capsys.readouterr().out.strip() == plots.MISSING
+
+
+def test_help_shows_defaults(examples, capsys):
+    cnn, fashion = examples
+    for module, default in ((cnn, "(default: 0.03)"), (fashion, "(default: 0.9)")):
+        with pytest.raises(SystemExit):
+            module.parse_args(["--help"])
+        assert default in " ".join(capsys.readouterr().out.split())
+    assert str(cnn.parse_args([]).output_dir) == str(Path("runs") / "cnn")

@@ -3,7 +3,8 @@
 Two blocks of (conv 3x3, max-pool 2, relu), then linear 1600->128, relu, dropout 0.5 and
 linear 128->10, trained with cross-entropy and plain SGD (lr 0.03), 8 images per step and 50
 steps per ``Session.run``. Run ``python examples/mnist/cnn.py`` (see ``--help``); MNIST is read
-offline through ``xlgraph.datasets``.
+offline through ``xlgraph.datasets``; the training curve and the confusion matrix are saved as
+PNGs in ``--output-dir`` (needs matplotlib).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import common
 
 from xlgraph import nn, optim
 from xlgraph.datasets import MNIST_MEAN, MNIST_STD, load_mnist
+
+DIGITS = tuple(str(d) for d in range(10))
 
 
 class Block(nn.Layer):
@@ -49,7 +52,7 @@ class Network(nn.Layer):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="PopTorch MNIST CNN demo in xlgraph")
+    parser = common.make_parser("PopTorch MNIST CNN demo in xlgraph", "cnn")
     common.add_arguments(parser, batch_size=8, lr=0.03, epochs=10)
     return parser.parse_args(argv)
 
@@ -60,8 +63,9 @@ def main(argv: list[str] | None = None) -> list[common.EpochResult]:
     test = common.load_split(load_mnist, MNIST_MEAN, MNIST_STD, opts, train=False)
     model = Network()
     evaluator = common.Evaluator(model, *test, opts.test_batch_size)
-    results, _, _ = common.fit(opts, model, nn.cross_entropy, optim.SGD(lr=opts.lr), train,
-                            evaluator, dropout=True)
+    results, _, predictions = common.fit(opts, model, nn.cross_entropy, optim.SGD(lr=opts.lr),
+                                         train, evaluator, dropout=True)
+    common.save_plots(opts, "MNIST CNN", results, predictions, DIGITS)
     mean_time = sum(r.seconds for r in results) / len(results)
     print(f"Accuracy on test set: {results[-1].accuracy:.2f}% "
           f"(after epoch 1: {results[0].accuracy:.2f}%; {mean_time:.1f} s per epoch)")

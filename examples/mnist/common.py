@@ -1,13 +1,18 @@
-"""Shared pieces of the CNN examples: arguments, data, the epoch loop and evaluation."""
+"""Shared pieces of the MNIST examples: arguments, data, progress, the epoch loop and evaluation."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
+import plots
 from tqdm import tqdm
 
 import xlgraph
@@ -17,6 +22,53 @@ from xlgraph.datasets import normalize
 from xlgraph.optim import Optimizer
 
 IMAGE = (1, 28, 28)
+
+
+def make_parser(description: str, example: str) -> argparse.ArgumentParser:
+    """A parser whose ``--help`` shows defaults, with ``--output-dir`` (``runs/<example>``)."""
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--output-dir", type=Path, default=Path("runs") / example,
+                        help="where the plots (and saved weights) are written")
+    return parser
+
+
+def require(module: str, what: str, install: str) -> ModuleType:
+    """Import ``module``, or end the program with one line naming what needs it and the fix."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise SystemExit(f"{what} needs {module}, which is not installed: {install}") from None
+
+
+class Progress:
+    """A tqdm bar over batches that redraws at most twice a second.
+
+    It stays silent when stderr is not a terminal (``disable=None``), so a redirected run logs
+    no redraws, and ``advance`` averages the loss shown only when the bar is about to redraw.
+    """
+
+    INTERVAL = 0.5
+
+    def __init__(self, total_batches: int, desc: str) -> None:
+        self.bar = tqdm(total=total_batches, desc=desc, unit="batch", disable=None,
+                        mininterval=self.INTERVAL)
+        self._next_postfix = 0.0
+
+    def advance(self, batches: int, losses: np.ndarray | None = None) -> None:
+        """Count ``batches`` more; the mean of their ``losses`` is shown beside the bar."""
+        if losses is not None and not self.bar.disable:
+            now = time.perf_counter()
+            if now >= self._next_postfix:
+                self.bar.set_postfix(loss=f"{np.mean(losses):.4f}", refresh=False)
+                self._next_postfix = now + self.INTERVAL
+        self.bar.update(batches)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.close()
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, batch_size: int, lr: float,
@@ -31,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, batch_size: int, lr: float
     parser.add_argument("--limit-nbatches", type=int, default=None,
                         help="use only this many batches for training and for testing")
     parser.add_argument("--datasets-dir", default=None,
-                        help="where the IDX files are (default ~/.torch/datasets)")
+                        help="where the IDX files are (unset: $XLGRAPH_DATASETS or "
+                             "~/.torch/datasets)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, shuffling, dropout")
 
 
@@ -53,10 +106,14 @@ def largest_divisor(n: int, at_most: int) -> int:
 
 @dataclass
 class EpochResult:
+    """One epoch: mean loss, wall time, time inside ``Session.run``, test accuracy, step losses."""
+
     epoch: int
     loss: float
     seconds: float
     accuracy: float
+    step_seconds: float = 0.0
+    losses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), repr=False)
 
 
 class Evaluator:
@@ -113,17 +170,32 @@ def fit(opts: argparse.Namespace, model: nn.Layer, loss: Callable[..., xlgraph.T
     with session:
         for epoch in range(1, opts.epochs + 1):
             start = time.perf_counter()
-            bar = tqdm(loader, desc=f"Epoch {epoch}/{opts.epochs}", total=len(loader))
-            losses = []
-            for images, labels in bar:
-                losses.append(step.run(session, images, labels))
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+            losses: list[np.ndarray] = []
+            in_steps = 0.0
+            with Progress(len(loader) * n, f"Epoch {epoch}/{opts.epochs}") as progress:
+                for images, labels in loader:
+                    before = time.perf_counter()
+                    losses.append(step.run(session, images, labels))
+                    in_steps += time.perf_counter() - before
+                    progress.advance(n, losses[-1])
             seconds = time.perf_counter() - start
             weights = {k: session.get_tensor_data(v) for k, v in step.params.items()}
             preds, truth = predictions = evaluator.predict(weights)
             accuracy = float(np.mean(preds == truth) * 100)
-            mean_loss = float(np.mean(np.concatenate(losses)))
-            results.append(EpochResult(epoch, mean_loss, seconds, accuracy))
-            print(f"Epoch {epoch}: loss {mean_loss:.4f}, {seconds:.1f} s, "
-                  f"test accuracy {accuracy:.2f}%")
+            step_losses = np.concatenate(losses)
+            mean_loss = float(np.mean(step_losses))
+            results.append(EpochResult(epoch, mean_loss, seconds, accuracy, in_steps,
+                                       step_losses))
+            print(f"Epoch {epoch}: loss {mean_loss:.4f}, {seconds:.2f} s "
+                  f"({in_steps:.2f} s in Session.run), test accuracy {accuracy:.2f}%")
     return results, weights, predictions
+
+
+def save_plots(opts: argparse.Namespace, title: str, results: list[EpochResult],
+               predictions: tuple[np.ndarray, np.ndarray],
+               class_names: tuple[str, ...]) -> np.ndarray:
+    """Save the training curve and confusion matrix PNGs; returns the confusion matrix."""
+    matrix = plots.confusion_matrix(*predictions, len(class_names))
+    plots.save_figures(opts.output_dir, title, [r.losses for r in results],
+                       [r.accuracy for r in results], matrix, class_names)
+    return matrix

@@ -3,8 +3,9 @@
 conv 1->5 (3x3), max-pool 2, relu, conv 5->12 (5x5), relu, group-norm (3 groups), linear
 972->100, relu, linear 100->10 and log-softmax, trained with the NLL loss and SGD (lr 0.001,
 momentum 0.9) on batches of 16 for 5 epochs. Prints the test accuracy per class and the confusion
-matrix (saved as a PNG when matplotlib is installed) and saves the weights; ``--predict IMAGE``
-classifies an image file with saved weights (needs Pillow).
+matrix, saves the weights and, when matplotlib is installed, the training curve and confusion
+matrix PNGs in ``--output-dir``; ``--predict IMAGE`` classifies an image file with saved weights
+(needs Pillow).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import common
 import numpy as np
+import plots
 
 import xlgraph
 from xlgraph import checkpoint, nn, ops, optim, training
@@ -52,50 +54,21 @@ def nll(log_probs: xlgraph.Tensor, labels: xlgraph.Tensor) -> xlgraph.Tensor:
     return ops.nll_loss(log_probs, labels, log_prob=True)
 
 
-def confusion_matrix(preds: np.ndarray, labels: np.ndarray, n: int = 10) -> np.ndarray:
-    """``m[i, j]``: how many images of class i were predicted as class j."""
-    m = np.zeros((n, n), np.int64)
-    np.add.at(m, (labels, preds), 1)
-    return m
-
-
 def report(matrix: np.ndarray) -> str:
     """Per-class accuracy and the confusion matrix as text."""
-    per_class = 100 * np.diag(matrix) / np.maximum(matrix.sum(axis=1), 1)
     lines = ["Per-class test accuracy:"]
-    lines += [f"  {name:<12} {acc:6.2f}%" for name, acc in zip(FASHION_MNIST_CLASSES, per_class)]
+    lines += [f"  {name:<12} {acc:6.2f}%"
+              for name, acc in zip(FASHION_MNIST_CLASSES, plots.per_class_accuracy(matrix))]
     lines.append("Confusion matrix (rows: true class, columns: predicted class):")
     lines.append("     " + "".join(f"{j:>6}" for j in range(len(matrix))))
     lines += [f"  {i:>2} " + "".join(f"{v:>6}" for v in row) for i, row in enumerate(matrix)]
     return "\n".join(lines)
 
 
-def save_confusion_png(matrix: np.ndarray, path: Path) -> bool:
-    """Plot the confusion matrix into ``path``; False when matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(8, 7))
-    image = ax.imshow(matrix, cmap="Blues")
-    ax.set_xticks(range(10), FASHION_MNIST_CLASSES, rotation=45, ha="right")
-    ax.set_yticks(range(10), FASHION_MNIST_CLASSES)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    fig.colorbar(image)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
-
-
 def load_image(path: str | Path) -> np.ndarray:
     """A grayscale 28x28 uint8 image, inverted when its background is light (needs Pillow)."""
+    common.require("PIL", "--predict", "pip install 'xlgraph[image]'")
     from PIL import Image, ImageOps
-
     img = Image.open(path).convert("L").resize((28, 28))
     pixels = np.asarray(img)
     border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
@@ -106,6 +79,9 @@ def load_image(path: str | Path) -> np.ndarray:
 
 def predict(image_path: str | Path, weights: str | Path) -> str:
     """The class name predicted for an image file with the saved ``weights``."""
+    if not Path(weights).is_file():
+        raise SystemExit(f"no saved weights at {weights}: train first with "
+                         f"`python examples/mnist/fashion.py --output-dir {Path(weights).parent}`")
     x = normalize(load_image(image_path), FASHION_MNIST_MEAN, FASHION_MNIST_STD)
     ir = xlgraph.Ir()
     step = training.build_inference(ir, ClassificationModel(),
@@ -118,13 +94,11 @@ def predict(image_path: str | Path, weights: str | Path) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Introduction to PopTorch, in xlgraph")
+    parser = common.make_parser("Introduction to PopTorch, in xlgraph", "fashion")
     common.add_arguments(parser, batch_size=16, lr=0.001, epochs=5)
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
-    parser.add_argument("--output-dir", default=".",
-                        help="where to write fashion_weights.npz and confusion_matrix.png")
     parser.add_argument("--weights", default=None,
-                        help="weights for --predict (default OUTPUT_DIR/fashion_weights.npz)")
+                        help="weights for --predict (unset: OUTPUT_DIR/fashion_weights.npz)")
     parser.add_argument("--predict", metavar="IMAGE", default=None,
                         help="classify IMAGE with saved weights instead of training")
     return parser.parse_args(argv)
@@ -148,10 +122,9 @@ def main(argv: list[str] | None = None) -> list[common.EpochResult] | str:
                                                dropout=False)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint.save(out / "fashion_weights.npz", weights)
-    matrix = confusion_matrix(*predictions)
+    matrix = common.save_plots(opts, "Fashion-MNIST", results, predictions,
+                               FASHION_MNIST_CLASSES)
     print(report(matrix))
-    if save_confusion_png(matrix, out / "confusion_matrix.png"):
-        print(f"Saved {out / 'confusion_matrix.png'}")
     mean_time = sum(r.seconds for r in results) / len(results)
     print(f"Accuracy on test set: {results[-1].accuracy:.2f}% ({mean_time:.1f} s per epoch); "
           f"weights saved to {out / 'fashion_weights.npz'}")

@@ -2,6 +2,9 @@
 
 Run ``python examples/mnist/mnist.py`` (see ``--help``). The only change from the PopXL program
 is ``import xlgraph as popxl``; data comes from ``xlgraph.datasets`` (offline) or torchvision.
+``--device-iterations N`` runs N training steps per ``Session.run`` in a device loop (PopTorch's
+``deviceIterations``; the tutorial's one step per run is the default). The training curve and the
+confusion matrix are saved as PNGs in ``--output-dir`` when matplotlib is installed.
 """
 
 from __future__ import annotations
@@ -9,18 +12,20 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import common
 import numpy as np
-from tqdm import tqdm
+import plots
 
 import xlgraph as popxl
 import xlgraph.ops as ops
 from xlgraph.data import DataLoader
 from xlgraph.datasets import MNIST_MEAN, MNIST_STD, load_mnist, normalize
 from xlgraph.transforms import autodiff
+
+DIGITS = tuple(str(d) for d in range(10))
 
 
 @dataclass
@@ -46,8 +51,8 @@ class Timer:
 
 
 def _torchvision_split(datasets_dir: str, train: bool) -> tuple[np.ndarray, np.ndarray]:
-    import torchvision  # optional: only with --data-source torchvision
-
+    torchvision = common.require("torchvision", "--data-source torchvision",
+                                 "pip install torchvision, or use --data-source xlgraph")
     root = datasets_dir or os.path.expanduser("~/.torch/datasets")
     ds = torchvision.datasets.MNIST(root, train=train, download=True)
     return ds.data.numpy(), ds.targets.numpy()
@@ -55,7 +60,11 @@ def _torchvision_split(datasets_dir: str, train: bool) -> tuple[np.ndarray, np.n
 
 @Timer("get_mnist_data")
 def get_mnist_data(opts: argparse.Namespace) -> tuple[DataLoader, DataLoader]:
-    """Training and test loaders of normalised MNIST (shuffled, incomplete batches dropped)."""
+    """Training and test loaders of normalised MNIST (shuffled, incomplete batches dropped).
+
+    The training loader yields groups of up to ``opts.device_iterations`` batches (the largest
+    count that divides the number of batches); ``--limit-nbatches N`` keeps N batches per split.
+    """
     loaders = []
     for train, batch in ((True, opts.batch_size), (False, opts.test_batch_size)):
         if opts.data_source == "torchvision":
@@ -63,19 +72,14 @@ def get_mnist_data(opts: argparse.Namespace) -> tuple[DataLoader, DataLoader]:
         else:
             images, labels = load_mnist(opts.datasets_dir, train=train)
         if opts.limit_nbatches:
-            keep = (opts.batch_size + opts.test_batch_size) * opts.limit_nbatches
+            keep = batch * opts.limit_nbatches
             images, labels = images[:keep], labels[:keep]
         x = normalize(images, MNIST_MEAN, MNIST_STD)
+        per_run = common.largest_divisor(len(x) // batch, opts.device_iterations) if train else 1
         loaders.append(DataLoader(x, labels.astype(np.int32), batch_size=batch, shuffle=True,
-                                  seed=opts.seed + int(train), drop_last=True))
+                                  seed=opts.seed + int(train), drop_last=True,
+                                  num_host_transfers=per_run))
     return loaders[0], loaders[1]
-
-
-def limited(loader: DataLoader, limit: int | None) -> Iterator[tuple[np.ndarray, ...]]:
-    for i, batch in enumerate(loader):
-        if limit is not None and i >= limit:
-            return
-        yield batch
 
 
 class Linear(popxl.Module):
@@ -94,74 +98,103 @@ class Linear(popxl.Module):
         return ops.gelu(y)
 
 
-def create_network_graph(ir: popxl.Ir, x: popxl.Tensor):
-    """The forward network in the current graph; returns its output and the call-site details."""
+def create_variables() -> dict[str, popxl.Tensor]:
+    """The network's weights, drawn from N(0, 0.02) as in the tutorial."""
     W0 = popxl.variable(np.random.normal(0, 0.02, (784, 32)), popxl.float32, name="W0")  # noqa: N806
     b0 = popxl.variable(np.random.normal(0, 0.02, (32,)), popxl.float32, name="b0")
     W1 = popxl.variable(np.random.normal(0, 0.02, (32, 10)), popxl.float32, name="W1")  # noqa: N806
     b1 = popxl.variable(np.random.normal(0, 0.02, (10,)), popxl.float32, name="b1")
+    return {"W0": W0, "b0": b0, "W1": W1, "b1": b1}
 
+
+def create_network_graph(ir: popxl.Ir, x: popxl.Tensor, params: dict[str, popxl.Tensor]):
+    """The forward network in the current graph; returns its output and the call-site details.
+
+    ``params`` are the variables, or the weight inputs of the step graph a device loop repeats.
+    """
     linear_0 = Linear()
     linear_graph_0 = ir.create_graph(linear_0, x, out_features=32)
     fwd_call_info_0 = ops.call_with_info(
-        linear_graph_0, x, inputs_dict={linear_0.W: W0, linear_0.b: b0}
+        linear_graph_0, x, inputs_dict={linear_0.W: params["W0"], linear_0.b: params["b0"]}
     )
     x1 = fwd_call_info_0.outputs[0]
 
     linear_1 = Linear()
     linear_graph_1 = ir.create_graph(linear_1, x1, out_features=10)
     fwd_call_info_1 = ops.call_with_info(
-        linear_graph_1, x1, inputs_dict={linear_1.W: W1, linear_1.b: b1}
+        linear_graph_1, x1, inputs_dict={linear_1.W: params["W1"], linear_1.b: params["b1"]}
     )
     y = fwd_call_info_1.outputs[0]
 
-    variables = {"W0": W0, "b0": b0, "W1": W1, "b1": b1}
     layers = ((linear_0, linear_graph_0, fwd_call_info_0), (linear_1, linear_graph_1,
                                                             fwd_call_info_1))
-    return y, variables, layers
+    return y, layers
 
 
-def build_train_ir(opts: argparse.Namespace):
-    """Forward, loss, explicit backward of both layers and SGD updates, in one main graph."""
+def build_train_step(ir: popxl.Ir, opts: argparse.Namespace, streams, params, loss_stream):
+    """One training step in the current graph: forward, loss, explicit backward, SGD updates."""
+    img_stream, label_stream = streams
+    img_t = ops.host_load(img_stream)
+    labels = ops.host_load(label_stream, "labels")
+    x = img_t.reshape((-1, 784))
+
+    y, layers = create_network_graph(ir, x, params)
+    (linear_0, graph_0, call_0), (_, graph_1, call_1) = layers
+    probs = ops.softmax(y, axis=-1)
+    loss, dy = ops.nll_loss_with_softmax_grad(probs, labels)
+
+    # Layer 1: all gradients, wired with inputs_dict + call_with_info.
+    bwd_info_1 = autodiff(graph_1)
+    activations_1 = bwd_info_1.inputs_dict(call_1)
+    bwd_call_1 = ops.call_with_info(bwd_info_1.graph, dy, inputs_dict=activations_1)
+    grads_1 = bwd_info_1.fwd_parent_ins_to_grad_parent_outs(call_1, bwd_call_1)
+    grad_x1 = grads_1[call_1.parent_input(0)]
+
+    # Layer 0: only W and b, in grads_required order, with a plain call.
+    bwd_info_0 = autodiff(graph_0, grads_required=[linear_0.W, linear_0.b])
+    activations_0 = bwd_info_0.inputs_dict(call_0)
+    grad_w0, grad_b0 = ops.call(bwd_info_0.graph, grad_x1, inputs_dict=activations_0)
+
+    updates = {
+        params["W1"]: grads_1[params["W1"]],
+        params["b1"]: grads_1[params["b1"]],
+        params["W0"]: grad_w0,
+        params["b0"]: grad_b0,
+    }
+    for param, grad in updates.items():
+        ops.scaled_add_(param, grad, b=-opts.lr)
+    ops.host_store(loss_stream, loss)
+
+
+def build_train_ir(opts: argparse.Namespace, steps_per_run: int = 1):
+    """The training Ir: one step in the main graph, or ``steps_per_run`` steps in a device loop.
+
+    With ``steps_per_run > 1`` the step is a subgraph that ``ops.repeat`` runs ``steps_per_run``
+    times per ``Session.run`` (``ir.num_host_transfers``); its weight inputs are ``by_ref``, so
+    the in-place updates reach the variables.
+    """
     ir = popxl.Ir()
-    ir.num_host_transfers = 1
+    ir.num_host_transfers = steps_per_run
     ir.replication_factor = 1
-    with ir.main_graph, popxl.in_sequence():
+    with ir.main_graph:
         img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
-        img_t = ops.host_load(img_stream)
         label_stream = popxl.h2d_stream((opts.batch_size,), popxl.int32, "labels")
-        labels = ops.host_load(label_stream, "labels")
-        x = img_t.reshape((-1, 784))
-
-        y, variables, layers = create_network_graph(ir, x)
-        (linear_0, graph_0, call_0), (_, graph_1, call_1) = layers
-        probs = ops.softmax(y, axis=-1)
-        loss, dy = ops.nll_loss_with_softmax_grad(probs, labels)
-
-        # Layer 1: all gradients, wired with inputs_dict + call_with_info.
-        bwd_info_1 = autodiff(graph_1)
-        activations_1 = bwd_info_1.inputs_dict(call_1)
-        bwd_call_1 = ops.call_with_info(bwd_info_1.graph, dy, inputs_dict=activations_1)
-        grads_1 = bwd_info_1.fwd_parent_ins_to_grad_parent_outs(call_1, bwd_call_1)
-        grad_x1 = grads_1[call_1.parent_input(0)]
-
-        # Layer 0: only W and b, in grads_required order, with a plain call.
-        bwd_info_0 = autodiff(graph_0, grads_required=[linear_0.W, linear_0.b])
-        activations_0 = bwd_info_0.inputs_dict(call_0)
-        grad_w0, grad_b0 = ops.call(bwd_info_0.graph, grad_x1, inputs_dict=activations_0)
-
-        updates = {
-            variables["W1"]: grads_1[variables["W1"]],
-            variables["b1"]: grads_1[variables["b1"]],
-            variables["W0"]: grad_w0,
-            variables["b0"]: grad_b0,
-        }
-        for param, grad in updates.items():
-            ops.scaled_add_(param, grad, b=-opts.lr)
-
-        loss_stream = popxl.d2h_stream(loss.shape, loss.dtype, "loss_stream")
-        ops.host_store(loss_stream, loss)
-    return ir, (img_stream, label_stream), variables, loss_stream
+        loss_stream = popxl.d2h_stream((), popxl.float32, "loss_stream")
+        variables = create_variables()
+    streams = (img_stream, label_stream)
+    if steps_per_run == 1:
+        with ir.main_graph, popxl.in_sequence():
+            build_train_step(ir, opts, streams, variables, loss_stream)
+    else:
+        step_graph = ir.create_empty_graph("train_step")
+        with step_graph, popxl.in_sequence():
+            params = {name: popxl.graph_input(v.shape, v.dtype, name, by_ref=True)
+                      for name, v in variables.items()}
+            build_train_step(ir, opts, streams, params, loss_stream)
+        with ir.main_graph:
+            ops.repeat(step_graph, steps_per_run,
+                       inputs_dict={params[name]: v for name, v in variables.items()})
+    return ir, streams, variables, loss_stream
 
 
 def build_test_ir(opts: argparse.Namespace):
@@ -170,62 +203,74 @@ def build_test_ir(opts: argparse.Namespace):
     with ir.main_graph:
         img_stream = popxl.h2d_stream((opts.test_batch_size, 28, 28), popxl.float32, "image")
         x = ops.host_load(img_stream).reshape((-1, 784))
-        y, variables, _ = create_network_graph(ir, x)
+        variables = create_variables()
+        y, _ = create_network_graph(ir, x, variables)
         out_stream = popxl.d2h_stream(y.shape, y.dtype, "outputs")
         ops.host_store(out_stream, y)
     return ir, img_stream, variables, out_stream
 
 
-def train(opts: argparse.Namespace, train_loader: DataLoader) -> dict[str, np.ndarray]:
-    """Train for ``opts.epochs``; returns the trained weights by name."""
+def train(opts: argparse.Namespace,
+          train_loader: DataLoader) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """Train for ``opts.epochs``; returns the trained weights by name and the step losses."""
+    per_run = train_loader.num_host_transfers
     with Timer("build training Ir"):
-        ir, (img_stream, label_stream), variables, loss_stream = build_train_ir(opts)
+        ir, (img_stream, label_stream), variables, loss_stream = build_train_ir(opts, per_run)
     with Timer("create training Session"):
         session = popxl.Session(ir, "ipu_model")
-    nbatches = min(len(train_loader), opts.limit_nbatches or len(train_loader))
+    nbatches = len(train_loader) * per_run
+    losses: list[np.ndarray] = []
     with session:
         for epoch in range(1, opts.epochs + 1):
-            with Timer(f"epoch {epoch}"):
-                bar = tqdm(limited(train_loader, opts.limit_nbatches), total=nbatches,
-                           desc=f"Epoch {epoch}/{opts.epochs}")
-                total = 0.0
-                for step, (images, labels) in enumerate(bar, start=1):
+            epoch_losses: list[np.ndarray] = []
+            in_steps = 0.0
+            with Timer(f"epoch {epoch}"), common.Progress(
+                    nbatches, f"Epoch {epoch}/{opts.epochs}") as progress:
+                for images, labels in train_loader:
+                    start = time.perf_counter()
                     outputs = session.run({img_stream: images, label_stream: labels})
-                    total += float(outputs[loss_stream])
-                    bar.set_postfix(loss=f"{total / step:.4f}")
+                    in_steps += time.perf_counter() - start
+                    epoch_losses.append(np.atleast_1d(outputs[loss_stream]))
+                    progress.advance(per_run, epoch_losses[-1])
+            losses.append(np.concatenate(epoch_losses))
+            print(f"Epoch {epoch}: {nbatches} steps ({per_run} per Session.run), mean loss "
+                  f"{np.mean(losses[-1]):.4f}, {in_steps:.3f} s in Session.run")
     trained = session.get_tensors_data(variables.values())
-    return {var.name: data for var, data in trained.items()}
+    return {var.name: data for var, data in trained.items()}, losses
 
 
-def test(
-    opts: argparse.Namespace, test_loader: DataLoader, weights: dict[str, np.ndarray]
-) -> float:
-    """Accuracy (percent) of the trained weights on the test set."""
+def test(opts: argparse.Namespace, test_loader: DataLoader,
+         weights: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted and true labels of the test set with the trained weights."""
     ir, img_stream, variables, out_stream = build_test_ir(opts)
     session = popxl.Session(ir, "ipu_model")
     session.write_variables_data({var: weights[var.name] for var in variables.values()})
-    nbatches = min(len(test_loader), opts.limit_nbatches or len(test_loader))
-    accuracies = []
-    with session, Timer("testing"):
-        for images, labels in tqdm(limited(test_loader, opts.limit_nbatches), total=nbatches,
-                                   desc="Testing"):
+    preds, truth = [], []
+    with session, Timer("testing"), common.Progress(len(test_loader), "Testing") as progress:
+        for images, labels in test_loader:
             logits = session.run({img_stream: images})[out_stream]
-            accuracies.append(float(np.mean(np.argmax(logits, axis=-1) == labels) * 100))
-    return float(np.mean(accuracies))
+            preds.append(np.argmax(logits, axis=-1))
+            truth.append(labels)
+            progress.advance(1)
+    return np.concatenate(preds), np.concatenate(truth)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="MNIST training in xlgraph (PopXL tutorial)")
+    parser = common.make_parser("MNIST training in xlgraph (PopXL tutorial)", "mnist")
     parser.add_argument("--batch-size", type=int, default=8, help="training batch size")
     parser.add_argument("--test-batch-size", type=int, default=80, help="test batch size")
     parser.add_argument("--epochs", type=int, default=1, help="training epochs")
     parser.add_argument("--lr", type=float, default=0.005, help="SGD learning rate")
+    parser.add_argument("--device-iterations", type=int, default=1,
+                        help="training steps per Session.run (ir.num_host_transfers, a device "
+                             "loop; seed 000 uses 50)")
     parser.add_argument("--limit-nbatches", type=int, default=None,
                         help="use only this many batches for training and for testing")
     parser.add_argument("--datasets-dir", default=None,
-                        help="where the MNIST IDX files are (default ~/.torch/datasets)")
+                        help="where the MNIST IDX files are (unset: $XLGRAPH_DATASETS or "
+                             "~/.torch/datasets)")
     parser.add_argument("--data-source", choices=("xlgraph", "torchvision"), default="xlgraph",
-                        help="offline xlgraph.datasets (default) or torchvision")
+                        help="offline xlgraph.datasets or torchvision")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and shuffling")
     return parser.parse_args(argv)
 
@@ -234,9 +279,13 @@ def main(argv: list[str] | None = None) -> float:
     opts = parse_args(argv)
     np.random.seed(opts.seed)
     train_loader, test_loader = get_mnist_data(opts)
-    weights = train(opts, train_loader)
-    accuracy = test(opts, test_loader, weights)
+    weights, losses = train(opts, train_loader)
+    preds, labels = test(opts, test_loader, weights)
+    accuracy = float(np.mean(preds == labels) * 100)
     print(f"Accuracy on test set: {accuracy:.2f}%")
+    matrix = plots.confusion_matrix(preds, labels)
+    plots.save_figures(opts.output_dir, "MNIST (PopXL tutorial)", losses, [accuracy], matrix,
+                       DIGITS)
     return accuracy
 
 
