@@ -21,17 +21,31 @@ def interleaved(fns: dict[str, Callable[[int], Any]], calls: int, rounds: int = 
                 warmup: int = 3) -> dict[str, dict[str, float]]:
     """Time several step functions in interleaved rounds (one loop of ``calls`` each per round),
     so that load from other processes hits them alike. Returns, per name, the median and the
-    minimum over rounds of the mean microseconds per call."""
+    minimum over rounds of the mean microseconds per step.
+
+    A step function may carry two attributes: ``finish()``, called once at the end of each
+    timed loop and timed with it (an asynchronous contender waits there for its queued work),
+    and ``steps`` (default 1), the training steps one call runs (a device loop): times are
+    per step, not per call.
+    """
+    def finish(fn: Callable[[int], Any]) -> None:
+        done = getattr(fn, "finish", None)
+        if done is not None:
+            done()
+
     for fn in fns.values():
         for i in range(warmup):
             fn(i)
+        finish(fn)
     loops: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             start = time.perf_counter()
             for i in range(calls):
                 fn(i)
-            loops[name].append((time.perf_counter() - start) / calls * 1e6)
+            finish(fn)
+            steps = calls * getattr(fn, "steps", 1)
+            loops[name].append((time.perf_counter() - start) / steps * 1e6)
     return {name: {"median": round(statistics.median(v), 1), "min": round(min(v), 1)}
             for name, v in loops.items()}
 

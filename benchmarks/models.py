@@ -55,40 +55,71 @@ def initial_params(seed: int = 0) -> list[np.ndarray]:
     return [rng.normal(0, 0.02, s).astype(np.float32) for s in shapes]
 
 
-def build_mlp(batch: int, train: bool = True, params: list[np.ndarray] | None = None) -> MLP:
-    """The tutorial's training step (or, with ``train=False``, its forward pass storing logits)."""
+def _forward(ir: popxl.Ir, x: popxl.Tensor, params: list[popxl.Tensor]) -> tuple[Any, ...]:
+    """Both layers as subgraphs called with the parameters: the two modules and call sites."""
+    W0, b0, W1, b1 = params
+    lin0, lin1 = Linear(), Linear()
+    g0 = ir.create_graph(lin0, x, out_features=HIDDEN)
+    g1 = ir.create_graph(lin1, g0.outputs[0], out_features=CLASSES)
+    ci0 = ops.call_with_info(g0, x, inputs_dict={lin0.W: W0, lin0.b: b0})
+    ci1 = ops.call_with_info(g1, ci0.outputs[0], inputs_dict={lin1.W: W1, lin1.b: b1})
+    return lin0, ci0, ci1
+
+
+def _train_ops(ir: popxl.Ir, x: popxl.Tensor, labels: popxl.Tensor,
+               params: list[popxl.Tensor]) -> popxl.Tensor:
+    """The tutorial's step in the current graph: forward, loss, autodiff, SGD; returns the loss."""
+    W0, b0, W1, b1 = params
+    lin0, ci0, ci1 = _forward(ir, x, params)
+    x1 = ci0.outputs[0]
+    probs = ops.softmax(ci1.outputs[0], axis=-1)
+    loss, dy = ops.nll_loss_with_softmax_grad(probs, labels)
+    bwd1 = autodiff(ci1.called_graph)
+    gci1 = ops.call_with_info(bwd1.graph, dy, inputs_dict=bwd1.inputs_dict(ci1))
+    grads1 = bwd1.fwd_parent_ins_to_grad_parent_outs(ci1, gci1)
+    bwd0 = autodiff(ci0.called_graph, grads_required=[lin0.W, lin0.b])
+    gW0, gb0 = ops.call(bwd0.graph, grads1[x1], inputs_dict=bwd0.inputs_dict(ci0))
+    for p, g in [(W1, grads1[W1]), (b1, grads1[b1]), (W0, gW0), (b0, gb0)]:
+        ops.scaled_add_(p, g, b=-LR)
+    return loss
+
+
+def build_mlp(batch: int, train: bool = True, params: list[np.ndarray] | None = None,
+              loop: int = 1) -> MLP:
+    """The tutorial's training step (or, with ``train=False``, its forward pass storing logits).
+
+    ``loop > 1`` runs that many training steps per ``Session.run`` (``num_host_transfers``, the
+    step in a ``repeat`` body that updates the variables by reference): the inputs then have a
+    leading dimension of ``loop``.
+    """
     params = initial_params() if params is None else params
     ir = popxl.Ir()
+    ir.num_host_transfers = loop
     with ir.main_graph, popxl.in_sequence():
         img_stream = popxl.h2d_stream((batch, 28, 28), popxl.float32, "image")
-        x = ops.host_load(img_stream).reshape((-1, 784))
         label_stream = popxl.h2d_stream((batch,), popxl.int32, "labels") if train else None
-        labels = ops.host_load(label_stream) if train else None
-        W0, b0, W1, b1 = (popxl.variable(p, popxl.float32, n)
-                          for p, n in zip(params, ("W0", "b0", "W1", "b1")))
-        lin0, lin1 = Linear(), Linear()
-        g0 = ir.create_graph(lin0, x, out_features=HIDDEN)
-        g1 = ir.create_graph(lin1, g0.outputs[0], out_features=CLASSES)
-        ci0 = ops.call_with_info(g0, x, inputs_dict={lin0.W: W0, lin0.b: b0})
-        x1 = ci0.outputs[0]
-        ci1 = ops.call_with_info(g1, x1, inputs_dict={lin1.W: W1, lin1.b: b1})
-        y = ci1.outputs[0]
+        variables = [popxl.variable(p, popxl.float32, n)
+                     for p, n in zip(params, ("W0", "b0", "W1", "b1"))]
+        loss_stream = popxl.d2h_stream((), popxl.float32, "loss") if train else None
         if not train:
+            x = ops.host_load(img_stream).reshape((-1, 784))
+            y = _forward(ir, x, variables)[2].outputs[0]
             out_stream = popxl.d2h_stream(y.shape, y.dtype, "logits")
             ops.host_store(out_stream, y)
-            return MLP(ir, img_stream, None, out_stream, [W0, b0, W1, b1])
-        probs = ops.softmax(y, axis=-1)
-        loss, dy = ops.nll_loss_with_softmax_grad(probs, labels)
-        bwd1 = autodiff(g1)
-        gci1 = ops.call_with_info(bwd1.graph, dy, inputs_dict=bwd1.inputs_dict(ci1))
-        grads1 = bwd1.fwd_parent_ins_to_grad_parent_outs(ci1, gci1)
-        bwd0 = autodiff(g0, grads_required=[lin0.W, lin0.b])
-        gW0, gb0 = ops.call(bwd0.graph, grads1[x1], inputs_dict=bwd0.inputs_dict(ci0))
-        for p, g in [(W1, grads1[W1]), (b1, grads1[b1]), (W0, gW0), (b0, gb0)]:
-            ops.scaled_add_(p, g, b=-LR)
-        loss_stream = popxl.d2h_stream(loss.shape, loss.dtype, "loss")
+            return MLP(ir, img_stream, None, out_stream, variables)
+    body = ir.main_graph if loop == 1 else ir.create_empty_graph("train_step")
+    with body, popxl.in_sequence():
+        local = variables if loop == 1 else [popxl.graph_input(v.shape, v.dtype, v.name)
+                                             for v in variables]
+        x = ops.host_load(img_stream).reshape((-1, 784))
+        loss = _train_ops(ir, x, ops.host_load(label_stream), local)
         ops.host_store(loss_stream, loss)
-    return MLP(ir, img_stream, label_stream, loss_stream, [W0, b0, W1, b1])
+    if loop > 1:
+        with ir.main_graph, popxl.in_sequence():
+            site = ops.repeat_with_info(body, loop, inputs_dict=dict(zip(local, variables)))
+            for v in variables:
+                site.set_parent_input_modified(v)
+    return MLP(ir, img_stream, label_stream, loss_stream, variables)
 
 
 def mnist_batches(batch: int, count: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
