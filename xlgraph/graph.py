@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -87,9 +88,23 @@ class Graph:
         return f"Graph[name={self.name}]"
 
     def __str__(self) -> str:
-        from xlgraph.op import format_listing
+        from xlgraph.listing import format_listing
 
         return format_listing(self)
+
+    def to_dot(self, path: str | Path | None = None) -> str:
+        """This graph as Graphviz DOT text: inputs, variables, constants, ops, named edges.
+
+        Args:
+            path: also write the text there (``.dot``), or render it (``.svg``, ``.png``;
+                needs Graphviz's ``dot`` program).
+
+        Returns:
+            The DOT text.
+        """
+        from xlgraph.listing import graph_dot, write_dot
+
+        return write_dot(graph_dot(self), path)
 
     # -- building ----------------------------------------------------------------------------
     def check_mutable(self) -> None:

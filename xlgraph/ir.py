@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from xlgraph.graph import Graph
@@ -39,6 +40,19 @@ class Ir:
 
     def __repr__(self) -> str:
         return f"Ir[id={self.id}]"
+
+    def __str__(self) -> str:
+        """Every graph's listing, the main graph first (see ``xlgraph.listing``)."""
+        from xlgraph.listing import format_ir
+
+        return format_ir(self)
+
+    def to_dot(self, path: str | Path | None = None) -> str:
+        """Graphviz DOT text of every graph, a cluster each, with dashed edges from call sites
+        to their callees; ``path`` is handled as by ``Graph.to_dot``."""
+        from xlgraph.listing import ir_dot, write_dot
+
+        return write_dot(ir_dot(self), path)
 
     def _unique_graph_name(self, base: str, suffix: bool) -> str:
         n = self._graph_names.get(base, 0)

@@ -140,38 +140,6 @@ class Op:
         return f"Op[{self.name} in {self.graph.name}]"
 
 
-def _attr_text(attrs: dict[str, Any]) -> str:
-    from xlgraph.graph import Graph
-
-    parts = []
-    for k, v in attrs.items():
-        if isinstance(v, Graph):
-            v = v.name
-        elif isinstance(v, np.ndarray):
-            continue
-        parts.append(f"{k}={v}")
-    return f" {{{', '.join(parts)}}}" if parts else ""
-
-
-def format_listing(graph: Graph) -> str:
-    """A readable listing of a graph, one op per line: ``%y:f32[8,32] = matmul %x %W``."""
-    head = ", ".join(f"%{t.name}:{t.spec}" for t in graph.inputs)
-    lines = [f"graph {graph.name}({head}) {{"]
-    for c in graph.constants:
-        lines.append(f"  %{c.name}:{c.spec} = constant")
-    for v in graph.variables:
-        lines.append(f"  %{v.name}:{v.spec} = variable")
-    for op in graph.ops:
-        outs = ", ".join(f"%{t.name}:{t.spec}" for t in op.outputs)
-        ins = " ".join(f"%{t.name}" for t in op.inputs)
-        lhs = f"{outs} = " if outs else ""
-        lines.append(f"  {lhs}{op.defn.name} {ins}{_attr_text(op.attrs)}".rstrip())
-    outs = ", ".join(f"%{t.name}" for t in graph.outputs)
-    lines.append(f"  return {outs}")
-    lines.append("}")
-    return "\n".join(lines)
-
-
 def check_same_graph(op_name: str, graph: Graph, tensors: Sequence[Tensor], where: str) -> None:
     for t in tensors:
         if not isinstance(t, Tensor):
