@@ -30,6 +30,8 @@ class Graph:
         self._inputs: list[Tensor] = []
         self._outputs: list[Tensor] = []
         self.call_sites: list[Op] = []
+        # outputs the user declared, set when autodiff first adds activations as outputs
+        self.declared_outputs: int | None = None
 
     # -- context -----------------------------------------------------------------------------
     def __enter__(self) -> Graph:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dis
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 import numpy as np
 
 from xlgraph.context import get_current_graph
-from xlgraph.errors import CallInputError, ShapeError, user_source_line
+from xlgraph.errors import AutodiffError, CallInputError, ShapeError, user_source_line
 from xlgraph.graph import Graph
 from xlgraph.op import Op, OpDef, apply, register
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
-__all__ = ["call", "call_with_info", "repeat", "repeat_with_info", "CallSiteInfo"]
+__all__ = ["call", "call_with_info", "repeat", "repeat_with_info", "CallSiteInfo", "CallOutputs"]
 
 
 def _call_infer(*specs: TensorSpec, graph: Graph, modified: set[int]) -> tuple[TensorSpec, ...]:
@@ -70,12 +73,60 @@ def site_op(outputs: tuple[Tensor, ...]) -> Op:
     return outputs[0].producer if outputs else get_current_graph().ops[-1]
 
 
+def _unpacks(frame: FrameType | None, count: int) -> bool:
+    """Whether ``frame`` is executing ``a, b, ... = value`` with ``count`` targets."""
+    if frame is None:
+        return False
+    for ins in dis.get_instructions(frame.f_code):
+        if ins.offset == frame.f_lasti:
+            return ins.opname == "UNPACK_SEQUENCE" and ins.arg == count
+    return False
+
+
+class CallOutputs(tuple):
+    """The outputs of a call or repeat site (a tuple).
+
+    When ``autodiff`` has added activations as outputs of the called graph, the site has more
+    outputs than the graph declared; unpacking only the declared ones raises an
+    ``AutodiffError`` (a ``ValueError``) that names this rule instead of Python's bare "too many
+    values to unpack".
+    """
+
+    graph: Graph
+
+    def __new__(cls, outputs: Sequence[Tensor], graph: Graph) -> CallOutputs:
+        self = super().__new__(cls, outputs)
+        self.graph = graph
+        return self
+
+    def __iter__(self) -> Iterator[Tensor]:
+        declared = self.graph.declared_outputs
+        if declared is None or declared >= len(self):
+            return super().__iter__()
+        return self._checked(declared)
+
+    def _checked(self, declared: int) -> Iterator[Tensor]:
+        for i, t in enumerate(super().__iter__()):
+            if i == declared and _unpacks(sys._getframe(1), declared):
+                raise AutodiffError(
+                    f"too many values to unpack (expected {declared}): graph "
+                    f"{self.graph.name!r} now has {len(self)} outputs because autodiff added "
+                    f"the activations its gradient graph reads as outputs, and call sites gain "
+                    f"them too (see 'Activations' in docs/autodiff.md); take the declared ones "
+                    f"by index, e.g. outputs[:{declared}] [at {user_source_line()}]")
+            yield t
+
+
 class CallSiteInfo(SiteInfo):
     """Mappings between a called graph's tensors and the tensors at one call site."""
 
     @property
     def called_graph(self) -> Graph:
         return self.op.attrs["graph"]
+
+    @property
+    def outputs(self) -> CallOutputs:
+        return CallOutputs(self.op.outputs, self.called_graph)
 
     def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
         """The parent tensor connected to a called graph's input or output."""

@@ -1,10 +1,12 @@
-"""Graph transforms: ``autodiff`` and its result types."""
+"""Graph transforms: ``autodiff``, its result types, and the ``grad_of_call`` helper."""
 
 from xlgraph.transforms.autodiff import GradContext, autodiff
 from xlgraph.transforms.grad_info import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
+from xlgraph.transforms.grad_of_call import grad_of_call
 
 __all__ = [
     "autodiff",
+    "grad_of_call",
     "GradContext",
     "GradGraphInfo",
     "ExpectedConnection",

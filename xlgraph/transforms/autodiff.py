@@ -182,6 +182,8 @@ def _check_differentiable(graph: Graph) -> None:
 
 def _add_forward_output(graph: Graph, t: Tensor) -> None:
     """Make ``t`` an output of ``graph``; every existing call site gains the matching output."""
+    if graph.declared_outputs is None:
+        graph.declared_outputs = len(graph.outputs)
     graph._outputs.append(t)
     for site in graph.call_sites:
         if site.defn.kind == "call":
