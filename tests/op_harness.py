@@ -55,7 +55,8 @@ def last_op(graph: xlgraph.Graph, defn: OpDef) -> Op:
     return [op for op in graph.ops if op.defn is defn][-1]
 
 
-def run_forward(defn: OpDef, sample: Sample, arrays: list[np.ndarray], optimize: bool):
+def run_forward(defn: OpDef, sample: Sample, arrays: list[np.ndarray], optimize: bool,
+                backend: str | None = None):
     """Run the op in a Session on ``arrays`` fed through streams; returns (outputs, op)."""
     ir = xlgraph.Ir()
     with ir.main_graph:
@@ -67,7 +68,7 @@ def run_forward(defn: OpDef, sample: Sample, arrays: list[np.ndarray], optimize:
         for s, t in zip(d2h, outs):
             ops.host_store(s, t)
         op = last_op(ir.main_graph, defn)
-    session = xlgraph.Session(ir, "cpu", optimize=optimize)
+    session = xlgraph.Session(ir, "cpu", optimize=optimize, backend=backend)
     with session:
         got = session.run(dict(zip(streams, arrays)))
     return [got[s] for s in d2h], op

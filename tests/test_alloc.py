@@ -10,9 +10,12 @@ returns) pushes the peak over it, while the interpreter allocates megabytes per 
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import tracemalloc
 from pathlib import Path
+
+import pytest
 
 import xlgraph as popxl
 
@@ -23,10 +26,14 @@ BATCH = 128
 BOUND = 2 * BATCH * HIDDEN * 4  # bytes: two float32 hidden activations
 
 
-def traced_step_memory(optimize: bool, steps: int = 12) -> tuple[int, int]:
+BACKENDS = ["numpy"] + (["numba"] if importlib.util.find_spec("numba") else [])
+
+
+def traced_step_memory(optimize: bool, steps: int = 12,
+                       backend: str = "numpy") -> tuple[int, int]:
     """(peak bytes above the starting point, net growth) over ``steps`` warm training steps."""
     m = build_mlp(BATCH)
-    session = popxl.Session(m.ir, optimize=optimize)
+    session = popxl.Session(m.ir, optimize=optimize, backend=backend)
     feeds = [{m.images: x, m.labels: y} for x, y in mnist_batches(BATCH, 3)]
     with session:
         for f in feeds:  # warm up: first-run caches are not steady state
@@ -43,8 +50,9 @@ def traced_step_memory(optimize: bool, steps: int = 12) -> tuple[int, int]:
     return peak - base, current - base
 
 
-def test_training_step_allocates_almost_nothing() -> None:
-    peak, growth = traced_step_memory(optimize=True)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_step_allocates_almost_nothing(backend: str) -> None:
+    peak, growth = traced_step_memory(optimize=True, backend=backend)
     assert peak < BOUND, f"a steady-state step allocated up to {peak} bytes (bound {BOUND})"
     assert growth < 4096, f"steps leak {growth} bytes"
 

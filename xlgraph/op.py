@@ -60,6 +60,9 @@ class OpDef:
         samples: ``samples(rng)`` -> list of Sample with valid input domains.
         ref: an independent reference implementation for tests.
         tol: relative tolerance for float32 tests.
+        loop: ``loop(input_specs, **attrs)`` -> ``(fn, extra)`` or None: a loop form of
+            ``kernel_out`` for the compiled backend, ``fn(*inputs, *outputs, *extra)`` over
+            C-contiguous arrays (see ``xlgraph.ops.loops``); None where it does not apply.
     """
 
     name: str
@@ -75,6 +78,7 @@ class OpDef:
     samples: Callable[[np.random.Generator], list[Sample]] | None = None
     ref: Callable[..., Any] | None = None
     tol: float | None = None
+    loop: Callable[..., tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = None
 
     @property
     def differentiable(self) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.listing import op_text
+from xlgraph.lower.backends import Backend
 from xlgraph.lower.plan import Plan, is_elementwise_ufunc, pure_view
 from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.op import Op
@@ -56,8 +57,10 @@ def _is_literal(v: Any) -> bool:
 
 class _Writer:
     def __init__(self, program: Program, plans: dict[int, Plan], buffers: list[np.ndarray],
-                 swaps: dict[int, int], h2d: list[Any], d2h: list[Any], transfers: int) -> None:
+                 swaps: dict[int, int], h2d: list[Any], d2h: list[Any], transfers: int,
+                 backend: Backend | None = None) -> None:
         self.program = program
+        self.backend = backend
         self.plans = plans
         self.h2d = {s: i for i, s in enumerate(h2d)}
         self.d2h = {s: i for i, s in enumerate(d2h)}
@@ -132,6 +135,8 @@ class _Writer:
         if src is not None and d.view:
             self.view(s, args, attrs, indent)
             return
+        if id(s) in plan.use_out and self.compiled_loop(s, args, indent):
+            return
         if src is not None:  # modifies an input in place; the output is that input
             if id(s) in plan.use_out:
                 fn = self.bind_global(f"o_{d.name}", d.kernel_out)
@@ -164,6 +169,34 @@ class _Writer:
             self.names[o] = f"s{o}"
             if not self.program.specs[o].shape:  # ufuncs give numpy scalars for 0-d results
                 self.emit(indent, f"s{o} = np.asarray(s{o})")
+
+    def compiled_loop(self, s: Step, args: list[str], indent: int) -> bool:
+        """Emit a call of the backend's compiled loop form of ``s`` instead of its
+        ``kernel_out``, when there is one, every input is C-contiguous and no two inputs are
+        different views of one buffer (numpy buffers overlapping operands; a loop would not)."""
+        d, plan, specs = s.defn, self.plan, self.program.specs
+        roots = {plan.root[x]: x for x in s.ins}
+        if (self.backend is None or d.loop is None or id(s) in plan.densify
+                or id(s) in plan.copies or any(plan.layout[x] != "C" for x in s.ins)
+                or len(roots) != len(set(s.ins))):
+            return False
+        found = self.backend.kernel(d.loop, [specs[x] for x in s.ins],
+                                    [specs[o] for o in s.outs], s.attrs)
+        if found is None:
+            return False
+        fn, extra = found
+        src = s.alias_source
+        if src is not None and id(s) in self.swaps:  # the result goes to the spare array
+            self.names[src] = f"n{src}"
+        outs = [self.names[src]] if src is not None else [f"b{plan.buffer_of[o]}"
+                                                           for o in s.outs]
+        consts = [repr(x) if isinstance(x, int) else self.bind_global(f"x_{d.name}", x)
+                  for x in extra]
+        call = f"{self.bind_global(f'j_{d.name}', fn)}({', '.join([*args, *outs, *consts])})"
+        self.emit(indent, call, s.op)
+        for o, name in zip(s.outs, outs):
+            self.set_name(o, name, indent)
+        return True
 
     def scratch_text(self, s: Step) -> str:
         bufs = self.plan.scratch.get(id(s))
@@ -377,16 +410,17 @@ def _tensor_text(op: Op | None, i: int) -> str:
 
 def generate(program: Program, plans: dict[int, Plan], buffers: list[np.ndarray],
              swaps: dict[int, int], h2d: list[Any], d2h: list[Any],
-             transfers: int) -> CompiledStep:
+             transfers: int, backend: Backend | None = None) -> CompiledStep:
     """Compile ``program`` into a Python function ``step(IN, OUT, V, N)``.
 
     ``plans`` maps ``id(body)`` (the program and each function) to its buffer plan and
     ``buffers`` are the pool arrays (bound into the function). ``IN``/``OUT`` are the host
     arrays of the h2d/d2h streams in the given order, ``V`` the variables' device arrays (in
     ``program.variable_slots`` order) and ``N`` the spare arrays of the variables in ``swaps``
-    (``{id(step): variable slot}``, in slot order), which those steps write instead.
+    (``{id(step): variable slot}``, in slot order), which those steps write instead. With a
+    ``backend``, steps whose op has a loop form call its compiled version instead.
     """
-    writer = _Writer(program, plans, buffers, swaps, h2d, d2h, transfers)
+    writer = _Writer(program, plans, buffers, swaps, h2d, d2h, transfers, backend)
     source = writer.source()
     code = compile(source, _FILENAME, "exec")
     namespace = writer.namespace

@@ -14,6 +14,7 @@ import numpy as np
 
 from xlgraph.ir import Ir
 from xlgraph.lower.alias import plan_copies
+from xlgraph.lower.backends import Backend, get_backend
 from xlgraph.lower.checks import check_inplace_order
 from xlgraph.lower.codegen import failing_op, generate
 from xlgraph.lower.flatten import flatten
@@ -63,7 +64,7 @@ def _used_functions(program: Program) -> list[Function]:
 class CompiledExecutable:
     """The generated step function."""
 
-    def __init__(self, ir: Ir) -> None:
+    def __init__(self, ir: Ir, backend: Backend | None = None) -> None:
         program = flatten(ir)
         pool = Pool()
         plans: dict[int, Plan] = {}
@@ -87,7 +88,7 @@ class CompiledExecutable:
         self.plans = plans
         self.buffers = pool.allocate()
         self.compiled = generate(program, plans, self.buffers, swaps, self.h2d, self.d2h,
-                                 ir.num_host_transfers)
+                                 ir.num_host_transfers, backend)
         self.source = self.compiled.source
         self.written_variables = [program.variable_slots[s] for s in sorted(written)
                                   if s not in swaps.values()]
@@ -127,7 +128,11 @@ class InterpretedExecutable:
         return self.interpreter.current_op
 
 
-def lower(ir: Ir, optimize: bool = True) -> CompiledExecutable | InterpretedExecutable:
-    """Check ``ir`` and build its executable (compiled, or interpreted when not ``optimize``)."""
+def lower(ir: Ir, optimize: bool = True,
+          backend: str | None = None) -> CompiledExecutable | InterpretedExecutable:
+    """Check ``ir`` and build its executable: compiled for ``backend`` (see
+    ``xlgraph.lower.backends``), or interpreted when not ``optimize``."""
     check_inplace_order(ir)
-    return CompiledExecutable(ir) if optimize else InterpretedExecutable(ir)
+    if not optimize:
+        return InterpretedExecutable(ir)
+    return CompiledExecutable(ir, get_backend(backend))

@@ -21,6 +21,7 @@ from xlgraph.op import (
     same_spec,
     unary,
 )
+from xlgraph.ops import loops
 from xlgraph.tensor import Tensor, TensorSpec
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -164,12 +165,22 @@ def _gelu_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
                           (np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)))
 
 
+def _loop_with(fn: Any, consts: tuple[float, ...]) -> Any:
+    """An ``OpDef.loop`` running ``fn`` with ``consts`` and the exp clamp of the dtype."""
+    def loop(ins: list[TensorSpec]) -> Any:
+        top = _EXP_MAX.get(np.dtype(ins[0].dtype.as_numpy()).type, 0.0)
+        return loops.float_only(ins[0], fn, (*consts, top))
+
+    return loop
+
+
 _GELU_GRAD = OpDef("gelu_grad", same_spec, _gelu_grad, elementwise=True,
-                   samples=_grad_samples((-3.0, 3.0)), kernel_out=_gelu_grad_out)
+                   samples=_grad_samples((-3.0, 3.0)), kernel_out=_gelu_grad_out,
+                   loop=_loop_with(loops.gelu_grad, _GELU_GRAD_C))
 gelu_grad = register(_GELU_GRAD)(lambda dy, x: apply1(_GELU_GRAD, [dy, x]))
 gelu = unary("gelu", _gelu, grad=lambda g, dy: (gelu_grad(dy, g.x(0)),),
              doc="GELU, tanh approximation (PopXL's ``gelu``).", domain=(-3.0, 3.0),
-             kernel_out=_gelu_out)
+             kernel_out=_gelu_out, loop=_loop_with(loops.gelu, _GELU_C))
 gelu_ = inplace("gelu")
 
 
@@ -292,9 +303,13 @@ def _scaled_add_samples(rng: np.random.Generator) -> list[Sample]:
 _SCALED_ADD = OpDef("scaled_add", _scaled_add_infer, _scaled_add,
                     lambda g, dy: (dy * g.attrs["a"], dy * g.attrs["b"]), elementwise=True,
                     samples=_scaled_add_samples)
+def _scaled_add_loop(ins: list[TensorSpec], a: float, b: float) -> Any:
+    return loops.float_only(ins[0], loops.scaled_add, (a, b))
+
+
 _SCALED_ADD_ = OpDef("scaled_add_", _scaled_add_infer, _scaled_add_inplace, inplace_of=0,
                      samples=_scaled_add_samples, ref=_scaled_add,
-                     kernel_out=_scaled_add_inplace_out)
+                     kernel_out=_scaled_add_inplace_out, loop=_scaled_add_loop)
 
 
 def _scalar(value: Any) -> float | None:

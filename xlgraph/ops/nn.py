@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_spec
+from xlgraph.ops import loops
 from xlgraph.tensor import Constant, Tensor, TensorSpec
 
 
@@ -41,7 +43,8 @@ _SOFTMAX_GRAD = OpDef(
 )
 _SOFTMAX = OpDef("softmax", same_spec, _softmax,
                  lambda g, dy: (softmax_grad(dy, g.y(0), g.attrs["axis"]),),
-                 samples=_softmax_samples, kernel_out=_softmax_out)
+                 samples=_softmax_samples, kernel_out=_softmax_out,
+                 loop=lambda ins, axis: loops.float_only(ins[0], loops.softmax, ints=(axis,)))
 
 
 @register(_SOFTMAX_GRAD)
@@ -194,8 +197,19 @@ def _nll_softmax(probs, labels, loss_grad, ignore_index, reduction):
     return _nll_softmax_out(probs, labels, loss_grad, ignore_index, reduction, out)
 
 
+def _nll_softmax_loop(ins: list[TensorSpec], loss_grad: float, ignore_index: int | None,
+                      reduction: str) -> Any:
+    """The loop form without ``ignore_index``, for the mean and the sum."""
+    items = math.prod(ins[1].shape)
+    if ignore_index is not None or reduction == "none" or items == 0:
+        return None
+    count = items if reduction == "mean" else 1
+    return loops.float_only(ins[0], loops.nll_softmax, (loss_grad / count, count))
+
+
 _NLL_SOFTMAX = OpDef(
     "nll_loss_with_softmax_grad", _nll_softmax_infer, _nll_softmax, kernel_out=_nll_softmax_out,
+    loop=_nll_softmax_loop,
     samples=lambda rng: [Sample(_probs_labels(rng), {"loss_grad": 1.0, "ignore_index": None,
                                                      "reduction": "mean"})],
 )

@@ -36,6 +36,8 @@ class Session:
         optimize: run the generated plan (True) or the reference interpreter (False).
         blas_threads: BLAS threads while attached: ``"auto"`` (the policy in
             ``xlgraph.runtime.threads``), a number, or None to leave BLAS alone.
+        backend: ``"numpy"`` or ``"numba"`` (compiled loops for the ops that have them, see
+            ``xlgraph.lower.backends``); None: ``XLGRAPH_BACKEND``, else numba if installed.
 
     Example:
         >>> with session:
@@ -43,7 +45,8 @@ class Session:
     """
 
     def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True,
-                 optimize: bool = True, blas_threads: int | str | None = "auto") -> None:
+                 optimize: bool = True, blas_threads: int | str | None = "auto",
+                 backend: str | None = None) -> None:
         self.device = make_device(device_desc)
         if ir.replication_factor != 1:
             raise UnsupportedDeviceError(
@@ -52,7 +55,7 @@ class Session:
         ir.frozen = True
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
-        self.executable = lower(ir, optimize)
+        self.executable = lower(ir, optimize, backend)
         variables = self.executable.variables
         self._host = {v: v.initial_data.copy() for v in variables}
         self._backup = [(self._device[v], np.empty_like(self._device[v]))

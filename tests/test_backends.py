@@ -1,0 +1,116 @@
+"""The compiled (numba) backend against the numpy reference and the interpreter.
+
+Every op with a loop form runs on its samples (float32 and float64) through ``backend="numba"``
+and must match the interpreter within ``TOLERANCE``; the MNIST training step must train the
+same. The compiled kernels are cached on disk by numba, so reruns do not compile again.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from op_harness import run_forward, sample_arrays
+
+import xlgraph as popxl
+from xlgraph import ops
+from xlgraph.errors import ExecutionError
+from xlgraph.lower.backends import TOLERANCE, default_backend, get_backend
+from xlgraph.op import REGISTRY
+
+pytest.importorskip("numba", reason="needs the fast extra")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from models import build_mlp, mnist_batches  # noqa: E402
+
+LOOPED = sorted(name for name, d in REGISTRY.items() if d.loop is not None)
+CASES = [(name, i) for name in LOOPED
+         for i in range(len(REGISTRY[name].samples(np.random.default_rng(0))))]
+
+
+def test_the_ops_with_loop_forms() -> None:
+    assert {"gelu", "gelu_grad", "softmax", "nll_loss_with_softmax_grad", "scaled_add_"} <= set(
+        LOOPED)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_loop_form_matches_the_interpreter(name: str, index: int, dtype: type) -> None:
+    defn = REGISTRY[name]
+    sample = defn.samples(np.random.default_rng(index))[index]
+    arrays = sample_arrays(sample, dtype)
+    compiled, _ = run_forward(defn, sample, arrays, optimize=True, backend="numba")
+    reference, _ = run_forward(defn, sample, arrays, optimize=False)
+    for a, b in zip(compiled, reference):
+        np.testing.assert_allclose(a, b, **TOLERANCE[np.dtype(dtype).name])
+
+
+def _train(backend: str, steps: int = 4) -> tuple[list[float], list[np.ndarray], str]:
+    m = build_mlp(8)
+    session = popxl.Session(m.ir, backend=backend)
+    with session:
+        losses = [float(session.run({m.images: x, m.labels: y})[m.out])
+                  for x, y in mnist_batches(8, steps)]
+    return losses, [session.get_tensor_data(v) for v in m.variables], session.source
+
+
+def test_mnist_step_runs_compiled_loops_and_trains_like_numpy() -> None:
+    losses, weights, source = _train("numba")
+    ref_losses, ref_weights, ref_source = _train("numpy")
+    for op in ("gelu", "gelu_grad", "softmax", "nll_loss_with_softmax_grad", "scaled_add_"):
+        assert f"j_{op}(" in source and f"j_{op}(" not in ref_source
+    assert "o_matmul(" in source  # BLAS stays with numpy
+    np.testing.assert_allclose(losses, ref_losses, **TOLERANCE["float32"])
+    for a, b in zip(weights, ref_weights):
+        np.testing.assert_allclose(a, b, **TOLERANCE["float32"])
+    assert _train("numba")[2] == source  # deterministic source
+
+
+def test_attributes_without_a_loop_form_keep_the_numpy_kernel() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        p = ops.host_load(ps := popxl.h2d_stream((4, 3), popxl.float32, "p"))
+        lab = ops.host_load(ls := popxl.h2d_stream((4,), popxl.int32, "l"))
+        loss, grad = ops.nll_loss_with_softmax_grad(p, lab, ignore_index=1)
+        ops.host_store(out := popxl.d2h_stream(grad.shape, grad.dtype, "g"), grad)
+    session = popxl.Session(ir, backend="numba")
+    assert "j_nll" not in session.source
+    probs = np.full((4, 3), 1 / 3, np.float32)
+    with session:
+        got = session.run({ps: probs, ls: np.array([0, 1, 2, 1], np.int32)})[out]
+    assert not got[1].any() and got[0, 0] < 0
+
+
+def test_a_bad_label_fails_the_run_naming_the_op_and_leaves_variables_unchanged() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        w = popxl.variable(np.ones((2, 3), np.float32), name="w")
+        lab = ops.host_load(ls := popxl.h2d_stream((2,), popxl.int32, "l"))
+        ops.scaled_add_(w, popxl.constant(np.ones((2, 3), np.float32)), b=0.5)
+        _, grad = ops.nll_loss_with_softmax_grad(ops.softmax(w, axis=1), lab)
+        ops.host_store(popxl.d2h_stream(grad.shape, grad.dtype, "g"), grad)
+    session = popxl.Session(ir, backend="numba")
+    assert "j_nll_loss_with_softmax_grad(" in session.source
+    with session:
+        with pytest.raises(ExecutionError, match="nll_loss_with_softmax_grad"):
+            session.run({ls: np.array([0, 3], np.int32)})
+        np.testing.assert_array_equal(session.get_tensor_data(w), np.ones((2, 3)))
+
+
+def test_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XLGRAPH_BACKEND", "numba")
+    assert default_backend() == "numba" and get_backend(None).name == "numba"
+    monkeypatch.delenv("XLGRAPH_BACKEND")
+    assert default_backend() == "numba"  # installed here
+    assert get_backend("numpy") is None
+    with pytest.raises(ValueError, match="backend must be one of"):
+        popxl.Session(build_mlp(8).ir, backend="cuda")
+
+
+def test_missing_numba_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xlgraph.lower.backends import numba_backend
+
+    monkeypatch.setattr(numba_backend, "numba", None)
+    with pytest.raises(ImportError, match=r"xlgraph\[fast\]"):
+        get_backend("numba")

@@ -1,0 +1,59 @@
+"""The ``numba`` backend: ops' loop forms compiled to machine code, cached on disk.
+
+Each loop form is compiled once per process and argument types (``nopython``, ``nogil``, no
+fast-math, so float operations keep their IEEE order) and numba's on-disk cache keeps the
+machine code between processes: it is keyed by the loop form's source (file and function) and
+the argument types, so a second process loads instead of compiling. The cache lives where numba
+puts it (``__pycache__`` beside ``xlgraph/ops/loops.py``, or ``NUMBA_CACHE_DIR``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from xlgraph.tensor import TensorSpec
+
+try:
+    import numba
+except ImportError:  # pragma: no cover - exercised only without the extra
+    numba = None
+
+_JITTED: dict[Callable[..., Any], Any] = {}  # loop form -> its numba dispatcher (per process)
+
+
+def jitted(fn: Callable[..., Any]) -> Any:
+    """The numba dispatcher of a loop form (made once per process)."""
+    found = _JITTED.get(fn)
+    if found is None:
+        found = _JITTED[fn] = numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
+    return found
+
+
+def _array_type(spec: TensorSpec) -> Any:
+    return numba.typeof(np.empty(spec.shape, spec.dtype.as_numpy()))
+
+
+class NumbaBackend:
+    """Compiles loop forms with numba; see the module docstring."""
+
+    name = "numba"
+
+    def __init__(self) -> None:
+        if numba is None:
+            raise ImportError("backend='numba' needs numba: pip install xlgraph[fast]")
+
+    def kernel(self, loop: Callable[..., Any], ins: list[TensorSpec], outs: list[TensorSpec],
+               attrs: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
+        """The compiled loop form of one step (compiled now, for C-contiguous arguments of
+        these specs; other argument types compile when first met), or None."""
+        found = loop(ins, **attrs)
+        if found is None:
+            return None
+        fn, extra = found
+        dispatcher = jitted(fn)
+        types = [_array_type(s) for s in (*ins, *outs)] + [numba.typeof(x) for x in extra]
+        dispatcher.compile(tuple(types))
+        return dispatcher, extra

@@ -1,0 +1,100 @@
+"""Loop forms of some kernels, for the compiled backend (``xlgraph.lower.backends``).
+
+Each function here is a ``kernel_out`` written as explicit loops over C-contiguous arrays, in
+the subset of Python that numba compiles: ``fn(*inputs, *outputs, *extra)``, no allocation, and
+every scalar constant passed in ``extra`` already cast to the arrays' dtype (so float32 math
+stays float32, as in numpy). The numpy kernels remain the reference; an ``OpDef`` points at its
+loop form through ``OpDef.loop``, which also decides which attributes the loop covers.
+
+The loops do the numpy kernels' float operations in the same order, element by element, except
+where noted: ``exp``/``log`` come from the compiler's math library (numpy has its own SIMD
+versions; they may differ in the last bit) and sums over a row accumulate left to right (numpy
+sums contiguous runs pairwise). Hence the backend's documented tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from xlgraph.tensor import TensorSpec
+
+
+def float_only(spec: TensorSpec, fn: Callable[..., None], consts: tuple[Any, ...] = (),
+               ints: tuple[int, ...] = ()) -> tuple[Callable[..., None], tuple[Any, ...]] | None:
+    """``(fn, extra)`` for float32 and float64 tensors of ``spec``: ``extra`` is ``consts`` as
+    numpy scalars of that dtype, then ``ints``. None for other dtypes (the compiled backend does
+    no float16 arithmetic)."""
+    dtype = np.dtype(spec.dtype.as_numpy())
+    if dtype not in (np.float32, np.float64):
+        return None
+    return fn, (*(np.asarray(c, dtype)[()] for c in consts), *ints)
+
+
+def gelu(x, out, a, b, one, top):  # noqa: ANN001, ANN201 - numba infers the types
+    """``x / (1 + exp(min(x (a x^2 + b), top)))`` element by element; ``out`` may be ``x``."""
+    xs, outs = x.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        v = xs[i]
+        t = min((v * v * a + b) * v, top)
+        outs[i] = v / (np.exp(t) + one)
+
+
+def gelu_grad(dy, x, out, a, b, one, c, d, top):  # noqa: ANN001, ANN201
+    """``s (1 + x (c x^2 + d) (1 - s)) dy`` with ``s = 1 / (1 + exp(min(x (a x^2 + b), top)))``."""
+    dys, xs, outs = dy.reshape(-1), x.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        v = xs[i]
+        p = v * v
+        s = one / (np.exp(min((p * a + b) * v, top)) + one)
+        outs[i] = ((one - s) * ((p * c + d) * v) + one) * s * dys[i]
+
+
+def scaled_add(x, y, out, a, b):  # noqa: ANN001, ANN201
+    """``out = a x``, then ``out += b y``, element by element (``out`` and ``y`` may be ``x``:
+    then ``y`` is read after scaling, as in the numpy kernel; ``x * 1`` is exact)."""
+    xs, ys, outs = x.reshape(-1), y.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        t = outs[i] = xs[i] * a
+        outs[i] = t + ys[i] * b
+
+
+def softmax(x, out, axis):  # noqa: ANN001, ANN201
+    """``softmax`` along ``axis``; ``out`` may be ``x``."""
+    n = x.shape[axis]
+    inner = 1
+    for k in range(axis + 1, x.ndim):
+        inner *= x.shape[k]
+    xs, outs = x.reshape(-1), out.reshape(-1)
+    for base in range(0, xs.size, n * inner):
+        for k in range(base, base + inner):
+            top = xs[k]
+            for j in range(1, n):
+                top = max(top, xs[k + j * inner])
+            total = outs[k] = np.exp(xs[k] - top)
+            for j in range(1, n):
+                e = outs[k + j * inner] = np.exp(xs[k + j * inner] - top)
+                total += e
+            for j in range(n):
+                outs[k + j * inner] /= total
+
+
+def nll_softmax(probs, labels, loss, grad, scale, count):  # noqa: ANN001, ANN201
+    """``nll_loss_with_softmax_grad`` without ``ignore_index``: ``loss = -sum(log p[label])``
+    (divided by ``count`` for the mean, else ``count`` is 1), ``grad = p scale`` minus ``scale``
+    at each label. The loss is summed before ``grad`` is written (it may share ``probs``)."""
+    c = probs.shape[-1]
+    ps, labs, grads = probs.reshape(-1), labels.reshape(-1), grad.reshape(-1)
+    total = ps[0] * 0  # replaced by the first term below (there is at least one label)
+    for r in range(labs.size):
+        if not -c <= labs[r] < c:
+            raise IndexError("a label is out of range for the number of classes")
+        k = r * c + (labs[r] + c if labs[r] < 0 else labs[r])  # negative labels count from the end
+        total = np.log(ps[k]) if r == 0 else total + np.log(ps[k])
+    loss.reshape(1)[0] = -total / count
+    for i in range(ps.size):
+        grads[i] = ps[i] * scale
+    for r in range(labs.size):
+        grads[r * c + (labs[r] + c if labs[r] < 0 else labs[r])] -= scale
