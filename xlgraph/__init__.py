@@ -9,11 +9,18 @@ from xlgraph import (
     datasets,
     dtypes,
     errors,
+    fp8_utils,
     nn,
     ops,
     optim,
+    random_seed,
+    session,
+    tensorlocation,
+    testing,
     training,
     transforms,
+    typing_,
+    utils,
 )
 from xlgraph.context import (
     gcg,
@@ -23,13 +30,18 @@ from xlgraph.context import (
     gir,
     gmg,
     in_sequence,
+    io_tiles,
     name_scope,
 )
 from xlgraph.dtypes import (
     bool,
+    complex64,
+    complex128,
     double,
     dtype,
     float,
+    float8_143,
+    float8_152,
     float16,
     float32,
     float64,
@@ -46,7 +58,7 @@ from xlgraph.dtypes import (
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
 from xlgraph.module import Module
-from xlgraph.ops.random import create_seeds
+from xlgraph.random_seed import create_seeds
 from xlgraph.runtime import Session
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
 from xlgraph.tensor import (
@@ -59,6 +71,14 @@ from xlgraph.tensor import (
     graph_output,
     variable,
 )
+from xlgraph.tensorlocation import (
+    ExecutionContext,
+    ReplicatedTensorSharding,
+    TensorLocation,
+    TensorStorage,
+    TileSet,
+)
+from xlgraph.typing_ import TensorByRef
 
 __version__ = "0.1.0"
 
@@ -71,4 +91,11 @@ __all__ = [
     "checkpoint", "data", "datasets", "nn", "optim", "training",
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "half", "float32", "float", "float64", "double",
+]
+
+# -- PopXL's module layout and the rest of its top-level names --------------------------------
+__all__ += [
+    "fp8_utils", "random_seed", "session", "tensorlocation", "testing", "typing_", "utils",
+    "float8_143", "float8_152", "complex64", "complex128", "io_tiles", "TensorByRef",
+    "TensorLocation", "TensorStorage", "ReplicatedTensorSharding", "TileSet", "ExecutionContext",
 ]

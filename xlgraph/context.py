@@ -20,6 +20,8 @@ __all__ = [
     "gir",
     "in_sequence",
     "name_scope",
+    "io_tiles",
+    "op_hints",
 ]
 
 
@@ -28,6 +30,7 @@ class _Context:
         self.graphs: list[Graph] = []
         self.sequence: list[Any] = []  # stack of (mode, region id)
         self.scopes: list[str] = []
+        self.hints: list[dict[str, Any]] = []
         self.region_ids = itertools.count(1)
 
 
@@ -113,3 +116,33 @@ def name_scope(name: str) -> Iterator[None]:
 
 def scoped_name(name: str) -> str:
     return "/".join([*_ctx.scopes, name])
+
+
+@contextlib.contextmanager
+def op_hints(**hints: Any) -> Iterator[None]:
+    """Record ``hints`` on every op created inside (``op.hints``).
+
+    Hints are placement and planning facts (tile set, exchange group, memory proportion) that
+    do not change values; the ipu_model's cost model reads them. Inner blocks override outer ones.
+    """
+    _ctx.hints.append(hints)
+    try:
+        yield
+    finally:
+        _ctx.hints.pop()
+
+
+def current_hints() -> dict[str, Any]:
+    """The hints of every enclosing ``op_hints`` block, inner ones winning."""
+    merged: dict[str, Any] = {}
+    for h in _ctx.hints:
+        merged.update(h)
+    return merged
+
+
+def io_tiles() -> contextlib.AbstractContextManager[None]:
+    """Place ops created inside on the IO tile set (``tensor.tile_set == "io"``).
+
+    The simulator's values are unaffected; the placement is recorded for the ipu_model.
+    """
+    return op_hints(tile_set="io")

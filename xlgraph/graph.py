@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ class Graph:
         self.call_sites: list[Op] = []
         # outputs the user declared, set when autodiff first adds activations as outputs
         self.declared_outputs: int | None = None
+        self._op_created_hooks: dict[int, Callable[[Op], Any]] = {}
+        self._next_hook = 0
 
     # -- context -----------------------------------------------------------------------------
     def __enter__(self) -> Graph:
@@ -73,6 +76,11 @@ class Graph:
             for g in op.called_graphs:
                 seen.setdefault(id(g), g)
         return tuple(seen.values())
+
+    @property
+    def id(self) -> str:
+        """The graph's unique identifier in its Ir (its unique name)."""
+        return self.name
 
     @property
     def main_graph(self) -> Graph:
@@ -172,3 +180,23 @@ class Graph:
     def append_op(self, op: Op) -> None:
         self.check_mutable()
         self.ops.append(op)
+        for hook in list(self._op_created_hooks.values()):
+            hook(op)
+
+    # -- hooks -------------------------------------------------------------------------------
+    def register_op_created_hook(self, fn: Callable[[Op], Any]) -> int:
+        """Call ``fn(op)`` for every op added to this graph from now on; returns a handle."""
+        handle = self._next_hook
+        self._next_hook += 1
+        self._op_created_hooks[handle] = fn
+        return handle
+
+    def remove_op_created_hook(self, handle: int) -> None:
+        """Stop calling the hook registered under ``handle``.
+
+        Raises:
+            KeyError: for an unknown handle.
+        """
+        if handle not in self._op_created_hooks:
+            raise KeyError(f"graph {self.name!r} has no op-created hook with handle {handle}")
+        del self._op_created_hooks[handle]

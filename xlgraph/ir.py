@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from xlgraph.graph import Graph
+from xlgraph.options import PbIr, SessionOptions
 from xlgraph.tensor import Tensor, TensorSpec, graph_input, graph_output
+from xlgraph.typing_ import is_by_ref_annotation
 
 __all__ = ["Ir"]
 
@@ -37,9 +39,15 @@ class Ir:
         self.num_host_transfers = 1
         self.replication_factor = int(replication)
         self.frozen = False
+        self._pb_ir = PbIr()
 
     def __repr__(self) -> str:
         return f"Ir[id={self.id}]"
+
+    @property
+    def session_options(self) -> SessionOptions:
+        """PopART session options (also ``ir._pb_ir.getSessionOptions()``, as in PopXL)."""
+        return self._pb_ir.getSessionOptions()
 
     def __str__(self) -> str:
         """Every graph's listing, the main graph first (see ``xlgraph.listing``)."""
@@ -111,27 +119,28 @@ def _is_spec(value: Any) -> bool:
     return isinstance(value, Tensor | TensorSpec)
 
 
-def _make_input(value: Any, name: str) -> Tensor:
+def _make_input(value: Any, name: str, by_ref: bool = False) -> Tensor:
     spec = value.spec if isinstance(value, Tensor) else value
-    return graph_input(spec.shape, spec.dtype, name)
+    return graph_input(spec.shape, spec.dtype, name, by_ref)
 
 
 def _replace_specs_with_inputs(bound: inspect.BoundArguments) -> tuple[list[Any], dict[str, Any]]:
     params = bound.signature.parameters
     for pname, value in list(bound.arguments.items()):
         kind = params[pname].kind
+        by_ref = is_by_ref_annotation(params[pname].annotation)
         if kind is inspect.Parameter.VAR_KEYWORD:
             bound.arguments[pname] = {
-                k: _make_input(v, k) if _is_spec(v) else v for k, v in value.items()
+                k: _make_input(v, k, by_ref) if _is_spec(v) else v for k, v in value.items()
             }
         elif isinstance(value, list | tuple) and any(_is_spec(v) for v in value):
             if not all(_is_spec(v) for v in value):
                 raise TypeError(f"argument {pname!r} mixes tensors and non-tensors")
             base = pname if kind is not inspect.Parameter.VAR_POSITIONAL else "args"
-            made = [_make_input(v, f"{base}_{i}") for i, v in enumerate(value)]
+            made = [_make_input(v, f"{base}_{i}", by_ref) for i, v in enumerate(value)]
             bound.arguments[pname] = type(value)(made) if isinstance(value, tuple) else made
         elif _is_spec(value):
-            bound.arguments[pname] = _make_input(value, pname)
+            bound.arguments[pname] = _make_input(value, pname, by_ref)
     return list(bound.args), dict(bound.kwargs)
 
 

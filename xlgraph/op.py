@@ -112,7 +112,8 @@ def register(defn: OpDef) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 class Op:
     """One node of a graph: an OpDef applied to input tensors with attributes."""
 
-    __slots__ = ("defn", "graph", "inputs", "outputs", "attrs", "created_at", "index", "region")
+    __slots__ = ("defn", "graph", "inputs", "outputs", "attrs", "created_at", "index", "region",
+                 "hints")
 
     def __init__(
         self, defn: OpDef, graph: Graph, inputs: list[Tensor], attrs: dict[str, Any], where: str
@@ -125,6 +126,7 @@ class Op:
         self.created_at = where
         self.index = len(graph.ops)
         self.region = context.sequence_region()
+        self.hints = context.current_hints()  # device facts that do not change values
 
     @property
     def name(self) -> str:
@@ -158,9 +160,14 @@ def check_same_graph(op_name: str, graph: Graph, tensors: Sequence[Tensor], wher
 
 def apply(
     defn: OpDef, inputs: Sequence[Tensor], attrs: dict[str, Any] | None = None,
-    name: str | None = None,
+    name: str | None = None, hints: dict[str, Any] | None = None,
 ) -> tuple[Tensor, ...]:
-    """Append ``defn`` applied to ``inputs`` to the current graph; return its outputs."""
+    """Append ``defn`` applied to ``inputs`` to the current graph; return its outputs.
+
+    ``attrs`` reach ``infer``, the kernel and the gradient rule; ``hints`` (PopXL planning
+    arguments such as ``available_memory_proportion``; None values dropped) only reach
+    ``op.hints``, beside those of enclosing ``context.op_hints`` blocks.
+    """
     graph = context.get_current_graph()
     where = user_source_line()
     attrs = attrs or {}
@@ -174,6 +181,8 @@ def apply(
     if isinstance(specs, TensorSpec):
         specs = (specs,)
     op = Op(defn, graph, inputs, attrs, where)
+    if hints:
+        op.hints.update({k: v for k, v in hints.items() if v is not None})
     base = name or defn.name
     op.outputs = [graph.add_tensor(s, base, op) for s in specs]
     graph.append_op(op)
@@ -181,9 +190,9 @@ def apply(
 
 
 def apply1(defn: OpDef, inputs: Sequence[Tensor], attrs: dict[str, Any] | None = None,
-           name: str | None = None) -> Tensor:
+           name: str | None = None, hints: dict[str, Any] | None = None) -> Tensor:
     """``apply`` for ops with exactly one output."""
-    return apply(defn, inputs, attrs, name)[0]
+    return apply(defn, inputs, attrs, name, hints)[0]
 
 
 def as_tensor(value: Any, like: Tensor) -> Tensor:

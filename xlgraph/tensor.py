@@ -11,6 +11,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.context import get_current_graph
 from xlgraph.dtypes import dtype
+from xlgraph.utils import to_numpy
 
 if TYPE_CHECKING:
     from xlgraph.graph import Graph
@@ -110,6 +111,11 @@ class Tensor:
     @property
     def ir(self) -> Any:
         return self.graph.ir
+
+    @property
+    def tile_set(self) -> str:
+        """``"io"`` for tensors made inside ``xlgraph.io_tiles()``, else ``"compute"``."""
+        return self.producer.hints.get("tile_set", "compute") if self.producer else "compute"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}[{self.id} {self.dtype!r} {self.shape}]"
@@ -279,36 +285,9 @@ class Constant(Tensor):
         self.data = data
 
 
-def from_torch(data: Any) -> Any:
-    """``data`` as numpy when it is a torch tensor (recognised without importing torch)."""
-    if hasattr(data, "detach") and hasattr(data, "numpy"):
-        return data.detach().cpu().numpy()
-    return data
-
-
-def _host_array(data: Any, dt: dtype | None, downcast: bool, what: str) -> np.ndarray:
-    if isinstance(data, Tensor):
-        raise TypeError(f"{what} needs host data, got the graph tensor {data.id}")
-    data = from_torch(data)
-    if dt is None:
-        arr = np.asarray(data)
-        if arr.dtype == np.float64 and not isinstance(data, np.ndarray | np.generic):
-            arr = arr.astype(np.float32)  # Python floats are float32, as in PopXL
-        if arr.dtype == np.int64 and not isinstance(data, np.ndarray | np.generic):
-            arr = arr.astype(np.int32)
-        dt = dtypes.of_array(arr)
-        if downcast:
-            dt = dtypes.downcast(dt)
-    else:
-        dt = dtypes.as_dtype(dt)
-        arr = np.asarray(data)
-    if arr.size == 0 and arr.shape == (0,) and not isinstance(data, np.ndarray):
-        raise ValueError(f"{what}: empty data")
-    return np.array(arr, dtype=dt.as_numpy(), copy=True)
-
-
 def variable(
-    data: Any, dtype: dtype | None = None, name: str | None = None, downcast: bool = True
+    data: Any, dtype: dtype | None = None, name: str | None = None, downcast: bool = True,
+    log2_scale: int | None = None, nan_on_overflow: bool | None = None,
 ) -> Variable:
     """Create a variable in the main graph, initialised with ``data``.
 
@@ -317,6 +296,10 @@ def variable(
         dtype: element type; inferred from ``data`` when None (64-bit downcast to 32-bit).
         name: tensor name; made unique in the graph.
         downcast: when inferring, store float64/int64/uint64 data as 32-bit.
+        log2_scale: for fp8 ``dtype`` and float data: scale by ``2**log2_scale`` before the
+            cast (fp8 arrays and ``uint8`` bits are taken as they are).
+        nan_on_overflow: for fp8 ``dtype``: values out of range become NaN (default) or
+            saturate (False).
 
     Returns:
         The new Variable.
@@ -333,15 +316,16 @@ def variable(
             f"{graph.name!r}; pass it into the subgraph as an input instead "
             f"[created at {user_source_line()}]"
         )
-    arr = _host_array(data, dtype, downcast, "variable")
+    arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     return graph.add_variable(arr, name or "v")
 
 
 def constant(
-    data: Any, dtype: dtype | None = None, name: str | None = None, downcast: bool = True
+    data: Any, dtype: dtype | None = None, name: str | None = None, downcast: bool = True,
+    log2_scale: int | None = None, nan_on_overflow: bool | None = None,
 ) -> Constant:
     """Create a constant in the current graph (same arguments as ``variable``)."""
-    arr = _host_array(data, dtype, downcast, "constant")
+    arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     return get_current_graph().add_constant(arr, name or "c")
 
 

@@ -132,7 +132,8 @@ def lower(ir: Ir, optimize: bool = True,
           backend: str | None = None) -> CompiledExecutable | InterpretedExecutable:
     """Check ``ir`` and build its executable: compiled for ``backend`` (see
     ``xlgraph.lower.backends``), or interpreted when not ``optimize``."""
-    check_inplace_order(ir)
+    if ir.session_options.enableInplaceAmbiguityChecking:
+        check_inplace_order(ir)
     if not optimize:
         return InterpretedExecutable(ir)
     return CompiledExecutable(ir, get_backend(backend))

@@ -87,6 +87,7 @@ from xlgraph.ops.movement import (
 from xlgraph.ops.nn import nll_loss, nll_loss_with_softmax_grad, onehot, softmax
 from xlgraph.ops.norm import batch_norm_inference, group_norm, layer_norm
 from xlgraph.ops.optim_updates import lamb_square
+from xlgraph.ops.placement import io_tile_copy, remote_code_load
 from xlgraph.ops.pool import average_pool, max_pool
 from xlgraph.ops.random import (
     dropout,
@@ -126,3 +127,6 @@ __all__ += [
     "layer_norm", "log_softmax", "logsumexp", "max_pool", "random_normal", "random_uniform",
     "shaped_dropout", "sigmoid", "split_random_seed", "swish", "swish_",
 ]
+
+# -- PopXL compatibility: placement -----------------------------------------------------------
+__all__ += ["io_tile_copy", "remote_code_load"]

@@ -156,9 +156,11 @@ def _gather_infer(t: TensorSpec, indices: TensorSpec, axis: int, zero_OOR: bool)
 
 
 def _gather(x: np.ndarray, indices: np.ndarray, axis: int, zero_OOR: bool) -> np.ndarray:
-    if not zero_OOR:
-        return np.take(x, indices, axis=axis)
+    """Out-of-range rows are zero whatever ``zero_OOR`` says (PopXL leaves them undefined
+    without it, and does not fail)."""
     n = x.shape[axis]
+    if indices.size == 0 or (indices.min() >= -n and indices.max() < n):
+        return np.take(x, indices, axis=axis)
     valid = (indices >= -n) & (indices < n)
     out = np.take(x, np.where(valid, indices, 0), axis=axis)
     mask = valid.reshape((1,) * axis + indices.shape + (1,) * (x.ndim - axis - 1))
@@ -210,7 +212,8 @@ def _gather_samples(rng: np.random.Generator) -> list[Sample]:
     return [Sample((rng.normal(size=(5, 4)), rng.integers(0, 5, (3,)))),
             Sample((rng.normal(size=(2, 6, 3)), rng.integers(-6, 6, (2, 4))), {"axis": 1}),
             Sample((rng.normal(size=(4, 3)), np.array([0, 5, -1, -7, 3])),
-                   {"axis": 0, "zero_OOR": True})]
+                   {"axis": 0, "zero_OOR": True}),
+            Sample((rng.normal(size=(3, 4)), np.array([[1, 9], [-5, 0]])), {"axis": 1})]
 
 
 _GATHER = OpDef(
@@ -227,12 +230,14 @@ def gather(t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: 
     """Take the slices of ``t`` at ``indices`` along ``axis`` (ONNX Gather, like ``np.take``).
 
     The output shape is ``t.shape[:axis] + indices.shape + t.shape[axis+1:]``. Valid indices are
-    in ``[-n, n)`` (negative ones count from the end). Others make ``run`` fail, or give zeros
-    with ``zero_OOR=True``. Repeated indices accumulate their gradients.
-    ``available_memory_proportion`` is a PopXL device hint, accepted and ignored.
+    in ``[-n, n)`` (negative ones count from the end). Others give rows of zeros: PopXL
+    promises that with ``zero_OOR=True`` and leaves the rows undefined (without failing)
+    otherwise; xlgraph zeroes them in both cases. Repeated indices accumulate their gradients.
+    ``available_memory_proportion`` is recorded in ``op.hints`` for the ipu_model.
     """
     attrs = {"axis": normalize_axes(axis, t.rank)[0], "zero_OOR": bool(zero_OOR)}
-    return apply1(_GATHER, [t, as_index_tensor(indices)], attrs)
+    hints = {"available_memory_proportion": available_memory_proportion}
+    return apply1(_GATHER, [t, as_index_tensor(indices)], attrs, hints=hints)
 
 
 def tied_gather(t: Tensor, indices: Any, axis: int = 0,

@@ -17,32 +17,11 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, broadcast_shapes, register
+from xlgraph.random_seed import create_seeds
+from xlgraph.random_seed import two_uint32_to_uint64 as _key
 from xlgraph.tensor import Tensor, TensorSpec
 
 _MASK64 = (1 << 64) - 1
-
-
-def create_seeds(seed: int, offset: int = 0, batches_per_step: int = 1,
-                 gradient_accumulation_factor: int = 1, replicas: int = 1) -> np.ndarray:
-    """Host helper: deterministic seeds, one ``uint32[2]`` per batch, accumulation step and
-    replica, drawn with ``np.random.default_rng(seed + offset)``.
-
-    Returns:
-        uint32 array ``(batches_per_step, gradient_accumulation_factor, replicas, 2)`` with
-        the size-1 dims squeezed out (a single seed is shape ``(2,)``).
-
-    Example:
-        >>> create_seeds(0).shape
-        (2,)
-    """
-    rng = np.random.default_rng(seed + offset)
-    shape = (batches_per_step, gradient_accumulation_factor, replicas, 2)
-    return np.squeeze(rng.integers(0, 1 << 32, size=shape, dtype=np.uint64).astype(np.uint32))
-
-
-def _key(seed: np.ndarray) -> int:
-    hi, lo = (int(w) for w in np.asarray(seed).astype(np.uint32))
-    return (hi << 32) | lo
 
 
 def _generator(seed: np.ndarray) -> np.random.Generator:

@@ -11,7 +11,7 @@ from xlgraph import dtypes
 from xlgraph.errors import StreamInputError
 from xlgraph.ir import Ir
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
-from xlgraph.tensor import from_torch
+from xlgraph.utils import from_torch
 
 
 def _streams_used(ir: Ir, kind: str) -> list[Any]:
@@ -86,6 +86,8 @@ class HostIO:
     def _input_array(self, stream: HostToDeviceStream, data: Any, downcast: bool) -> np.ndarray:
         arr = np.asarray(from_torch(data))
         want = stream.dtype.as_numpy()
+        if stream.dtype.is_fp8 and arr.dtype == np.uint8:
+            arr = arr.view(want)  # PopXL passes fp8 data as uint8 bits
         if arr.dtype != want:
             known = arr.dtype.kind in "biuf"
             if not (downcast and known and dtypes.downcast(dtypes.of_array(arr)) is stream.dtype):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -148,7 +149,8 @@ class Session:
         for live, saved in self._backup:  # one snapshot per run, however many transfers it has;
             np.copyto(saved, live)  # variables the executable double-buffers need none
         try:
-            self.executable.run(in_arrays, out_arrays)
+            with self._float_traps():
+                self.executable.run(in_arrays, out_arrays)
         except BaseException as exc:
             for live, saved in self._backup:
                 np.copyto(live, saved)
@@ -160,6 +162,12 @@ class Session:
                 f"run failed{where}: {type(exc).__name__}: {exc}; variables were left unchanged"
             ) from exc
         self._host_stale = True
+
+    def _float_traps(self) -> contextlib.AbstractContextManager[Any]:
+        """Trap overflow, division by zero and NaNs when ``enableFloatingPointChecks`` is set."""
+        if self.ir.session_options.enableFloatingPointChecks:
+            return np.errstate(over="raise", divide="raise", invalid="raise")
+        return contextlib.nullcontext()
 
     # -- weights -----------------------------------------------------------------------------
     def weights_to_host(self) -> None:

@@ -1,0 +1,86 @@
+"""Host-side fp8 conversions with a power-of-two scale (needs the ``fp8`` extra).
+
+xlgraph holds fp8 data as ``ml_dtypes`` arrays (``float8_e4m3fnuz`` for ``float8_143``,
+``float8_e5m2fnuz`` for ``float8_152``: Graphcore's formats, exponent bias 8 and 16, one NaN
+encoding ``0x80``, no infinities, no negative zero). Where PopXL hands fp8 data around as
+``uint8`` arrays of the bits, xlgraph accepts those too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from xlgraph import dtypes
+
+__all__ = ["host_pow2scale_cast_to_fp8", "host_pow2scale_cast_from_fp8", "fp8_max",
+           "as_fp8_array"]
+
+
+def _fp8_dtype(dtype: Any) -> dtypes.dtype:
+    dt = dtypes.as_dtype(dtype)
+    if not dt.is_fp8:
+        raise TypeError(f"expected float8_143 or float8_152, got {dt!r}")
+    return dt
+
+
+def fp8_max(dtype: Any) -> float:
+    """The largest finite value of an fp8 dtype (240 for float8_143, 57344 for float8_152)."""
+    return float(dtypes.require_ml_dtypes().finfo(_fp8_dtype(dtype).as_numpy()).max)
+
+
+def as_fp8_array(data: Any, dtype: Any) -> np.ndarray | None:
+    """``data`` as an fp8 array of ``dtype`` when it already holds fp8 data (an fp8 array, or
+    ``uint8`` bits as PopXL stores fp8 on the host), else None."""
+    want = _fp8_dtype(dtype).as_numpy()
+    arr = np.asarray(data)
+    if arr.dtype == want:
+        return arr
+    if arr.dtype == np.uint8:
+        return arr.view(want)
+    if arr.dtype.kind == "V":
+        raise TypeError(f"fp8 data of dtype {arr.dtype} does not match {dtype!r}")
+    return None
+
+
+def host_pow2scale_cast_to_fp8(src: Any, dtype: Any = dtypes.float8_143, log2_scale: int = 0,
+                               nan_on_overflow: bool = True) -> np.ndarray:
+    """``cast(src * 2**log2_scale, dtype)`` on the host, rounding to nearest even.
+
+    Args:
+        src: float data.
+        dtype: ``float8_143`` or ``float8_152``.
+        log2_scale: the power of two to scale by before the cast.
+        nan_on_overflow: values beyond the largest fp8 value become NaN (True) or saturate to
+            it (False). NaN inputs stay NaN; the fp8 formats have no infinity.
+
+    Returns:
+        An fp8 ``ml_dtypes`` array (``.view(np.uint8)`` gives PopXL's bit representation).
+    """
+    want = _fp8_dtype(dtype).as_numpy()
+    x = np.asarray(src, dtype=np.float64) * np.exp2(int(log2_scale))
+    if not nan_on_overflow:
+        big = fp8_max(dtype)
+        x = np.clip(x, -big, big)
+    return x.astype(want)
+
+
+def host_pow2scale_cast_from_fp8(src: Any, dtype: Any = dtypes.float8_143,
+                                 log2_scale: int = 0) -> np.ndarray:
+    """``cast(src, float32) * 2**log2_scale`` on the host.
+
+    Args:
+        src: fp8 data: an fp8 array, or ``uint8`` bits in the format ``dtype``.
+        dtype: the fp8 format of ``src``.
+        log2_scale: the power of two to scale by after the cast (pass minus the scale used
+            when casting to fp8 to undo it).
+
+    Returns:
+        A float32 array.
+    """
+    arr = as_fp8_array(src, dtype)
+    if arr is None:
+        raise TypeError(f"host_pow2scale_cast_from_fp8 needs fp8 data or uint8 bits, got "
+                        f"{np.asarray(src).dtype}")
+    return (arr.astype(np.float32) * np.float32(np.exp2(int(log2_scale)))).astype(np.float32)

@@ -1,0 +1,41 @@
+"""Placement ops: ``io_tile_copy`` between the tile sets, ``remote_code_load`` (a no-op)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from xlgraph.graph import Graph
+from xlgraph.op import OpDef, Sample, apply1, register, same_spec
+from xlgraph.tensor import Tensor
+
+__all__ = ["io_tile_copy", "remote_code_load"]
+
+_IO_TILE_COPY = OpDef(
+    "io_tile_copy", same_spec, np.copy, lambda g, dy: (dy,),
+    samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))],
+)
+
+
+@register(_IO_TILE_COPY)
+def io_tile_copy(t: Tensor) -> Tensor:
+    """Copy ``t`` to the tile set of the current scope: to the IO tiles inside
+    ``xlgraph.io_tiles()``, to the compute tiles outside it. The values are unchanged."""
+    return apply1(_IO_TILE_COPY, [t])
+
+
+def remote_code_load(graph: Graph, destination: Literal["executable"]) -> None:
+    """Load ``graph``'s code from streaming memory before it runs (PopXL's signature).
+
+    The simulator keeps all code resident, so this adds nothing to the graph; the arguments are
+    checked as PopXL does.
+
+    Raises:
+        TypeError: ``graph`` is not a Graph. ValueError: ``destination`` is not "executable".
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"remote_code_load expects a Graph, got {type(graph).__name__}")
+    if destination != "executable":
+        raise ValueError(f"remote_code_load: destination must be 'executable', got "
+                         f"{destination!r}")

@@ -1,0 +1,114 @@
+"""Run PopXL programs unchanged: make ``import popxl`` resolve to xlgraph (opt-in).
+
+Nothing here is active until asked for. Either run a script through it::
+
+    python -m xlgraph.popxl_compat train.py --epochs 1
+
+or install the alias in-process before the program imports ``popxl``::
+
+    import xlgraph.popxl_compat
+    xlgraph.popxl_compat.install()
+
+Every xlgraph module is then also importable as ``popxl.<same path>`` (``popxl.ops``,
+``popxl.transforms.autodiff``, ``popxl.fp8_utils``, ...), and they are the same module objects.
+Submodule imports do not disturb attributes: after ``import popxl.ops.call``,
+``popxl.ops.call`` is still the function.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import runpy
+import sys
+from types import ModuleType
+
+__all__ = ["install", "uninstall", "main", "ALIAS"]
+
+ALIAS = "popxl"
+_TARGET = "xlgraph"
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Hands out an already imported xlgraph module under its popxl name."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return self.module
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module already ran under its xlgraph name."""
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    """Resolves ``popxl.X`` to ``xlgraph.X`` for modules not yet imported at ``install``
+    (those the core does not load, such as ``popxl.poptorch``)."""
+
+    def find_spec(self, fullname: str, path: object = None,
+                  target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
+            return None
+        real = _TARGET + fullname[len(ALIAS):]
+        try:
+            module = importlib.import_module(real)
+        except ModuleNotFoundError as exc:
+            if exc.name != real:
+                raise
+            return None
+        _mirror(skip=fullname)  # submodules it imported become popxl names too
+        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(module),
+                                              is_package=hasattr(module, "__path__"))
+
+
+_finder = _AliasFinder()
+
+
+def _mirror(skip: str = "") -> None:
+    """Register every imported xlgraph module under its popxl name (but ``skip``, which the
+    import system is loading: it registers that one itself)."""
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name == _TARGET or name.startswith(_TARGET + ".")):
+            alias = ALIAS + name[len(_TARGET):]
+            if alias != skip:
+                sys.modules.setdefault(alias, module)
+
+
+def install() -> None:
+    """Make ``popxl`` and every ``popxl.<path>`` import the xlgraph module of that path.
+
+    Modules already imported are registered under their popxl names at once, so importing a
+    submodule whose name the parent also binds to a function (``popxl.ops.call``) leaves the
+    function in place.
+    """
+    importlib.import_module(_TARGET)
+    _mirror()
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def uninstall() -> None:
+    """Remove the alias: ``popxl`` names leave ``sys.modules`` and the finder is dropped."""
+    if _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
+    for name in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
+        if sys.modules[name].__name__.startswith(_TARGET):
+            del sys.modules[name]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m xlgraph.popxl_compat script.py [args...]``: run a PopXL script on xlgraph."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m xlgraph.popxl_compat SCRIPT.py [ARGS...]  "
+              "(runs SCRIPT with `import popxl` resolving to xlgraph)")
+        raise SystemExit(0 if argv else 2)
+    install()
+    sys.argv = argv
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

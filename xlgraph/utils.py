@@ -1,0 +1,81 @@
+"""Host data conversion (``to_numpy``) and small formatting helpers, as in ``popxl.utils``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from xlgraph import dtypes
+
+__all__ = ["to_numpy", "table_to_string", "from_torch"]
+
+
+def from_torch(data: Any) -> Any:
+    """``data`` as numpy when it is a torch tensor (recognised without importing torch)."""
+    if hasattr(data, "detach") and hasattr(data, "numpy"):
+        return data.detach().cpu().numpy()
+    return data
+
+
+def to_numpy(x: Any, dtype: Any = None, downcast: bool = True, copy: bool = True,
+             log2_scale: int | None = None, nan_on_overflow: bool | None = None) -> np.ndarray:
+    """Host data (numpy, torch, nested lists, scalars) as a numpy array of an xlgraph dtype.
+
+    Args:
+        x: the data.
+        dtype: the target dtype; inferred when None (Python floats are float32, ints int32).
+        downcast: when inferring, store float64/int64/uint64 data as 32-bit.
+        copy: always return a new array (False may return ``x`` itself).
+        log2_scale: for an fp8 ``dtype``: float data is scaled by ``2**log2_scale`` first.
+        nan_on_overflow: for an fp8 ``dtype``: out-of-range values become NaN (True, the
+            default) or saturate (False).
+
+    Raises:
+        TypeError: for graph tensors or data with no xlgraph dtype. ValueError: empty data.
+    """
+    if hasattr(x, "graph") and hasattr(x, "spec"):
+        raise TypeError(f"to_numpy needs host data, got the graph tensor {x.id}")
+    data = from_torch(x)
+    if dtype is not None and dtypes.as_dtype(dtype).is_fp8:
+        return _to_fp8(data, dtypes.as_dtype(dtype), log2_scale, nan_on_overflow, copy)
+    if dtype is None:
+        arr = np.asarray(data)
+        if arr.dtype == np.float64 and not isinstance(data, np.ndarray | np.generic):
+            arr = arr.astype(np.float32)  # Python floats are float32, as in PopXL
+        if arr.dtype == np.int64 and not isinstance(data, np.ndarray | np.generic):
+            arr = arr.astype(np.int32)
+        dt = dtypes.of_array(arr)
+        if downcast:
+            dt = dtypes.downcast(dt)
+    else:
+        dt = dtypes.as_dtype(dtype)
+        arr = np.asarray(data)
+    if arr.size == 0 and arr.shape == (0,) and not isinstance(data, np.ndarray):
+        raise ValueError("to_numpy: empty data")
+    return np.array(arr, dtype=dt.as_numpy(), copy=copy)
+
+
+def _to_fp8(data: Any, dt: dtypes.dtype, log2_scale: int | None, nan_on_overflow: bool | None,
+            copy: bool) -> np.ndarray:
+    from xlgraph.fp8_utils import as_fp8_array, host_pow2scale_cast_to_fp8
+
+    arr = as_fp8_array(data, dt)
+    if arr is not None:
+        return arr.copy() if copy else arr
+    return host_pow2scale_cast_to_fp8(data, dt, log2_scale or 0,
+                                      True if nan_on_overflow is None else nan_on_overflow)
+
+
+def table_to_string(rows: Sequence[Sequence[Any]], delimiter: str = " | ",
+                    header: bool = True) -> str:
+    """Rows as aligned text columns; with ``header`` a rule follows the first row."""
+    cells = [[str(c) for c in row] for row in rows]
+    if not cells:
+        return ""
+    widths = [max(len(r[i]) for r in cells if i < len(r)) for i in range(max(map(len, cells)))]
+    lines = [delimiter.join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    if header:
+        lines.insert(1, "-" * len(delimiter.join("x" * w for w in widths)))
+    return "\n".join(lines)
