@@ -60,35 +60,49 @@ EXTRA_NOTES = {
 }
 
 
-def _default(value: Any) -> str:
-    text = repr(value)
-    return type(value).__name__ if " at 0x" in text else text
+class _Shown:
+    """A default value as the reference prints it: a module constant (a container) by its
+    name, a function by its type, anything else by its ``repr``."""
+
+    def __init__(self, value: Any, namespace: dict[str, Any]) -> None:
+        scalar = isinstance(value, bool | int | float | str | type(None))
+        named = [] if scalar else [k for k, v in namespace.items() if v is value and k.isupper()]
+        text = repr(value)
+        self.text = named[0] if named else type(value).__name__ if " at 0x" in text else text
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def signature(fn: Callable[..., Any], name: str) -> str:
-    """``name(arg, key=default, *args, **kwargs)`` without annotations."""
-    parts = []
-    for p in inspect.signature(fn).parameters.values():
-        if p.kind is p.VAR_POSITIONAL:
-            parts.append(f"*{p.name}")
-        elif p.kind is p.VAR_KEYWORD:
-            parts.append(f"**{p.name}")
-        elif p.default is p.empty:
-            parts.append(p.name)
-        else:
-            parts.append(f"{p.name}={_default(p.default)}")
-    return f"{name}({', '.join(parts)})"
+    """``name(arg, key=default, *args, kw=default, **kwargs)`` without annotations."""
+    sig = inspect.signature(fn)
+    namespace = getattr(fn, "__globals__", {})
+    params = [p.replace(annotation=p.empty, default=p.default if p.default is p.empty
+                        else _Shown(p.default, namespace))
+              for p in sig.parameters.values()]
+    return name + str(sig.replace(parameters=params, return_annotation=sig.empty))
 
 
-def _first_sentence(doc: str) -> str:
+_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "cf.")
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence of the first paragraph of ``doc``, on one line (a full stop inside
+    parentheses or ending an abbreviation such as "e.g." does not end it)."""
     text = " ".join(doc.split("\n\n")[0].split())
-    end = text.find(". ")
-    return text if end < 0 else text[: end + 1]
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        ends = text[i + 1 : i + 2] in (" ", "")
+        if ch == "." and depth == 0 and ends and not text[: i + 1].endswith(_ABBREVIATIONS):
+            return text[: i + 1]
+    return text
 
 
 def summary(fn: Callable[..., Any]) -> str:
     """The first sentence of ``fn``'s docstring, on one line."""
-    return _first_sentence(inspect.getdoc(fn) or "(no docstring)")
+    return first_sentence(inspect.getdoc(fn) or "(no docstring)")
 
 
 def _gradient(defn: OpDef) -> str:
@@ -99,7 +113,7 @@ def _gradient(defn: OpDef) -> str:
 
 def _section_title(module_name: str) -> str:
     module = importlib.import_module(module_name)
-    title = _first_sentence(inspect.getdoc(module) or module_name).split(":")[0].rstrip(".")
+    title = first_sentence(inspect.getdoc(module) or module_name).split(":")[0].rstrip(".")
     return f"{title} (`{module_name.replace('.', '/')}.py`)"
 
 
@@ -199,18 +213,22 @@ def render() -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/ops.md is stale")
+def write_or_check(text: str, output: Path, argv: list[str] | None, script: str) -> int:
+    """Write ``text`` to ``output``; with ``--check`` in ``argv`` only compare (1: stale)."""
+    parser = argparse.ArgumentParser(description=f"Generate {output.name}")
+    parser.add_argument("--check", action="store_true", help=f"exit 1 if {output} is stale")
     args = parser.parse_args(argv)
-    text = render()
     if args.check:
-        if not OUTPUT.exists() or OUTPUT.read_text() != text:
-            print(f"{OUTPUT} is out of date; run `python docs/generate_ops.py`", file=sys.stderr)
+        if not output.exists() or output.read_text() != text:
+            print(f"{output} is out of date; run `python docs/{script}`", file=sys.stderr)
             return 1
         return 0
-    OUTPUT.write_text(text)
+    output.write_text(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_or_check(render(), OUTPUT, argv, "generate_ops.py")
 
 
 if __name__ == "__main__":

@@ -24,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-MNIST_MEAN = 0.1307
-MNIST_STD = 0.3081
-FASHION_MNIST_MEAN = 0.2860
-FASHION_MNIST_STD = 0.3530
+MNIST_MEAN = 0.1307  # mean of the [0, 1]-scaled MNIST training pixels (for ``normalize``)
+MNIST_STD = 0.3081  # their standard deviation
+FASHION_MNIST_MEAN = 0.2860  # mean of the [0, 1]-scaled Fashion-MNIST training pixels
+FASHION_MNIST_STD = 0.3530  # their standard deviation
+# Fashion-MNIST's class names, by label
 FASHION_MNIST_CLASSES = (
     "T-shirt/top",
     "Trouser",
@@ -41,12 +42,14 @@ FASHION_MNIST_CLASSES = (
     "Ankle boot",
 )
 
+# sha256 of the four uncompressed MNIST IDX files, checked after every fetch
 MNIST_SHA256 = {
     "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
     "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
     "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
     "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
 }
+# sha256 of the four uncompressed Fashion-MNIST IDX files
 FASHION_MNIST_SHA256 = {
     "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
     "train-labels-idx1-ubyte": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",

@@ -12,6 +12,7 @@ class Module:
     ``ir.create_graph(module, ...)`` makes a subgraph of it instead."""
 
     def build(self, *args: Any, **kwargs: Any) -> Any:
+        """Build the module's ops in the current graph from its inputs; returns its outputs."""
         raise NotImplementedError(f"{type(self).__name__} must override Module.build")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

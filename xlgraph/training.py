@@ -45,7 +45,7 @@ from xlgraph.transforms import autodiff
 
 __all__ = ["TrainStep", "InferenceStep", "build_train_step", "build_inference", "SEED_SPEC"]
 
-SEED_SPEC = TensorSpec((2,), dtypes.uint32)
+SEED_SPEC = TensorSpec((2,), dtypes.uint32)  # the spec of a dropout seed (PopXL's uint32[2])
 
 
 def _outputs(result: Any) -> tuple[Tensor, ...]:
