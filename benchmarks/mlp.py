@@ -35,7 +35,7 @@ from harness import blas_threads, calls_for, interleaved, machine  # noqa: E402
 from models import CLASSES, LR, NumpyMLP, build_mlp, initial_params, mnist_batches  # noqa: E402
 
 import xlgraph as popxl  # noqa: E402
-from xlgraph.runtime.threads import choose_threads, largest_matmul_flops  # noqa: E402
+from xlgraph.runtime.threads import choose_threads, largest_matrix_flops  # noqa: E402
 
 Step = Callable[[int], Any]
 CONFIGS = [("train", 8), ("train", 256), ("infer", 80), ("loop", 8)]
@@ -276,7 +276,7 @@ def main() -> None:
         key = config_key(mode, batch)
         result["best"][key] = summary(best_setting(timings, key, args.threads), batch)
         result["best"][key]["xlgraph_policy_threads"] = choose_threads(
-            "auto", largest_matmul_flops(build_mlp(batch, train=mode != "infer").ir)) or "default"
+            "auto", largest_matrix_flops(build_mlp(batch, train=mode != "infer").ir)) or "default"
     result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, indent=1))
 

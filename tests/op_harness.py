@@ -55,9 +55,9 @@ def last_op(graph: xlgraph.Graph, defn: OpDef) -> Op:
     return [op for op in graph.ops if op.defn is defn][-1]
 
 
-def run_forward(defn: OpDef, sample: Sample, arrays: list[np.ndarray], optimize: bool,
-                backend: str | None = None):
-    """Run the op in a Session on ``arrays`` fed through streams; returns (outputs, op)."""
+def build_op(defn: OpDef, sample: Sample, arrays: list[np.ndarray]):
+    """A main graph that loads ``arrays`` from streams, applies the op and stores its outputs;
+    returns (ir, input streams, output streams, op)."""
     ir = xlgraph.Ir()
     with ir.main_graph:
         streams = [xlgraph.h2d_stream(a.shape, a.dtype, f"in{i}") for i, a in enumerate(arrays)]
@@ -68,6 +68,13 @@ def run_forward(defn: OpDef, sample: Sample, arrays: list[np.ndarray], optimize:
         for s, t in zip(d2h, outs):
             ops.host_store(s, t)
         op = last_op(ir.main_graph, defn)
+    return ir, streams, d2h, op
+
+
+def run_forward(defn: OpDef, sample: Sample, arrays: list[np.ndarray], optimize: bool,
+                backend: str | None = None):
+    """Run the op in a Session on ``arrays`` fed through streams; returns (outputs, op)."""
+    ir, streams, d2h, op = build_op(defn, sample, arrays)
     session = xlgraph.Session(ir, "cpu", optimize=optimize, backend=backend)
     with session:
         got = session.run(dict(zip(streams, arrays)))

@@ -275,7 +275,7 @@ def test_blas_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert threads.choose_threads("auto", big) is None  # large and a free core: BLAS decides
     monkeypatch.setattr(threads, "machine_busy", lambda: True)
     assert threads.choose_threads("auto", big) == 1
-    assert threads.largest_matmul_flops(build_mlp(8).ir) == 2 * 8 * 32 * 784
+    assert threads.largest_matrix_flops(build_mlp(8).ir) == 2 * 8 * 32 * 784
 
 
 def test_session_limits_blas_threads_while_attached() -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xlgraph import context
+from xlgraph.cost import Cost, CostFn, op_cost
 from xlgraph.errors import (
     DTypeError,
     GraphMismatchError,
@@ -63,6 +64,11 @@ class OpDef:
         loop: ``loop(input_specs, **attrs)`` -> ``(fn, extra)`` or None: a loop form of
             ``kernel_out`` for the compiled backend, ``fn(*inputs, *outputs, *extra)`` over
             C-contiguous arrays (see ``xlgraph.ops.loops``); None where it does not apply.
+        cost: ``cost(in_specs, out_specs, **attrs)`` -> ``xlgraph.cost.Cost``; None takes the
+            family default (``xlgraph.cost.default_cost``).
+        scratch: number of scratch arrays (each of the output's spec) ``kernel_out`` takes.
+        layout: for views, ``layout(in_spec, **attrs)`` -> the output's layout when the input
+            is C-contiguous: ``"C"``, ``"D"`` (dense, other axis order) or ``"?"`` (None).
     """
 
     name: str
@@ -79,6 +85,9 @@ class OpDef:
     ref: Callable[..., Any] | None = None
     tol: float | None = None
     loop: Callable[..., tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = None
+    cost: CostFn | None = None
+    scratch: int = 0
+    layout: Callable[..., str] | None = None
 
     @property
     def differentiable(self) -> bool:
@@ -137,6 +146,11 @@ class Op:
         from xlgraph.graph import Graph
 
         return tuple(v for v in self.attrs.values() if isinstance(v, Graph))
+
+    def cost(self) -> Cost:
+        """The declared cost of one execution of this op."""
+        return op_cost(self.defn, [t.spec for t in self.inputs], [t.spec for t in self.outputs],
+                       self.attrs)
 
     def describe(self) -> str:
         ins = ", ".join(f"{t.id} {t.spec}" for t in self.inputs)

@@ -31,22 +31,6 @@ Key = tuple[tuple[int, ...], np.dtype]
 _END = 1 << 60  # "read after the body": function results
 
 
-def _dense(a: np.ndarray) -> bool:
-    expect = a.itemsize
-    for stride, n in sorted((st, n) for n, st in zip(a.shape, a.strides) if n > 1):
-        if stride != expect:
-            return False
-        expect *= n
-    return True
-
-
-def layout_of(a: np.ndarray) -> str:
-    """``"C"`` (C-contiguous), ``"D"`` (dense in another axis order) or ``"?"``."""
-    if a.flags.c_contiguous:
-        return "C"
-    return "D" if _dense(a) else "?"
-
-
 def key_of(spec: TensorSpec) -> Key:
     return spec.shape, np.dtype(spec.dtype.as_numpy())
 
@@ -61,16 +45,12 @@ def is_elementwise_ufunc(fn: object) -> bool:
     return isinstance(fn, np.ufunc) and fn.signature is None and fn.nout == 1
 
 
-def _ufunc_dtype_ok(fn: np.ufunc, ins: list[TensorSpec], outs: list[TensorSpec]) -> bool:
-    """Whether the ufunc, unconstrained, would give the inferred dtype (so out= changes nothing)."""
-    shape = (1, 1) if fn.signature else (1,)
-    try:
-        with np.errstate(all="ignore"):
-            got = fn(*(np.ones(shape, key_of(s)[1]) for s in ins))
-    except Exception:  # noqa: BLE001 - any failure means: do not use out=
-        return False
-    got = got if isinstance(got, tuple) else (got,)
-    return all(g.dtype == key_of(s)[1] for g, s in zip(got, outs))
+def _ufunc_dtype_ok(specs: list[TensorSpec]) -> bool:
+    """Whether a numpy ufunc writing into an ``out=`` buffer of the inferred dtype gives what it
+    gives unconstrained: so when every operand has one floating dtype (numpy's ufuncs keep a
+    floating dtype; on integers some, like ``divide`` and ``sqrt``, change it)."""
+    dtype = specs[0].dtype
+    return dtype.is_floating_point and all(s.dtype is dtype for s in specs)
 
 
 class Pool:
@@ -190,20 +170,16 @@ class _Planner:
         fn = s.defn.kernel_out
         if not isinstance(fn, np.ufunc):
             return True  # contract: a custom kernel_out matches kernel bit for bit
-        if not _ufunc_dtype_ok(fn, [self.specs[i] for i in s.ins],
-                               [self.specs[o] for o in s.outs]):
+        if not _ufunc_dtype_ok([self.specs[x] for x in s.ins + s.outs]):
             return False
         return fn.signature is not None or all(lay == "C" for lay in layouts)
 
     def view_layout(self, s: Step) -> str:
+        """The layout a view step gives, as its op declares it (``OpDef.layout``)."""
         src = s.alias_source
-        if self.plan.layout[src] != "C" or not pure_view(s):
+        if self.plan.layout[src] != "C" or not pure_view(s) or s.defn.layout is None:
             return "?"
-        try:
-            probe = s.defn.kernel(np.empty(*key_of(self.specs[src])), **s.attrs)
-        except Exception:  # noqa: BLE001 - unknown layout; the step fails at run time
-            return "?"
-        return layout_of(probe) if isinstance(probe, np.ndarray) else "?"
+        return s.defn.layout(self.specs[src], **s.attrs)
 
     def kernel(self, s: Step) -> None:
         p, d = self.plan, s.defn
@@ -346,7 +322,7 @@ class _Planner:
             elif s.kind == "const" and s.copy_out and s.outs[0] not in p.escaping:
                 self.give(s.outs[0], self.take(key_of(self.specs[s.outs[0]])), pos)
             if id(s) in p.use_out:
-                n = getattr(s.defn.kernel_out, "scratch", 0)
+                n = s.defn.scratch
                 scratch = [self.take(key_of(self.specs[s.outs[0]])) for _ in range(n)]
                 if scratch:
                     p.scratch[id(s)] = scratch

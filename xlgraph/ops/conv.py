@@ -12,10 +12,12 @@ the result (col2im), channels-last so that each add runs over long rows.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
+from xlgraph.cost import Cost, CostFn, nelms, traffic
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
 from xlgraph.ops.window import (
@@ -208,12 +210,26 @@ def _grad_weight_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 # -- records and builders ----------------------------------------------------------------------
+def _macs(per: int, weight: int) -> CostFn:
+    """A cost of two flops for each pair of a tensor's elements with a weight's slice."""
+
+    def cost(ins: list[TensorSpec], outs: list[TensorSpec], **_: Any) -> Cost:
+        slice_size = math.prod((ins + outs)[weight].shape[1:])
+        return traffic(ins, outs, 2 * nelms((ins + outs)[per]) * slice_size, matrix=True)
+
+    return cost
+
+
+# conv: every output element takes (C / groups) x kernel products with the weight (input 1);
+# conv_transpose: every input element spreads over (C_out / groups) x kernel outputs;
+# conv_grad_weight: every dy element meets (C_in / groups) x kernel patch elements (the output)
 _CONV = OpDef("conv", _conv_infer, _conv, _conv_grad, kernel_out=_conv_out,
-               samples=_conv_samples)
+              samples=_conv_samples, cost=_macs(per=2, weight=1))
 _CONV_TRANSPOSE = OpDef("conv_transpose", _conv_transpose_infer, _conv_transpose,
-                        _conv_transpose_grad, samples=_conv_transpose_samples)
+                        _conv_transpose_grad, samples=_conv_transpose_samples,
+                        cost=_macs(per=0, weight=1))
 _CONV_GRAD_WEIGHT = OpDef("conv_grad_weight", _grad_weight_infer, _conv_grad_weight,
-                          samples=_grad_weight_samples)
+                          samples=_grad_weight_samples, cost=_macs(per=0, weight=2))
 
 
 @register(_CONV_GRAD_WEIGHT)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
+from xlgraph.cost import per_output
 from xlgraph.op import (
     OpDef,
     Sample,
@@ -108,6 +109,8 @@ _GELU_C = (-2 * _SQRT_2_OVER_PI * _K, -2 * _SQRT_2_OVER_PI, 1.0)
 _GELU_GRAD_C = (*_GELU_C, 6 * _SQRT_2_OVER_PI * _K, 2 * _SQRT_2_OVER_PI)
 _GELU_CONSTS = _consts(*_GELU_C)
 _GELU_GRAD_CONSTS = _consts(*_GELU_GRAD_C)
+_GELU_FLOPS = 8  # numpy operations per element in _gelu_out
+_GELU_GRAD_FLOPS = 16  # ... and in _gelu_grad_out
 
 
 def _gelu_out(x: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray]) -> np.ndarray:
@@ -122,9 +125,6 @@ def _gelu_out(x: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray]) -> np.
     np.exp(t, out=t)
     np.add(t, one, out=t)
     return np.divide(x, t, out=out)
-
-
-_gelu_out.scratch = 1  # scratch arrays the lowering passes to this kernel_out
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
@@ -157,9 +157,6 @@ def _gelu_grad_out(dy: np.ndarray, x: np.ndarray, out: np.ndarray,
     return np.multiply(out, dy, out=out)
 
 
-_gelu_grad_out.scratch = 2
-
-
 def _gelu_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
     return _gelu_grad_out(dy, x, np.empty(dy.shape, dy.dtype),
                           (np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)))
@@ -176,11 +173,13 @@ def _loop_with(fn: Any, consts: tuple[float, ...]) -> Any:
 
 _GELU_GRAD = OpDef("gelu_grad", same_spec, _gelu_grad, elementwise=True,
                    samples=_grad_samples((-3.0, 3.0)), kernel_out=_gelu_grad_out,
-                   loop=_loop_with(loops.gelu_grad, _GELU_GRAD_C))
+                   loop=_loop_with(loops.gelu_grad, _GELU_GRAD_C), scratch=2,
+                   cost=per_output(_GELU_GRAD_FLOPS))
 gelu_grad = register(_GELU_GRAD)(lambda dy, x: apply1(_GELU_GRAD, [dy, x]))
 gelu = unary("gelu", _gelu, grad=lambda g, dy: (gelu_grad(dy, g.x(0)),),
              doc="GELU, tanh approximation (PopXL's ``gelu``).", domain=(-3.0, 3.0),
-             kernel_out=_gelu_out, loop=_loop_with(loops.gelu, _GELU_C))
+             kernel_out=_gelu_out, loop=_loop_with(loops.gelu, _GELU_C), scratch=1,
+             cost=per_output(_GELU_FLOPS))
 gelu_ = inplace("gelu")
 
 
@@ -293,23 +292,23 @@ def _scaled_add_inplace_out(x: np.ndarray, y: np.ndarray, out: np.ndarray,
     return np.add(x, scratch[0], out=out)
 
 
-_scaled_add_inplace_out.scratch = 1
-
-
 def _scaled_add_samples(rng: np.random.Generator) -> list[Sample]:
     return [Sample((rng.normal(size=(3, 4)), rng.normal(size=(3, 4))), {"a": 0.5, "b": -1.5})]
 
 
 _SCALED_ADD = OpDef("scaled_add", _scaled_add_infer, _scaled_add,
                     lambda g, dy: (dy * g.attrs["a"], dy * g.attrs["b"]), elementwise=True,
-                    samples=_scaled_add_samples)
+                    samples=_scaled_add_samples, cost=per_output(3))
+
+
 def _scaled_add_loop(ins: list[TensorSpec], a: float, b: float) -> Any:
     return loops.float_only(ins[0], loops.scaled_add, (a, b))
 
 
 _SCALED_ADD_ = OpDef("scaled_add_", _scaled_add_infer, _scaled_add_inplace, inplace_of=0,
                      samples=_scaled_add_samples, ref=_scaled_add,
-                     kernel_out=_scaled_add_inplace_out, loop=_scaled_add_loop)
+                     kernel_out=_scaled_add_inplace_out, loop=_scaled_add_loop, scratch=1,
+                     cost=per_output(3))
 
 
 def _scalar(value: Any) -> float | None:

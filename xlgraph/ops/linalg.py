@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from xlgraph.cost import Cost, nelms, traffic
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, broadcast_shapes, register, same_dtype
 from xlgraph.tensor import Tensor, TensorSpec
@@ -54,8 +55,13 @@ def _matmul_samples(rng: np.random.Generator) -> list[Sample]:
     return [Sample((rng.normal(size=a), rng.normal(size=b))) for a, b in pairs]
 
 
+def _matmul_cost(a: TensorSpec, b: TensorSpec, out: TensorSpec) -> Cost:
+    """A multiply and an add per output element and inner index."""
+    return traffic([a, b], [out], 2 * nelms(out) * a.shape[-1], matrix=True)
+
+
 _MATMUL = OpDef("matmul", _matmul_infer, np.matmul, _matmul_grad, kernel_out=np.matmul,
-                samples=_matmul_samples)
+                samples=_matmul_samples, cost=lambda ins, outs: _matmul_cost(*ins, *outs))
 
 
 @register(_MATMUL)

@@ -10,6 +10,7 @@ import numpy as np
 
 from xlgraph import dtypes
 from xlgraph.errors import ShapeError
+from xlgraph.layout import broadcast_layout, index_layout, permuted_layout, same_layout
 from xlgraph.op import OpDef, Sample, apply1, normalize_axes, register, same_dtype, same_spec
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -47,9 +48,9 @@ def _reshape_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _RESHAPE = OpDef("reshape", _reshape_infer, _reshape, lambda g, dy: (reshape(dy, g.x(0).shape),),
-                 view=True, samples=_reshape_samples)
+                 view=True, samples=_reshape_samples, layout=same_layout)
 _RESHAPE_ = OpDef("reshape_", _reshape_infer, _reshape, inplace_of=0, view=True,
-                  samples=_reshape_samples)
+                  samples=_reshape_samples, layout=same_layout)
 
 
 @register(_RESHAPE)
@@ -94,9 +95,9 @@ def _transpose_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _TRANSPOSE = OpDef("transpose", _transpose_infer, _transpose, _transpose_grad, view=True,
-                   samples=_transpose_samples)
+                   samples=_transpose_samples, layout=permuted_layout)
 _TRANSPOSE_ = OpDef("transpose_", _transpose_infer, _transpose, inplace_of=0, view=True,
-                    samples=_transpose_samples)
+                    samples=_transpose_samples, layout=permuted_layout)
 
 
 def _perm(t: Tensor, permutation: Sequence[int] | None) -> tuple[int, ...]:
@@ -168,8 +169,9 @@ _SLICE_GRAD = OpDef(
 )
 _SLICE = OpDef("slice", _slice_infer, _slice,
                lambda g, dy: (slice_grad(dy, g.x(0).shape, g.attrs["index"]),), view=True,
-               samples=_slice_samples)
-_SLICE_ = OpDef("slice_", _slice_infer, _slice, inplace_of=0, view=True, samples=_slice_samples)
+               samples=_slice_samples, layout=index_layout)
+_SLICE_ = OpDef("slice_", _slice_infer, _slice, inplace_of=0, view=True, samples=_slice_samples,
+                layout=index_layout)
 
 
 @register(_SLICE_GRAD)
@@ -278,11 +280,11 @@ def _identity(x: np.ndarray) -> np.ndarray:
 
 
 _IDENTITY = OpDef("identity", same_spec, _identity, lambda g, dy: (dy,), view=True,
-                  samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))])
+                  samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout)
 _DETACH = OpDef("detach", same_spec, _identity, view=True,
-                samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))])
+                samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout)
 _DETACH_ = OpDef("detach_", same_spec, _identity, inplace_of=0, view=True,
-                 samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))])
+                 samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout)
 
 
 @register(_IDENTITY)
@@ -320,7 +322,8 @@ def _expand(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 _EXPAND = OpDef("expand", _expand_infer, _expand, lambda g, dy: (dy,), view=True,
-                samples=lambda rng: [Sample((rng.normal(size=(3, 1)),), {"shape": (2, 3, 4)})])
+                samples=lambda rng: [Sample((rng.normal(size=(3, 1)),), {"shape": (2, 3, 4)})],
+                layout=broadcast_layout)
 
 
 @register(_EXPAND)

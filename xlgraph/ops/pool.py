@@ -9,11 +9,13 @@ as in torch. Kernels work through the batch a cache-sized chunk at a time (``bat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from xlgraph.cost import Cost, CostFn, nelms, traffic
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
 from xlgraph.ops.window import (
@@ -242,16 +244,27 @@ def _avg_grad_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 # -- records and builders ----------------------------------------------------------------------
+def _window_cost(pooled: int) -> CostFn:
+    """One operation per window tap of every pooled element: tensor ``pooled`` of the inputs
+    followed by the outputs (the pooled output, or ``dy`` for the gradients)."""
+
+    def cost(ins: list[TensorSpec], outs: list[TensorSpec], kernel: Ints, **_: Any) -> Cost:
+        return traffic(ins, outs, nelms((ins + outs)[pooled]) * math.prod(kernel))
+
+    return cost
+
+
 _MAX_POOL = OpDef("max_pool", _pool_infer, _max_pool,
                   lambda g, dy: (max_pool_grad(dy, g.x(0), g.y(0), **g.attrs),),
-                  kernel_out=_max_pool_out, samples=_pool_samples)
+                  kernel_out=_max_pool_out, samples=_pool_samples, cost=_window_cost(1))
 _MAX_POOL_GRAD = OpDef("max_pool_grad", _max_grad_infer, _max_pool_grad,
-                       kernel_out=_max_pool_grad_out, samples=_max_grad_samples)
+                       kernel_out=_max_pool_grad_out, samples=_max_grad_samples,
+                       cost=_window_cost(0))
 _AVERAGE_POOL = OpDef("average_pool", _average_infer, _average_pool,
                       lambda g, dy: (average_pool_grad(dy, size=g.x(0).shape[2:], **g.attrs),),
-                      kernel_out=_average_pool_out, samples=_pool_samples)
+                      kernel_out=_average_pool_out, samples=_pool_samples, cost=_window_cost(1))
 _AVERAGE_POOL_GRAD = OpDef("average_pool_grad", _avg_grad_infer, _average_pool_grad,
-                           samples=_avg_grad_samples)
+                           samples=_avg_grad_samples, cost=_window_cost(0))
 
 
 @register(_MAX_POOL_GRAD)

@@ -56,7 +56,6 @@ def _accumulate_out(t: np.ndarray, x: np.ndarray, out: np.ndarray, scratch: tupl
     return np.add(t, scratch[0], out=out)
 
 
-_accumulate_out.scratch = 1
 
 
 def _copy_update(t: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -65,7 +64,7 @@ def _copy_update(t: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 _ACCUMULATE = OpDef("accumulate_", _update_infer, _accumulate, inplace_of=0,
-                    ref=lambda t, x, f: t + f * x, kernel_out=_accumulate_out,
+                    ref=lambda t, x, f: t + f * x, kernel_out=_accumulate_out, scratch=1,
                     samples=lambda rng: [Sample(_two(rng)[0].args, {"f": 0.3})])
 _COPY_VAR_UPDATE = OpDef("copy_var_update_", _update_infer, _copy_update, inplace_of=0,
                          ref=lambda t, x: np.broadcast_to(x, t.shape).copy(), samples=_two)

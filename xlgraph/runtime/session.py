@@ -20,7 +20,7 @@ from xlgraph.ir import Ir
 from xlgraph.lower import lower
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
-from xlgraph.runtime.threads import ThreadLimit, choose_threads, largest_matmul_flops
+from xlgraph.runtime.threads import ThreadLimit, choose_threads, largest_matrix_flops
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
 from xlgraph.tensor import Constant, Tensor, Variable
 
@@ -63,7 +63,7 @@ class Session:
                         for v in self.executable.written_variables]
         self.io = HostIO(ir)
         self.blas_threads = blas_threads
-        self._flops = largest_matmul_flops(ir)
+        self._flops = largest_matrix_flops(ir)
         self._thread_limit = ThreadLimit()
         self._attached = False
         self._host_stale = False

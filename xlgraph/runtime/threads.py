@@ -5,8 +5,9 @@ OpenBLAS threading is fragile on small shared machines: measured on a 2-core mac
 MNIST step only when its matmuls are large (batch 256: about 1.3x) and the other core is free;
 when another process keeps one core busy, two threads collapse (batch 80: 4x slower, batch 256:
 1.5x slower than one thread), and at small batches they never help. So ``"auto"`` uses one
-thread unless the program's largest matmul has at least ``PARALLEL_MIN_FLOPS`` and the machine
-looks free when the Session attaches (see ``machine_busy``); then BLAS keeps its own setting.
+thread unless the program's largest matrix op (matmul, convolution: the ops whose declared
+cost runs on the matrix engine) has at least ``PARALLEL_MIN_FLOPS`` and the machine looks free
+when the Session attaches (see ``machine_busy``); then BLAS keeps its own setting.
 The limit needs the optional ``threadpoolctl`` (``pip install xlgraph[perf]``); without it the
 policy does nothing. It holds while the Session is attached (``with session:``) and is restored
 when it detaches.
@@ -17,23 +18,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
-
 from xlgraph.ir import Ir
 
-PARALLEL_MIN_FLOPS = 8e6  # a matmul this large gains from a second BLAS thread (idle machine)
+PARALLEL_MIN_FLOPS = 8e6  # a matrix op this large gains from a second BLAS thread (idle machine)
 
 
-def largest_matmul_flops(ir: Ir) -> float:
-    """Flops of the largest generalised-ufunc kernel (matmul) in ``ir``."""
-    best = 0.0
-    for graph in ir.graphs:
-        for op in graph.ops:
-            fn = op.defn.kernel
-            if isinstance(fn, np.ufunc) and fn.signature and op.inputs and op.outputs:
-                inner = op.inputs[0].shape[-1] if op.inputs[0].shape else 1
-                best = max(best, 2.0 * op.outputs[0].nelms * inner)
-    return best
+def largest_matrix_flops(ir: Ir) -> float:
+    """Flops of the largest matrix-engine op (matmul, convolution) in ``ir``, from the ops'
+    declared costs."""
+    costs = (op.cost() for graph in ir.graphs for op in graph.ops)
+    return max((c.flops for c in costs if c.matrix), default=0.0)
 
 
 def machine_busy() -> bool:
