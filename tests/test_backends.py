@@ -114,3 +114,29 @@ def test_missing_numba_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(numba_backend, "numba", None)
     with pytest.raises(ImportError, match=r"xlgraph\[fast\]"):
         get_backend("numba")
+
+
+@pytest.mark.parametrize("dtype", [popxl.float32, popxl.float64])
+def test_sums_over_leading_axes_and_scaled_add_give_numpys_bits(dtype: popxl.dtypes.dtype) -> None:
+    """Where the loop does numpy's float operations in numpy's order, the bits are the same."""
+    rng = np.random.default_rng(3)
+    got = []
+    for backend in ("numba", "numpy"):
+        ir = popxl.Ir()
+        with ir.main_graph, popxl.in_sequence():
+            w = popxl.variable(rng.normal(size=(6, 5)), dtype, name="w")
+            x = ops.host_load(xs := popxl.h2d_stream((4, 6, 5), dtype, "x"))
+            for axis in (0, (0, 1)):
+                total = ops.sum(x, axis, keepdims=axis == 0)
+                ops.host_store(popxl.d2h_stream(total.shape, dtype, f"sum{axis}"), total)
+            ops.scaled_add_(w, ops.sum(x, 0), a=0.75, b=-0.3)
+            ops.scaled_add_(w, w, b=0.5)  # y is x: read after scaling
+        session = popxl.Session(ir, backend=backend)
+        assert ("j_sum(" in session.source) == (backend == "numba")
+        assert ("j_scaled_add_(" in session.source) == (backend == "numba")
+        with session:
+            outs = session.run({xs: rng.normal(size=(4, 6, 5)).astype(dtype.as_numpy())})
+            got.append([*outs.values(), session.get_tensor_data(w)])
+        rng = np.random.default_rng(3)
+    for a, b in zip(*got):
+        assert a.tobytes() == b.tobytes()

@@ -69,6 +69,8 @@ class OpDef:
         scratch: number of scratch arrays (each of the output's spec) ``kernel_out`` takes.
         layout: for views, ``layout(in_spec, **attrs)`` -> the output's layout when the input
             is C-contiguous: ``"C"``, ``"D"`` (dense, other axis order) or ``"?"`` (None).
+        threaded: the kernel runs its batch in chunks through ``ops.window.map_chunks``, on
+            several threads when the Session enables them (``xlgraph.runtime.threads``).
     """
 
     name: str
@@ -88,6 +90,7 @@ class OpDef:
     cost: CostFn | None = None
     scratch: int = 0
     layout: Callable[..., str] | None = None
+    threaded: bool = False
 
     @property
     def differentiable(self) -> bool:

@@ -4,7 +4,8 @@ Data is ``(N, C, *spatial)`` with 1, 2 or 3 spatial dims; a ``conv`` weight is
 ``(M, C / groups, *kernel)``. All three ops share one geometry (``stride``, ``pads`` as
 ``begins + ends``, ``dilation``, ``groups``) seen from the convolution's side, so each is the
 other's gradient: conv's input gradient is a conv_transpose, conv_transpose's is a conv.
-Kernels work through the batch a cache-sized chunk at a time (``batch_chunks``): ``conv`` and
+Kernels work through the batch a cache-sized chunk at a time (``map_chunks``, on two threads
+when the Session allows, see ``xlgraph.runtime.threads``): ``conv`` and
 ``conv_grad_weight`` copy the chunk's patches (im2col on a strided view) and do one matmul per
 item and group; ``conv_transpose`` multiplies first and then adds the taps' contributions into
 the result (col2im), channels-last so that each add runs over long rows.
@@ -22,11 +23,11 @@ from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
 from xlgraph.ops.window import (
     Ints,
-    batch_chunks,
     check_positive,
     checked,
     crop,
     extents,
+    map_chunks,
     out_shape,
     pad_to,
     resolve_pads,
@@ -61,9 +62,12 @@ def _conv_out(x: np.ndarray, w: np.ndarray, out: np.ndarray, stride: Ints, pads:
     patches, _ = _patches(x, w.shape[2:], stride, pads, dilation)
     m, k, p = w.shape[0], x.shape[1] * int(np.prod(w.shape[2:])), int(np.prod(out.shape[2:]))
     wg = w.reshape(groups, m // groups, -1)
-    for sl in batch_chunks(x.shape[0], max(k, m) * p * x.itemsize):
+
+    def chunk(sl: slice) -> None:
         cols = _grouped(np.ascontiguousarray(patches[sl]), groups, p)
         np.matmul(wg, cols, out=_grouped(out[sl], groups, p))
+
+    map_chunks(chunk, x.shape[0], max(k, m) * p * x.itemsize)
     return out
 
 
@@ -86,7 +90,8 @@ def _conv_transpose(x: np.ndarray, w: np.ndarray, stride: Ints, pads: Ints, dila
     wt = np.ascontiguousarray(w.reshape(groups, m // groups, cg, -1).transpose(3, 0, 1, 2))
     sizes = tuple(o + pads[i] + pads[n + i] for i, o in enumerate(out))
     dx = np.empty((x.shape[0], groups * cg, *out), x.dtype)
-    for sl in batch_chunks(x.shape[0], len(index) * p * groups * cg * x.itemsize):
+
+    def chunk(sl: slice) -> None:
         xt = _grouped(x[sl], groups, p)[:, None].swapaxes(-1, -2)  # (B, 1, groups, p, M / g)
         cols = np.matmul(xt, wt)  # (B, taps, groups, p, C / g)
         buf = np.zeros((cols.shape[0], groups, *sizes, cg), x.dtype)
@@ -94,6 +99,8 @@ def _conv_transpose(x: np.ndarray, w: np.ndarray, stride: Ints, pads: Ints, dila
             buf[(*tap, slice(None))] += cols[:, t].reshape(buf.shape[:2] + x.shape[2:] + (cg,))
         moved = np.moveaxis(buf, -1, 2)  # (B, groups, C / g, *sizes), a view
         dx[sl].reshape(moved.shape[:3] + out)[...] = crop(moved, pads[:n], out)
+
+    map_chunks(chunk, x.shape[0], len(index) * p * groups * cg * x.itemsize)
     return dx
 
 
@@ -104,9 +111,13 @@ def _conv_grad_weight(dy: np.ndarray, x: np.ndarray, stride: Ints, pads: Ints, d
     patches, out = _patches(x, kernel, stride, pads, dilation)
     m, k, p = dy.shape[1], x.shape[1] * int(np.prod(kernel)), int(np.prod(out))
     dw_t = np.zeros((groups, k // groups, m // groups), x.dtype)
-    for sl in batch_chunks(x.shape[0], max(k, m) * p * x.itemsize):
+
+    def chunk(sl: slice) -> np.ndarray:
         cols = _grouped(np.ascontiguousarray(patches[sl]), groups, p)
-        dw_t += np.matmul(cols, _grouped(dy[sl], groups, p).swapaxes(-1, -2)).sum(axis=0)
+        return np.matmul(cols, _grouped(dy[sl], groups, p).swapaxes(-1, -2)).sum(axis=0)
+
+    for part in map_chunks(chunk, x.shape[0], max(k, m) * p * x.itemsize):
+        dw_t += part  # in chunk order, however the chunks ran
     return np.ascontiguousarray(dw_t.swapaxes(-1, -2)).reshape(m, x.shape[1] // groups, *kernel)
 
 
@@ -224,12 +235,13 @@ def _macs(per: int, weight: int) -> CostFn:
 # conv_transpose: every input element spreads over (C_out / groups) x kernel outputs;
 # conv_grad_weight: every dy element meets (C_in / groups) x kernel patch elements (the output)
 _CONV = OpDef("conv", _conv_infer, _conv, _conv_grad, kernel_out=_conv_out,
-              samples=_conv_samples, cost=_macs(per=2, weight=1))
+              samples=_conv_samples, cost=_macs(per=2, weight=1), threaded=True)
 _CONV_TRANSPOSE = OpDef("conv_transpose", _conv_transpose_infer, _conv_transpose,
                         _conv_transpose_grad, samples=_conv_transpose_samples,
-                        cost=_macs(per=0, weight=1))
+                        cost=_macs(per=0, weight=1), threaded=True)
 _CONV_GRAD_WEIGHT = OpDef("conv_grad_weight", _grad_weight_infer, _conv_grad_weight,
-                          samples=_grad_weight_samples, cost=_macs(per=0, weight=2))
+                          samples=_grad_weight_samples, cost=_macs(per=0, weight=2),
+                          threaded=True)
 
 
 @register(_CONV_GRAD_WEIGHT)

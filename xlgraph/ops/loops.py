@@ -54,11 +54,30 @@ def gelu_grad(dy, x, out, a, b, one, c, d, top):  # noqa: ANN001, ANN201
 
 def scaled_add(x, y, out, a, b):  # noqa: ANN001, ANN201
     """``out = a x``, then ``out += b y``, element by element (``out`` and ``y`` may be ``x``:
-    then ``y`` is read after scaling, as in the numpy kernel; ``x * 1`` is exact)."""
-    xs, ys, outs = x.reshape(-1), y.reshape(-1), out.reshape(-1)
-    for i in range(xs.size):
-        t = outs[i] = xs[i] * a
-        outs[i] = t + ys[i] * b
+    then ``y`` is read after scaling, as in the numpy kernel; ``x * 1`` is exact). The in-place
+    case has its own loop over one array, which the compiler can vectorise."""
+    xs, ys = x.reshape(-1), y.reshape(-1)
+    if out.ctypes.data == x.ctypes.data:
+        for i in range(xs.size):
+            t = xs[i] = xs[i] * a
+            xs[i] = t + ys[i] * b
+    else:
+        outs = out.reshape(-1)
+        for i in range(xs.size):
+            t = outs[i] = xs[i] * a
+            outs[i] = t + ys[i] * b
+
+
+def sum_leading(x, out, outer):  # noqa: ANN001, ANN201
+    """Sum over the leading axes (``outer`` elements of them): row by row, as numpy reduces a
+    C-ordered array over its first axes, so the bits are the same."""
+    xs, outs = x.reshape(-1), out.reshape(-1)
+    inner = outs.size
+    for j in range(inner):
+        outs[j] = xs[j]
+    for r in range(1, outer):
+        for j in range(inner):
+            outs[j] += xs[r * inner + j]
 
 
 def softmax(x, out, axis):  # noqa: ANN001, ANN201

@@ -4,7 +4,8 @@ Both reductions are separable, so the forward pools one spatial dim at a time (`
 passes per dim instead of ``prod(k)``). ``average_pool`` divides by the number of taps inside
 the unpadded input (ONNX's default ``count_include_pad=0``, torch's ``count_include_pad=False``).
 ``max_pool``'s gradient goes to the first maximal element of each window in row-major order,
-as in torch. Kernels work through the batch a cache-sized chunk at a time (``batch_chunks``).
+as in torch. Kernels work through the batch a cache-sized chunk at a time (``map_chunks``, on
+two threads when the Session allows).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
 from xlgraph.ops.window import (
     Ints,
-    batch_chunks,
     check_positive,
     checked,
     crop,
     extents,
+    map_chunks,
     out_shape,
     pad_to,
     resolve_pads,
@@ -72,9 +73,12 @@ def _pool(x: np.ndarray, ufunc: np.ufunc, fill: Any, kernel: Ints, stride: Ints,
     """``ufunc`` over every window of ``x`` padded with ``fill`` into ``y``, a batch chunk at a
     time."""
     sizes = _sizes(x.shape[2:], kernel, stride, pads, dilation, y.shape[2:])
-    for sl in batch_chunks(x.shape[0], _item_bytes(x)):
+
+    def chunk(sl: slice) -> None:
         _separable(pad_to(x[sl], pads[:len(kernel)], sizes, fill), ufunc, kernel, stride,
                    dilation, y[sl])
+
+    map_chunks(chunk, x.shape[0], _item_bytes(x))
     return y
 
 
@@ -127,7 +131,8 @@ def _max_pool_grad_out(dy: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.nda
     sizes = _sizes(x.shape[2:], kernel, stride, pads, dilation, y.shape[2:])
     index = taps(kernel, stride, dilation, y.shape[2:])
     overlap = any(s < (k - 1) * d + 1 for k, s, d in zip(kernel, stride, dilation))
-    for sl in batch_chunks(x.shape[0], _item_bytes(x)):
+
+    def chunk(sl: slice) -> None:
         xs = x[sl]
         xp = pad_to(xs, begins, sizes, _lowest(x.dtype))
         unpadded = xp is xs  # then the gradient goes straight into out
@@ -135,6 +140,8 @@ def _max_pool_grad_out(dy: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.nda
         _first_max_grad(dy[sl], xp, y[sl], index, overlap, dxp)
         if not unpadded:
             out[sl] = crop(dxp, begins, x.shape[2:])
+
+    map_chunks(chunk, x.shape[0], _item_bytes(x))
     return out
 
 
@@ -256,13 +263,15 @@ def _window_cost(pooled: int) -> CostFn:
 
 _MAX_POOL = OpDef("max_pool", _pool_infer, _max_pool,
                   lambda g, dy: (max_pool_grad(dy, g.x(0), g.y(0), **g.attrs),),
-                  kernel_out=_max_pool_out, samples=_pool_samples, cost=_window_cost(1))
+                  kernel_out=_max_pool_out, samples=_pool_samples, cost=_window_cost(1),
+                  threaded=True)
 _MAX_POOL_GRAD = OpDef("max_pool_grad", _max_grad_infer, _max_pool_grad,
                        kernel_out=_max_pool_grad_out, samples=_max_grad_samples,
-                       cost=_window_cost(0))
+                       cost=_window_cost(0), threaded=True)
 _AVERAGE_POOL = OpDef("average_pool", _average_infer, _average_pool,
                       lambda g, dy: (average_pool_grad(dy, size=g.x(0).shape[2:], **g.attrs),),
-                      kernel_out=_average_pool_out, samples=_pool_samples, cost=_window_cost(1))
+                      kernel_out=_average_pool_out, samples=_pool_samples, cost=_window_cost(1),
+                      threaded=True)
 _AVERAGE_POOL_GRAD = OpDef("average_pool_grad", _avg_grad_infer, _average_pool_grad,
                            samples=_avg_grad_samples, cost=_window_cost(0))
 

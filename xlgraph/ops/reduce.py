@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from xlgraph import dtypes
 from xlgraph.op import OpDef, Sample, apply1, normalize_axes, reduction, register
+from xlgraph.ops import loops
 from xlgraph.tensor import Tensor, TensorSpec
 
 
@@ -67,7 +69,17 @@ def _extreme_grad(g: Any, dy: Tensor) -> tuple[Tensor]:
     return (_keep(g, dy) * mask / expand(ties, x.shape),)
 
 
-sum = reduction("sum", _sum, grad=lambda g, dy: (_keep(g, dy),), kernel_out=_sum_out)  # noqa: A001
+def _sum_loop(ins: list[TensorSpec], axis: tuple[int, ...], keepdims: bool) -> Any:
+    """The loop form for sums over leading axes that leave some axis (numpy adds those row by
+    row, as the loop does; a sum over the last axes it does pairwise)."""
+    shape = ins[0].shape
+    if axis != tuple(range(len(axis))) or not 0 < len(axis) < len(shape):
+        return None
+    return loops.float_only(ins[0], loops.sum_leading, ints=(math.prod(shape[:len(axis)]),))
+
+
+sum = reduction("sum", _sum, grad=lambda g, dy: (_keep(g, dy),),  # noqa: A001
+                kernel_out=_sum_out, loop=_sum_loop)
 mean = reduction("mean", _mean, grad=lambda g, dy: (_keep(g, dy) * (1.0 / _count(g)),))
 max = reduction("max", _max, grad=_extreme_grad, kernel_out=_max_out)  # noqa: A001
 min = reduction("min", _min, grad=_extreme_grad, kernel_out=_min_out)  # noqa: A001

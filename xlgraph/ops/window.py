@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -113,6 +114,41 @@ def batch_chunks(n: int, item_bytes: int) -> list[slice]:
     their temporaries; a chunk at a time they stay in the CPU cache instead of main memory."""
     step = max(1, CHUNK_BYTES // max(1, item_bytes))
     return [slice(i, min(n, i + step)) for i in range(0, n, step)]
+
+
+class _ChunkThreads:
+    """The threads that run batch chunks: none (chunks run in turn) until a Session that
+    holds ``threaded`` kernels sets a count above one while it is attached."""
+
+    def __init__(self) -> None:
+        self.count = 1
+        self.pool: ThreadPoolExecutor | None = None
+        self.pool_size = 0
+
+    def set(self, count: int) -> int:
+        """Use ``count`` threads from now on; returns the previous count."""
+        previous, self.count = self.count, max(1, count)
+        if self.count > 1 and self.pool_size != self.count:
+            if self.pool is not None:
+                self.pool.shutdown()
+            self.pool = ThreadPoolExecutor(self.count, thread_name_prefix="xlgraph-chunks")
+            self.pool_size = self.count
+        return previous
+
+
+CHUNK_THREADS = _ChunkThreads()
+
+
+def map_chunks(fn: Callable[[slice], Any], n: int, item_bytes: int) -> list[Any]:
+    """``fn(chunk)`` for every ``batch_chunks(n, item_bytes)``, results in chunk order. With
+    ``CHUNK_THREADS.count > 1`` the chunks run on that many threads at once (numpy releases the
+    GIL inside its kernels, so they use several cores); ``fn`` must then write only its own
+    chunk. The results are the same bits either way."""
+    chunks = batch_chunks(n, item_bytes)
+    pool = CHUNK_THREADS.pool
+    if CHUNK_THREADS.count == 1 or len(chunks) == 1 or pool is None:
+        return [fn(sl) for sl in chunks]
+    return [f.result() for f in [pool.submit(fn, sl) for sl in chunks]]
 
 
 def crop(buf: np.ndarray, begins: Ints, sizes: Ints) -> np.ndarray:

@@ -18,9 +18,16 @@ from xlgraph.errors import (
 )
 from xlgraph.ir import Ir
 from xlgraph.lower import lower
+from xlgraph.ops.window import CHUNK_THREADS
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
-from xlgraph.runtime.threads import ThreadLimit, choose_threads, largest_matrix_flops
+from xlgraph.runtime.threads import (
+    ThreadLimit,
+    choose_chunk_threads,
+    choose_threads,
+    has_threaded_kernels,
+    largest_matrix_flops,
+)
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
 from xlgraph.tensor import Constant, Tensor, Variable
 
@@ -37,6 +44,9 @@ class Session:
         optimize: run the generated plan (True) or the reference interpreter (False).
         blas_threads: BLAS threads while attached: ``"auto"`` (the policy in
             ``xlgraph.runtime.threads``), a number, or None to leave BLAS alone.
+        chunk_threads: threads for the batch chunks of conv and pooling kernels while attached:
+            ``"auto"`` (every core if a core is free, see ``xlgraph.runtime.threads``) or a
+            number; above one, BLAS runs one thread.
         backend: ``"numpy"`` or ``"numba"`` (compiled loops for the ops that have them, see
             ``xlgraph.lower.backends``); None: ``XLGRAPH_BACKEND``, else numba if installed.
 
@@ -47,7 +57,7 @@ class Session:
 
     def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True,
                  optimize: bool = True, blas_threads: int | str | None = "auto",
-                 backend: str | None = None) -> None:
+                 backend: str | None = None, chunk_threads: int | str = "auto") -> None:
         self.device = make_device(device_desc)
         if ir.replication_factor != 1:
             raise UnsupportedDeviceError(
@@ -64,6 +74,9 @@ class Session:
         self.io = HostIO(ir)
         self.blas_threads = blas_threads
         self._flops = largest_matrix_flops(ir)
+        self.chunk_threads = chunk_threads
+        self._threaded = has_threaded_kernels(ir)
+        self._chunks = 1  # chunk threads while attached
         self._thread_limit = ThreadLimit()
         self._attached = False
         self._host_stale = False
@@ -88,7 +101,9 @@ class Session:
         attach = not self._attached
         if attach:
             self._attached = True
-            self._thread_limit.apply(choose_threads(self.blas_threads, self._flops))
+            self._chunks = choose_chunk_threads(self.chunk_threads, self._threaded)
+            blas = 1 if self._chunks > 1 else choose_threads(self.blas_threads, self._flops)
+            self._thread_limit.apply(blas)
             self.weights_from_host()
         self._entered.append(attach)
         return self
@@ -148,6 +163,7 @@ class Session:
     def _execute(self, in_arrays: list[np.ndarray], out_arrays: list[np.ndarray]) -> None:
         for live, saved in self._backup:  # one snapshot per run, however many transfers it has;
             np.copyto(saved, live)  # variables the executable double-buffers need none
+        chunks = CHUNK_THREADS.set(self._chunks) if self._threaded else None
         try:
             with self._float_traps():
                 self.executable.run(in_arrays, out_arrays)
@@ -161,6 +177,9 @@ class Session:
             raise ExecutionError(
                 f"run failed{where}: {type(exc).__name__}: {exc}; variables were left unchanged"
             ) from exc
+        finally:
+            if chunks is not None:
+                CHUNK_THREADS.set(chunks)
         self._host_stale = True
 
     def _float_traps(self) -> contextlib.AbstractContextManager[Any]:

@@ -10,7 +10,8 @@ cost runs on the matrix engine) has at least ``PARALLEL_MIN_FLOPS`` and the mach
 when the Session attaches (see ``machine_busy``); then BLAS keeps its own setting.
 The limit needs the optional ``threadpoolctl`` (``pip install xlgraph[perf]``); without it the
 policy does nothing. It holds while the Session is attached (``with session:``) and is restored
-when it detaches.
+when it detaches. Conv and pooling kernels (``OpDef.threaded``) run their batch chunks on every
+core under the same condition (a free core when the Session attaches), with BLAS at one thread.
 """
 
 from __future__ import annotations
@@ -45,6 +46,21 @@ def machine_busy() -> bool:
         except OSError:
             return True
     return others >= cpus - 1 or average >= cpus
+
+
+def has_threaded_kernels(ir: Ir) -> bool:
+    """Whether ``ir`` runs kernels that split their batch into chunks (``OpDef.threaded``)."""
+    return any(op.defn.threaded for graph in ir.graphs for op in graph.ops)
+
+
+def choose_chunk_threads(setting: int | str, threaded: bool) -> int:
+    """Threads for the batch chunks of conv and pooling kernels: with ``"auto"``, every core
+    when the program has such kernels and the machine has a free core (``machine_busy``), else
+    one. (numpy releases the GIL inside its kernels, so the chunks run on separate cores.) With
+    more than one, the Session gives BLAS one thread: the chunks are the parallelism."""
+    if setting != "auto":
+        return max(1, int(setting))
+    return (os.cpu_count() or 1) if threaded and not machine_busy() else 1
 
 
 def choose_threads(setting: int | str | None, flops: float) -> int | None:

@@ -1,0 +1,103 @@
+"""Conv and pooling kernels run their batch chunks on several threads: same bits, real threads.
+
+``CHUNK_BYTES`` is made tiny here so that small tensors split into many chunks.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import xlgraph as popxl
+from xlgraph import ops
+from xlgraph.ops import window
+from xlgraph.runtime import threads
+from xlgraph.transforms import autodiff
+
+
+def _conv_pool_step(batch: int) -> tuple[popxl.Ir, list, list]:
+    """conv -> max_pool -> average_pool, and the gradients of all three."""
+    rng = np.random.default_rng(0)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((batch, 2, 9, 9), popxl.float32, "x")
+        w = popxl.variable(rng.normal(size=(4, 2, 3, 3)).astype(np.float32), name="w")
+
+        def fwd(x: popxl.Tensor, k: popxl.Tensor) -> popxl.Tensor:
+            h = ops.max_pool(ops.conv(x, k), kernel_size=(2, 2), stride=(2, 2))
+            return ops.average_pool(h, kernel_size=(2, 2), stride=(1, 1))
+
+        g = ir.create_graph(fwd, x_s.spec, w.spec)
+        site = ops.call_with_info(g, ops.host_load(x_s), w)
+        bwd = autodiff(g)
+        seed = popxl.constant(np.ones(site.outputs[0].shape, np.float32))
+        grads = ops.call(bwd.graph, seed, inputs_dict=bwd.inputs_dict(site))
+        outs = [site.outputs[0], *grads]
+        d2h = [popxl.d2h_stream(t.shape, t.dtype, f"o{i}") for i, t in enumerate(outs)]
+        for s, t in zip(d2h, outs):
+            ops.host_store(s, t)
+    return ir, [x_s], d2h
+
+
+@pytest.fixture()
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(window, "CHUNK_BYTES", 2048)
+
+
+@pytest.mark.usefixtures("small_chunks")
+def test_two_chunk_threads_give_the_same_bits_as_one() -> None:
+    x = np.random.default_rng(1).normal(size=(16, 2, 9, 9)).astype(np.float32)
+    results = []
+    for n in (1, 2):
+        ir, (x_s,), d2h = _conv_pool_step(16)
+        session = popxl.Session(ir, chunk_threads=n)
+        assert session._threaded
+        with session:
+            out = session.run({x_s: x})
+        results.append([out[s].tobytes() for s in d2h])
+    assert results[0] == results[1]
+    assert window.CHUNK_THREADS.count == 1  # restored after each run
+
+
+@pytest.mark.usefixtures("small_chunks")
+def test_chunks_run_on_the_pool_threads_only_while_asked() -> None:
+    seen: list[str] = []
+
+    def record(sl: slice) -> int:
+        seen.append(threading.current_thread().name)
+        return sl.start
+
+    previous = window.CHUNK_THREADS.set(2)
+    try:
+        starts = window.map_chunks(record, 12, 1024)
+    finally:
+        window.CHUNK_THREADS.set(previous)
+    assert starts == sorted(starts) and len(starts) == 6  # results in chunk order
+    assert all(name.startswith("xlgraph-chunks") for name in seen)
+    seen.clear()
+    window.map_chunks(record, 12, 1024)
+    assert seen == [threading.current_thread().name] * 6
+
+
+def test_auto_uses_every_core_only_for_threaded_kernels_on_a_free_machine(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "machine_busy", lambda: False)
+    assert threads.choose_chunk_threads("auto", True) == 2
+    assert threads.choose_chunk_threads("auto", False) == 1
+    assert threads.choose_chunk_threads(3, False) == 3
+    monkeypatch.setattr(threads, "machine_busy", lambda: True)
+    assert threads.choose_chunk_threads("auto", True) == 1
+
+
+def test_chunk_threads_give_blas_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    applied: list[int | None] = []
+    monkeypatch.setattr(threads.ThreadLimit, "apply", lambda self, n: applied.append(n))
+    ir, _, _ = _conv_pool_step(4)
+    with popxl.Session(ir, chunk_threads=2, blas_threads=None):
+        pass
+    with popxl.Session(_conv_pool_step(4)[0], chunk_threads=1, blas_threads=None):
+        pass
+    assert applied == [1, None]
