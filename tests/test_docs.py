@@ -26,3 +26,25 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     readme = (ROOT / "README.md").read_text()
     command = next(line for line in ci.splitlines() if "pytest" in line)
     assert command in readme
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's anchors for the headings of a markdown file."""
+    headings = re.findall(r"^#+ (.+)$", markdown, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("path", [*DOCS, ROOT / "examples" / "mnist" / "README.md",
+                                  ROOT / "benchmarks" / "README.md"], ids=lambda p: p.name)
+def test_relative_links_point_to_files_and_headings_that_exist(path: Path) -> None:
+    for target in LINK.findall(path.read_text()):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        assert resolved.exists(), f"{path.name} links to missing {target}"
+        if anchor:
+            assert anchor in _anchors(resolved.read_text()), f"{path.name}: no heading #{anchor}"
