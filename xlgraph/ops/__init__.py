@@ -36,6 +36,12 @@ from xlgraph.ops.elementwise import (
     tanh,
     where,
 )
+from xlgraph.ops.fp8 import (
+    conv_pow2scaled,
+    matmul_pow2scaled,
+    pow2scale_cast_from_fp8,
+    pow2scale_cast_to_fp8,
+)
 from xlgraph.ops.host import host_load, host_store
 from xlgraph.ops.indexing import gather, scatter, split, subsample, tied_gather, topk
 from xlgraph.ops.linalg import matmul
@@ -130,3 +136,7 @@ __all__ += [
 
 # -- PopXL compatibility: placement -----------------------------------------------------------
 __all__ += ["io_tile_copy", "remote_code_load"]
+
+# -- fp8 ---------------------------------------------------------------------------------------
+__all__ += ["conv_pow2scaled", "matmul_pow2scaled", "pow2scale_cast_from_fp8",
+            "pow2scale_cast_to_fp8"]

@@ -254,6 +254,13 @@ def conv_grad_weight(dy: Tensor, x: Tensor, stride: Ints, pads: Ints, dilation: 
     return apply1(_CONV_GRAD_WEIGHT, [dy, x], attrs)
 
 
+def planning_hints(available_memory_proportions: Any, partials_types: Any,
+                   enable_conv_dithering: Any) -> dict[str, Any]:
+    """PopXL's convolution planning arguments as ``op.hints`` entries."""
+    return {"available_memory_proportion": available_memory_proportions,
+            "partials_type": partials_types, "enable_conv_dithering": enable_conv_dithering}
+
+
 def _strides(t: Tensor, weight: Tensor, stride: Any, dilation: Any) -> tuple[int, Ints, Ints]:
     n = t.rank - 2
     if n < 1 or weight.rank != t.rank:
@@ -273,8 +280,9 @@ def _conv_attrs(t: Tensor, weight: Tensor, stride: Any, padding: Any, dilation: 
 @register(_CONV)
 def conv(t: Tensor, weight: Tensor, stride: Any = (1, 1), padding: Any = (0, 0, 0, 0),
          dilation: Any = (1, 1), groups: int = 1, pad_type: str = "not_set",
-         available_memory_proportion: float | None = None, partials_type: Any = None,
-         enable_conv_dithering: Any = None) -> Tensor:
+         available_memory_proportions: Any = None, partials_types: Any = None,
+         enable_conv_dithering: Any = None, *, available_memory_proportion: Any = None,
+         partials_type: Any = None) -> Tensor:
     """Convolution (cross-correlation, as in ONNX/PopXL) of ``t`` with ``weight``.
 
     Args:
@@ -285,8 +293,9 @@ def conv(t: Tensor, weight: Tensor, stride: Any = (1, 1), padding: Any = (0, 0, 
             'not_set'; 'valid' means no padding, 'same_upper'/'same_lower' pad so that the
             output has ``ceil(size / stride)`` positions, the odd element at the end/start.
         groups: channel groups.
-        available_memory_proportion, partials_type, enable_conv_dithering: accepted for PopXL
-            compatibility; no effect on the simulator.
+        available_memory_proportions, partials_types, enable_conv_dithering: PopXL's planning
+            arguments (the singular spellings are accepted too), recorded in ``op.hints`` for
+            the ipu_model; no effect on values.
 
     Returns:
         ``(N, M, *out)`` where ``out = (size + pads - dilation * (kernel - 1) - 1) // stride + 1``.
@@ -296,7 +305,9 @@ def conv(t: Tensor, weight: Tensor, stride: Any = (1, 1), padding: Any = (0, 0, 
     """
     attrs = checked("conv", [t, weight], lambda: _conv_attrs(t, weight, stride, padding,
                                                              dilation, groups, pad_type))
-    return apply1(_CONV, [t, weight], attrs)
+    hints = planning_hints(available_memory_proportions or available_memory_proportion,
+                           partials_types or partials_type, enable_conv_dithering)
+    return apply1(_CONV, [t, weight], attrs, hints=hints)
 
 
 def _transpose_attrs(t: Tensor, weight: Tensor, stride: Any, padding: Any, dilation: Any,
@@ -327,8 +338,9 @@ def _transpose_attrs(t: Tensor, weight: Tensor, stride: Any, padding: Any, dilat
 def conv_transpose(t: Tensor, weight: Tensor, stride: Any = (1, 1),
                    padding: Any = (0, 0, 0, 0), dilation: Any = (1, 1), groups: int = 1,
                    pad_type: str = "not_set", output_padding: Any = (), output_shape: Any = (),
-                   available_memory_proportion: float | None = None, partials_type: Any = None,
-                   enable_conv_dithering: Any = None) -> Tensor:
+                   available_memory_proportions: Any = None, partials_types: Any = None,
+                   enable_conv_dithering: Any = None, *, available_memory_proportion: Any = None,
+                   partials_type: Any = None) -> Tensor:
     """Transposed convolution (ONNX ConvTranspose): the input gradient of ``conv``.
 
     Args:
@@ -339,7 +351,8 @@ def conv_transpose(t: Tensor, weight: Tensor, stride: Any = (1, 1),
         output_padding: extra rows at the end of each output dim (each < stride).
         output_shape: explicit output spatial shape; the padding is then derived (for
             'same_upper' the odd row is cut at the end, otherwise at the start).
-        available_memory_proportion, partials_type, enable_conv_dithering: no effect.
+        available_memory_proportions, partials_types, enable_conv_dithering: as for
+            ``conv``.
 
     Returns:
         ``(N, M, *out)`` with ``out = stride * (size - 1) + output_padding
@@ -347,4 +360,6 @@ def conv_transpose(t: Tensor, weight: Tensor, stride: Any = (1, 1),
     """
     attrs = checked("conv_transpose", [t, weight], lambda: _transpose_attrs(
         t, weight, stride, padding, dilation, groups, pad_type, output_padding, output_shape))
-    return apply1(_CONV_TRANSPOSE, [t, weight], attrs)
+    hints = planning_hints(available_memory_proportions or available_memory_proportion,
+                           partials_types or partials_type, enable_conv_dithering)
+    return apply1(_CONV_TRANSPOSE, [t, weight], attrs, hints=hints)

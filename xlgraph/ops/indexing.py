@@ -146,7 +146,8 @@ def scatter(t: Tensor, indices: Any, values: Tensor, axis: int = 0,
     replaced by ``indices[p]`` (ONNX ScatterElements). Indices may be negative; with repeated
     indices the value written is unspecified and the gradient assumes none repeat."""
     attrs = {"axis": normalize_axes(axis, t.rank)[0]}
-    return apply1(_SCATTER, [t, as_index_tensor(indices), values], attrs)
+    hints = {"available_memory_proportion": available_memory_proportion}
+    return apply1(_SCATTER, [t, as_index_tensor(indices), values], attrs, hints=hints)
 
 
 # -- gather (ONNX Gather) ----------------------------------------------------------------------
@@ -314,7 +315,8 @@ def topk(t: Tensor, k: int, axis: int, largest: bool = True, sorted: bool = True
     """
     attrs = {"k": int(k), "axis": normalize_axes(axis, t.rank)[0], "largest": bool(largest),
              "sorted": bool(sorted)}
-    values, indices = apply(_TOPK, [t], attrs)
+    hints = {"available_memory_proportion": available_memory_proportion}
+    values, indices = apply(_TOPK, [t], attrs, hints=hints)
     return values, indices
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from xlgraph import dtypes
 from xlgraph.cost import Cost, nelms, traffic
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, broadcast_shapes, register, same_dtype
@@ -69,7 +70,16 @@ def matmul(lhs: Tensor, rhs: Tensor, available_memory_proportion: float | None =
            output_type: Any = None, partials_type: Any = None) -> Tensor:
     """Matrix product with numpy's rules (batch broadcasting, 1-D promotion).
 
-    ``available_memory_proportion``, ``output_type`` and ``partials_type`` are accepted for
-    PopXL compatibility and have no effect on the simulator.
+    ``output_type`` (e.g. float32 for float16 operands) computes the product in that type.
+    ``available_memory_proportion`` and ``partials_type`` are recorded in ``op.hints`` for the
+    ipu_model; the simulator's values do not depend on them.
     """
-    return apply1(_MATMUL, [lhs, rhs])
+    hints = {"available_memory_proportion": available_memory_proportion,
+             "partials_type": partials_type}
+    if output_type is not None and dtypes.as_dtype(output_type) is not lhs.dtype:
+        from xlgraph.ops.elementwise import cast
+
+        out = dtypes.as_dtype(output_type)
+        hints["output_type"] = out
+        lhs, rhs = cast(lhs, out), cast(rhs, out)
+    return apply1(_MATMUL, [lhs, rhs], hints=hints)

@@ -1,0 +1,165 @@
+"""fp8: the formats, host conversions, the pow2-scaled ops, fp8 variables and streams."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xlgraph as popxl
+from xlgraph import errors, ops
+from xlgraph.fp8_utils import fp8_max, host_pow2scale_cast_from_fp8, host_pow2scale_cast_to_fp8
+from xlgraph.ops.fp8 import _from_fp8_ref, _nearest_fp8_ref
+from xlgraph.testing import run_once
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+F143, F152 = popxl.float8_143, popxl.float8_152
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).view(np.uint8)
+
+
+def test_formats_are_graphcores() -> None:
+    """1.4.3 has bias 8 (largest 240, smallest normal 2**-7), 1.5.2 bias 16 (57344, 2**-15);
+    one NaN code 0x80, no infinities, no negative zero."""
+    assert fp8_max(F143) == 240 and fp8_max(F152) == 57344
+    for dt, tiny in ((F143, 2.0 ** -7), (F152, 2.0 ** -15)):
+        info = ml_dtypes.finfo(dt.as_numpy())
+        assert float(info.smallest_normal) == tiny
+        values = np.arange(256, dtype=np.uint8).view(dt.as_numpy()).astype(np.float64)
+        assert np.flatnonzero(np.isnan(values)).tolist() == [0x80]
+        assert not np.isinf(values).any()
+        assert bits(np.array([-0.0]).astype(dt.as_numpy())).tolist() == [0]
+
+
+@pytest.mark.parametrize("dt", [F143, F152])
+@pytest.mark.parametrize("nan_on_overflow", [True, False])
+def test_host_cast_rounds_to_nearest_even_and_handles_overflow(dt, nan_on_overflow) -> None:
+    rng = np.random.default_rng(0)
+    top = fp8_max(dt)
+    x = np.concatenate([rng.normal(size=200) * top / 8, [top * 1.02, -top * 1.5, np.nan, 0.0,
+                                                         top * 0.999]]).astype(np.float32)
+    for scale in (-3, 0, 2):
+        got = host_pow2scale_cast_to_fp8(x, dt, scale, nan_on_overflow)
+        want = _nearest_fp8_ref(x, np.array(scale), dt, nan_on_overflow)
+        np.testing.assert_array_equal(bits(got), bits(want))
+    over = host_pow2scale_cast_to_fp8(np.array([1e9, -1e9], np.float32), dt, 0, nan_on_overflow)
+    expected = [np.nan, np.nan] if nan_on_overflow else [top, -top]
+    np.testing.assert_array_equal(over.astype(np.float32), expected)
+
+
+def test_host_round_trip_undoes_the_scale() -> None:
+    x = np.array([0.5, -3.0, 12.0, 0.0625], np.float32)  # exactly representable after scaling
+    for scale in (-4, 0, 3):
+        f8 = host_pow2scale_cast_to_fp8(x, F143, scale)
+        np.testing.assert_array_equal(f8.astype(np.float32), x * 2.0 ** scale)
+        back = host_pow2scale_cast_from_fp8(bits(f8), F143, -scale)  # PopXL's uint8 form too
+        assert back.dtype == np.float32
+        np.testing.assert_array_equal(back, x)
+    with pytest.raises(TypeError, match="fp8 data or uint8"):
+        host_pow2scale_cast_from_fp8(x, F143)
+    with pytest.raises(TypeError, match="float8_143 or float8_152"):
+        host_pow2scale_cast_to_fp8(x, popxl.float16)
+
+
+def test_from_fp8_decodes_every_code_like_ml_dtypes() -> None:
+    every = np.arange(256, dtype=np.uint8)
+    for dt in (F143, F152):
+        codes = every.view(dt.as_numpy())
+        ref = _from_fp8_ref(codes, np.array(0), popxl.float32)
+        np.testing.assert_array_equal(ref, codes.astype(np.float32))
+
+
+def _fp8_program(dt, scale: int, nan_on_overflow: bool):
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((6,), popxl.float32, "x")
+        f8_s = popxl.d2h_stream((6,), dt, "f8")
+        back_s = popxl.d2h_stream((6,), popxl.float32, "back")
+        log2 = popxl.variable(np.int32(scale), name="log2_scale")
+        f8 = ops.pow2scale_cast_to_fp8(ops.host_load(x_s), dt, log2, nan_on_overflow)
+        ops.host_store(f8_s, f8)
+        ops.host_store(back_s, ops.pow2scale_cast_from_fp8(f8, popxl.float32, -log2))
+    return ir, x_s, f8_s, back_s
+
+
+@pytest.mark.parametrize("nan_on_overflow", [True, False])
+def test_cast_ops_match_the_host_casts(nan_on_overflow: bool) -> None:
+    x = np.array([1.0, -2.5, 300.0, 1e-4, np.nan, 0.3], np.float32)
+    ir, x_s, f8_s, back_s = _fp8_program(F143, 1, nan_on_overflow)
+    out = run_once(ir, {x_s: x})
+    want = host_pow2scale_cast_to_fp8(x, F143, 1, nan_on_overflow)
+    assert out[f8_s].dtype == F143.as_numpy()
+    np.testing.assert_array_equal(bits(out[f8_s]), bits(want))
+    np.testing.assert_array_equal(out[back_s], host_pow2scale_cast_from_fp8(want, F143, -1))
+    assert np.isnan(out[back_s][2]) == nan_on_overflow
+
+
+def test_log2_scale_out_of_range_fails_the_run() -> None:
+    ir, x_s, *_ = _fp8_program(F152, 40, True)
+    with popxl.Session(ir) as session, pytest.raises(errors.ExecutionError, match=r"\[-32, 32\)"):
+        session.run({x_s: np.ones(6, np.float32)})
+
+
+def test_matmul_and_conv_pow2scaled_match_float32_references() -> None:
+    rng = np.random.default_rng(3)
+    a = host_pow2scale_cast_to_fp8(rng.normal(size=(4, 16)), F143, 3)
+    b = host_pow2scale_cast_to_fp8(rng.normal(size=(16, 5)), F152, 2)
+    x = host_pow2scale_cast_to_fp8(rng.normal(size=(2, 3, 6, 6)), F143, 2)
+    w = host_pow2scale_cast_to_fp8(rng.normal(size=(4, 3, 3, 3)), F143, 2)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        ta, tb, tx, tw = (popxl.variable(v) for v in (a, b, x, w))
+        assert ta.dtype is F143 and tb.dtype is F152
+        mm = ops.matmul_pow2scaled(ta, tb, popxl.constant(np.int32(-5)))
+        cv = ops.conv_pow2scaled(tx, tw, -4, padding=(1, 1, 1, 1), stride=(2, 2),
+                                 available_memory_proportions=[0.4])
+        assert mm.dtype is popxl.float16 and cv.shape == (2, 4, 3, 3)
+        assert cv.producer.hints == {"available_memory_proportion": [0.4]}
+        outs = {t: popxl.d2h_stream(t.shape, t.dtype, n) for t, n in ((mm, "mm"), (cv, "cv"))}
+        for t, s in outs.items():
+            ops.host_store(s, t)
+        with pytest.raises(errors.DTypeError, match="float8"):
+            ops.matmul_pow2scaled(popxl.variable(np.ones((2, 2), np.float16)), tb, 0)
+    got = run_once(ir)
+    f32 = [v.astype(np.float32) for v in (a, b, x, w)]
+    np.testing.assert_allclose(got[outs[mm]], (f32[0] @ f32[1]) / 32, rtol=1e-3)
+    with popxl.Ir().main_graph as g:
+        ref = ops.conv(popxl.variable(f32[2]), popxl.variable(f32[3]), padding=(1, 1, 1, 1),
+                       stride=(2, 2))
+        s = popxl.d2h_stream(ref.shape, popxl.float32, "ref")
+        ops.host_store(s, ref)
+    conv_ref = run_once(g.ir)[s] / 16
+    np.testing.assert_allclose(got[outs[cv]].astype(np.float32), conv_ref, rtol=2e-3, atol=1e-3)
+
+
+def test_fp8_variables_scale_and_saturate_and_accept_bits() -> None:
+    data = np.array([1.0, 96.0, -0.5], np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        default = popxl.variable(data, F143, "default", log2_scale=2)
+        saturated = popxl.variable(data, F143, "saturated", log2_scale=2, nan_on_overflow=False)
+        raw = popxl.variable(bits(host_pow2scale_cast_to_fp8(data, F152)), F152, "raw")
+        typed = popxl.variable(host_pow2scale_cast_to_fp8(data, F143), name="typed")
+    assert typed.dtype is F143 and raw.dtype is F152
+    session = popxl.Session(ir)
+    got = {v.name: session.get_tensor_data(v).astype(np.float32)
+           for v in (default, saturated, raw, typed)}
+    np.testing.assert_array_equal(got["default"], [4.0, np.nan, -2.0])  # 384: NaN by default
+    np.testing.assert_array_equal(got["saturated"], [4.0, 240.0, -2.0])
+    np.testing.assert_array_equal(got["raw"], data)
+    np.testing.assert_array_equal(got["typed"], data)
+
+
+def test_fp8_streams_take_uint8_bits_or_fp8_arrays() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        in_s = popxl.h2d_stream((3,), F152, "in")
+        out_s = popxl.d2h_stream((3,), popxl.float16, "out")
+        ops.host_store(out_s, ops.pow2scale_cast_from_fp8(ops.host_load(in_s)))
+    f8 = host_pow2scale_cast_to_fp8(np.array([2.0, -8.0, 0.25]), F152)
+    with popxl.Session(ir) as session:
+        for data in (f8, bits(f8)):
+            np.testing.assert_array_equal(session.run({in_s: data})[out_s], [2.0, -8.0, 0.25])
+        with pytest.raises(errors.StreamInputError, match="float8_152"):
+            session.run({in_s: np.ones(3, np.float32)})

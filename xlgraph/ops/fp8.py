@@ -1,0 +1,274 @@
+"""fp8 ops with power-of-two scales: casts to and from ``float8_143``/``float8_152``, and the
+matmul and convolution of fp8 operands (results in float16).
+
+A ``log2_scale`` is an int32 scalar tensor ``s`` read at run time; the scale is ``2**s`` and
+``s`` must lie in [-32, 32) (else the run fails, as PopART's
+``throwIfLog2ScaleTensorNotInRange`` does by default). The fp8 formats come from ``ml_dtypes``
+(the ``fp8`` extra); see ``xlgraph.fp8_utils`` for the format details. None of these ops has a
+gradient, as in PopXL.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+
+from xlgraph import dtypes
+from xlgraph.errors import DTypeError
+from xlgraph.fp8_utils import host_pow2scale_cast_to_fp8
+from xlgraph.op import OpDef, Sample, apply1, register
+from xlgraph.ops.conv import _conv, _conv_attrs, _conv_infer, planning_hints
+from xlgraph.ops.linalg import _matmul_infer
+from xlgraph.ops.window import checked
+from xlgraph.tensor import Tensor, TensorSpec, constant
+
+__all__ = ["pow2scale_cast_to_fp8", "pow2scale_cast_from_fp8", "matmul_pow2scaled",
+           "conv_pow2scaled"]
+
+_FP8 = (dtypes.float8_143, dtypes.float8_152)
+
+
+def _scale(log2_scale: np.ndarray) -> int:
+    s = int(np.asarray(log2_scale).reshape(()))
+    if not -32 <= s < 32:
+        raise ValueError(f"log2_scale {s} is outside [-32, 32)")
+    return s
+
+
+def _check_scale(spec: TensorSpec) -> None:
+    if spec.shape not in ((), (1,)) or not spec.dtype.is_int:
+        raise DTypeError(f"log2_scale must be an int32 scalar tensor, got {spec}")
+
+
+def _check_fp8(*specs: TensorSpec) -> None:
+    for s in specs:
+        if s.dtype not in _FP8:
+            raise DTypeError(f"expected float8_143 or float8_152 data, got {s}")
+
+
+def _log2_scale_tensor(log2_scale: Tensor | int | None) -> Tensor:
+    if isinstance(log2_scale, Tensor):
+        return log2_scale
+    return constant(np.int32(log2_scale or 0), dtypes.int32, "log2_scale")
+
+
+def _fp8_samples(make: Any) -> Any:
+    """Samples that need ml_dtypes; none when the extra is missing."""
+    def samples(rng: np.random.Generator) -> list[Sample]:
+        if importlib.util.find_spec("ml_dtypes") is None:
+            return []
+        return make(rng)
+
+    return samples
+
+
+def _to_fp8_values(rng: np.random.Generator, shape: tuple[int, ...], dt: dtypes.dtype,
+                   spread: float = 4.0) -> np.ndarray:
+    return (rng.normal(size=shape) * spread).astype(dt.as_numpy())
+
+
+# -- casts -------------------------------------------------------------------------------------
+def _to_fp8_infer(x: TensorSpec, log2_scale: TensorSpec, dtype: dtypes.dtype,
+                  nan_on_overflow: bool) -> TensorSpec:
+    _check_scale(log2_scale)
+    if not x.dtype.is_floating_point or x.dtype in _FP8:
+        raise DTypeError(f"pow2scale_cast_to_fp8 needs float16/float32 data, got {x}")
+    return TensorSpec(x.shape, dtype)
+
+
+def _to_fp8(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype,
+            nan_on_overflow: bool) -> np.ndarray:
+    return host_pow2scale_cast_to_fp8(x, dtype, _scale(log2_scale), nan_on_overflow)
+
+
+def _nearest_fp8_ref(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype,
+                     nan_on_overflow: bool) -> np.ndarray:
+    """Round to nearest by searching all 256 codes (ties to the even code); an independent
+    check of ``ml_dtypes``' rounding. Beyond the largest value plus half a step: overflow."""
+    codes = np.arange(256, dtype=np.uint8).view(dtype.as_numpy())
+    values = codes.astype(np.float64)
+    finite = np.isfinite(values)
+    values, codes = values[finite], np.arange(256)[finite]
+    top = values.max()
+    step = top - np.sort(values)[-2]
+    out = []
+    for v in np.asarray(x, np.float64).ravel() * 2.0 ** _scale(log2_scale):
+        if np.isnan(v) or (abs(v) >= top + step / 2 and nan_on_overflow):
+            out.append(np.nan)
+            continue
+        v = np.clip(v, -top, top)
+        dist = np.abs(values - v)
+        best = np.flatnonzero(dist == dist.min())
+        out.append(values[best[codes[best] % 2 == 0][0] if len(best) > 1 else best[0]])
+    return np.array(out).reshape(np.shape(x)).astype(dtype.as_numpy())
+
+
+def _to_fp8_samples(rng: np.random.Generator) -> list[Sample]:
+    big = rng.normal(size=(4, 5)) * 300  # saturates float8_143; NaN overflow: test_popxl_fp8
+    return [
+        Sample((rng.normal(size=(3, 4)), dtypes.float8_143, np.array(0))),
+        Sample((big, dtypes.float8_143, np.array(-2))),
+        Sample((big, dtypes.float8_143, np.array(0)), {"nan_on_overflow": False}),
+        Sample((rng.normal(size=(2, 6)) * 1e4, dtypes.float8_152, np.array(-3))),
+    ]
+
+
+_TO_FP8 = OpDef("pow2scale_cast_to_fp8", _to_fp8_infer, _to_fp8, ref=_nearest_fp8_ref,
+                samples=_fp8_samples(_to_fp8_samples))
+
+
+@register(_TO_FP8)
+def pow2scale_cast_to_fp8(X: Tensor, data_type: dtypes.dtype = dtypes.float8_143,  # noqa: N803
+                          log2_scale: Tensor | int | None = None,
+                          nan_on_overflow: bool = True) -> Tensor:
+    """``cast(X * 2**log2_scale, data_type)``: float16/float32 data to fp8.
+
+    Rounds to nearest even. Values beyond the format's largest (240 for float8_143, 57344 for
+    float8_152) become NaN, or saturate with ``nan_on_overflow=False``. ``log2_scale`` is an
+    int32 scalar tensor (a Python int becomes a constant; None means 0).
+    """
+    dt = dtypes.as_dtype(data_type)
+    if dt not in _FP8:
+        raise DTypeError(f"pow2scale_cast_to_fp8: data_type must be an fp8 dtype, got {dt!r}")
+    attrs = {"dtype": dt, "nan_on_overflow": bool(nan_on_overflow)}
+    return apply1(_TO_FP8, [X, _log2_scale_tensor(log2_scale)], attrs)
+
+
+def _from_fp8_infer(x: TensorSpec, log2_scale: TensorSpec, dtype: dtypes.dtype) -> TensorSpec:
+    _check_fp8(x)
+    _check_scale(log2_scale)
+    return TensorSpec(x.shape, dtype)
+
+
+def _from_fp8(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
+    scaled = x.astype(np.float32) * np.float32(2.0 ** _scale(log2_scale))
+    return scaled.astype(dtype.as_numpy())
+
+
+def _from_fp8_ref(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
+    """Decode the bits by hand: sign, exponent (bias 8 or 16), mantissa; 0x80 is NaN."""
+    bits = np.asarray(x).view(np.uint8).astype(np.int64)
+    mbits, bias = (3, 8) if x.dtype == dtypes.float8_143.as_numpy() else (2, 16)
+    sign = np.where(bits & 0x80, -1.0, 1.0)
+    exp = (bits >> mbits) & ((1 << (7 - mbits)) - 1)
+    man = bits & ((1 << mbits) - 1)
+    value = np.where(exp == 0, man / 2.0 ** mbits * 2.0 ** (1 - bias),
+                     (1 + man / 2.0 ** mbits) * 2.0 ** (exp - bias))
+    value = np.where(bits == 0x80, np.nan, sign * value) * 2.0 ** _scale(log2_scale)
+    return value.astype(dtype.as_numpy())
+
+
+def _from_fp8_samples(rng: np.random.Generator) -> list[Sample]:
+    every = np.arange(256, dtype=np.uint8)
+    return [Sample((every.view(dtypes.float8_143.as_numpy()), dtypes.float32, np.array(0))),
+            Sample((every.view(dtypes.float8_152.as_numpy()), dtypes.float32, np.array(-3))),
+            Sample((_to_fp8_values(rng, (3, 4), dtypes.float8_143), dtypes.float16,
+                    np.array(5)))]
+
+
+_FROM_FP8 = OpDef("pow2scale_cast_from_fp8", _from_fp8_infer, _from_fp8, ref=_from_fp8_ref,
+                  samples=_fp8_samples(_from_fp8_samples))
+
+
+@register(_FROM_FP8)
+def pow2scale_cast_from_fp8(X: Tensor, data_type: dtypes.dtype = dtypes.float16,  # noqa: N803
+                            log2_scale: Tensor | int | None = None) -> Tensor:
+    """``cast(X, data_type) * 2**log2_scale``: fp8 data to float16 (default) or float32.
+
+    To undo ``pow2scale_cast_to_fp8`` with scale ``s``, pass ``-s``.
+    """
+    dt = dtypes.as_dtype(data_type)
+    if dt not in (dtypes.float16, dtypes.float32):
+        raise DTypeError(f"pow2scale_cast_from_fp8: data_type must be float16 or float32, "
+                         f"got {dt!r}")
+    return apply1(_FROM_FP8, [X, _log2_scale_tensor(log2_scale)], {"dtype": dt})
+
+
+# -- matmul and conv ---------------------------------------------------------------------------
+def _as_float16(y: np.ndarray, s: int) -> np.ndarray:
+    return (y * np.float32(2.0 ** s)).astype(np.float16)
+
+
+def _matmul_p2_infer(a: TensorSpec, b: TensorSpec, log2_scale: TensorSpec) -> TensorSpec:
+    _check_fp8(a, b)
+    _check_scale(log2_scale)
+    return _matmul_infer(TensorSpec(a.shape, dtypes.float16), TensorSpec(b.shape, dtypes.float16))
+
+
+def _matmul_p2(a: np.ndarray, b: np.ndarray, log2_scale: np.ndarray) -> np.ndarray:
+    return _as_float16(np.matmul(a.astype(np.float32), b.astype(np.float32)), _scale(log2_scale))
+
+
+def _matmul_p2_ref(a: np.ndarray, b: np.ndarray, log2_scale: np.ndarray) -> np.ndarray:
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    return (exact * 2.0 ** _scale(log2_scale)).astype(np.float16)
+
+
+def _matmul_p2_samples(rng: np.random.Generator) -> list[Sample]:
+    f143, f152 = dtypes.float8_143, dtypes.float8_152
+    return [Sample((_to_fp8_values(rng, (3, 8), f143), _to_fp8_values(rng, (8, 5), f143),
+                    np.array(-4))),
+            Sample((_to_fp8_values(rng, (2, 3, 4), f143), _to_fp8_values(rng, (4, 2), f152),
+                    np.array(2)))]
+
+
+_MATMUL_P2 = OpDef("matmul_pow2scaled", _matmul_p2_infer, _matmul_p2, ref=_matmul_p2_ref,
+                   samples=_fp8_samples(_matmul_p2_samples), tol=1e-3)
+
+
+@register(_MATMUL_P2)
+def matmul_pow2scaled(lhs: Tensor, rhs: Tensor, log2_scale: Tensor | int,
+                      available_memory_proportion: float | None = None) -> Tensor:
+    """``(lhs @ rhs) * 2**log2_scale`` for fp8 operands (either format each), in float16.
+
+    The products of fp8 values are exact in float32, which accumulates them.
+    ``available_memory_proportion`` is recorded in ``op.hints``.
+    """
+    hints = {"available_memory_proportion": available_memory_proportion}
+    return apply1(_MATMUL_P2, [lhs, rhs, _log2_scale_tensor(log2_scale)], hints=hints)
+
+
+def _conv_p2_infer(x: TensorSpec, w: TensorSpec, log2_scale: TensorSpec, **geometry: Any):
+    _check_fp8(x, w)
+    _check_scale(log2_scale)
+    as16 = [TensorSpec(s.shape, dtypes.float16) for s in (x, w)]
+    return _conv_infer(*as16, **geometry)
+
+
+def _conv_p2(x: np.ndarray, w: np.ndarray, log2_scale: np.ndarray, **geometry: Any):
+    y = _conv(x.astype(np.float32), w.astype(np.float32), **geometry)
+    return _as_float16(y, _scale(log2_scale))
+
+
+def _conv_p2_samples(rng: np.random.Generator) -> list[Sample]:
+    f143, f152 = dtypes.float8_143, dtypes.float8_152
+    return [Sample((_to_fp8_values(rng, (2, 3, 5, 5), f143),
+                    _to_fp8_values(rng, (4, 3, 3, 3), f143), np.array(-3))),
+            Sample((_to_fp8_values(rng, (1, 4, 6, 6), f152),
+                    _to_fp8_values(rng, (2, 2, 3, 3), f143), np.array(1)),
+                   {"stride": (2, 2), "padding": (1, 1, 1, 1), "groups": 2})]
+
+
+_CONV_P2 = OpDef("conv_pow2scaled", _conv_p2_infer, _conv_p2,
+                 samples=_fp8_samples(_conv_p2_samples), tol=1e-3)
+
+
+@register(_CONV_P2)
+def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor | int, stride: Any = (1, 1),
+                    padding: Any = (0, 0, 0, 0), dilation: Any = (1, 1), groups: int = 1,
+                    pad_type: str = "not_set",
+                    available_memory_proportions: list[float] | None = None,
+                    partials_types: list[str] | None = None,
+                    enable_conv_dithering: list[int] | None = None) -> Tensor:
+    """``conv(t, weight) * 2**log2_scale`` for fp8 data and weight, in float16.
+
+    Geometry arguments as for ``ops.conv``; the planning arguments are recorded in
+    ``op.hints``.
+    """
+    attrs = checked("conv_pow2scaled", [t, weight], lambda: _conv_attrs(
+        t, weight, stride, padding, dilation, groups, pad_type))
+    hints = planning_hints(available_memory_proportions, partials_types, enable_conv_dithering)
+    return apply1(_CONV_P2, [t, weight, _log2_scale_tensor(log2_scale)], attrs, hints=hints)
+
