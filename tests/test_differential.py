@@ -250,8 +250,8 @@ def assert_plan_invariant(plan: Plan, program_steps: list) -> None:
         for (_, e0, r0), (s1, _, r1) in zip(spans, spans[1:]):  # sorted: neighbours suffice
             assert e0 < s1 or (e0 == s1 and plan.fused_into.get(r0) == r1), (r0, r1, spans)
     for s in walk(program_steps):
-        pos = plan.positions[id(s)]
-        for buf in plan.scratch.get(id(s), []):
+        pos = plan.positions[s]
+        for buf in plan.scratch.get(s, []):
             for start, end, root in by_buffer.get(buf, []):
                 assert not start <= pos <= end, (buf, root)
 
@@ -263,9 +263,9 @@ def test_optimised_matches_interpreter_bit_for_bit(seed: int) -> None:
     for i, (a, b) in enumerate(zip(optimised, interpreted)):
         assert a.tobytes() == b.tobytes(), f"seed {seed}: result {i} differs\n{session.source}"
     ex = session.executable
-    assert_plan_invariant(ex.plans[id(ex.program)], ex.program.steps)
+    assert_plan_invariant(ex.plans[ex.program], ex.program.steps)
     for fn in ex.program.functions:
-        assert_plan_invariant(ex.plans[id(fn)], fn.steps)
+        assert_plan_invariant(ex.plans[fn], fn.steps)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="needs the fast extra")
@@ -285,7 +285,7 @@ def test_generator_covers_the_lowering_features() -> None:
     for seed in SEEDS:
         ir, _, _ = build(seed)
         ex = popxl.Session(ir).executable
-        plan = ex.plans[id(ex.program)]
+        plan = ex.plans[ex.program]
         steps = list(ex.program.walk())
         seen.update(s.kind for s in steps)
         seen.update(["fused"] if plan.fused else [])

@@ -22,7 +22,8 @@ import numpy as np
 
 from xlgraph.listing import op_text
 from xlgraph.lower.backends import Backend
-from xlgraph.lower.plan import Plan, is_elementwise_ufunc, pure_view
+from xlgraph.lower.layouts import pure_view
+from xlgraph.lower.plan import Plan, is_elementwise_ufunc
 from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.op import Op
 
@@ -56,9 +57,9 @@ def _is_literal(v: Any) -> bool:
 
 
 class _Writer:
-    def __init__(self, program: Program, plans: dict[int, Plan], buffers: list[np.ndarray],
-                 swaps: dict[int, int], h2d: list[Any], d2h: list[Any], transfers: int,
-                 backend: Backend | None = None) -> None:
+    def __init__(self, program: Program, plans: dict[Program | Function, Plan],
+                 buffers: list[np.ndarray], swaps: dict[Step, int], h2d: list[Any],
+                 d2h: list[Any], transfers: int, backend: Backend | None = None) -> None:
         self.program = program
         self.backend = backend
         self.plans = plans
@@ -77,10 +78,10 @@ class _Writer:
         self.carried = {d for s in program.walk() if s.kind == "loop" for d, _ in s.carried}
         for fn in program.functions:
             self.carried.update(d for s in walk(fn.steps) if s.kind == "loop" for d, _ in s.carried)
-        self.loop_vars: dict[int, str] = {}
-        self.index: dict[int, str] = {}  # id(host step) -> index expression into IN/OUT
+        self.loop_vars: dict[Step, str] = {}
+        self.index: dict[Step, str] = {}  # host step -> index expression into IN/OUT
         self.counters: list[str] = []  # transfer counters of streams with several sites
-        self.plan: Plan = plans[id(program)]
+        self.plan: Plan = plans[program]
         self.globals_made: dict[str, str] = {}  # constant and view globals -> what they hold
 
     # -- naming --------------------------------------------------------------------------------
@@ -113,9 +114,9 @@ class _Writer:
 
     def arg(self, s: Step, i: int) -> str:
         name = self.names[s.ins[i]]
-        if i in self.plan.copies.get(id(s), ()):
+        if i in self.plan.copies.get(s, ()):
             return f"np.array({name})"
-        if i in self.plan.densify.get(id(s), ()):
+        if i in self.plan.densify.get(s, ()):
             return f"{self.bind_global('dense', dense)}({name})"
         return name
 
@@ -135,13 +136,13 @@ class _Writer:
         if src is not None and d.view:
             self.view(s, args, attrs, indent)
             return
-        if id(s) in plan.use_out and self.compiled_loop(s, args, indent):
+        if s in plan.use_out and self.compiled_loop(s, args, indent):
             return
         if src is not None:  # modifies an input in place; the output is that input
-            if id(s) in plan.use_out:
+            if s in plan.use_out:
                 fn = self.bind_global(f"o_{d.name}", d.kernel_out)
                 extra = self.scratch_text(s)
-                if id(s) in self.swaps:  # the result goes to the variable's spare array
+                if s in self.swaps:  # the result goes to the variable's spare array
                     self.names[src] = f"n{src}"
                 self.emit(indent, f"{fn}({', '.join(args)}, out={self.names[src]}{extra}{attrs})",
                           s.op)
@@ -150,7 +151,7 @@ class _Writer:
                 self.emit(indent, f"{fn}({', '.join(args)}{attrs})", s.op)
             self.set_name(s.outs[0], self.names[src], indent)
             return
-        if id(s) in plan.use_out:
+        if s in plan.use_out:
             outs = [f"b{plan.buffer_of[o]}" for o in s.outs]
             fn = self.bind_global(f"o_{d.name}", d.kernel_out)
             if is_elementwise_ufunc(d.kernel_out) and not attrs:
@@ -176,8 +177,8 @@ class _Writer:
         different views of one buffer (numpy buffers overlapping operands; a loop would not)."""
         d, plan, specs = s.defn, self.plan, self.program.specs
         roots = {plan.root[x]: x for x in s.ins}
-        if (self.backend is None or d.loop is None or id(s) in plan.densify
-                or id(s) in plan.copies or any(plan.layout[x] != "C" for x in s.ins)
+        if (self.backend is None or d.loop is None or s in plan.densify
+                or s in plan.copies or any(plan.layout[x] != "C" for x in s.ins)
                 or len(roots) != len(set(s.ins))):
             return False
         found = self.backend.kernel(d.loop, [specs[x] for x in s.ins],
@@ -186,7 +187,7 @@ class _Writer:
             return False
         fn, extra = found
         src = s.alias_source
-        if src is not None and id(s) in self.swaps:  # the result goes to the spare array
+        if src is not None and s in self.swaps:  # the result goes to the spare array
             self.names[src] = f"n{src}"
         outs = [self.names[src]] if src is not None else [f"b{plan.buffer_of[o]}"
                                                            for o in s.outs]
@@ -199,7 +200,7 @@ class _Writer:
         return True
 
     def scratch_text(self, s: Step) -> str:
-        bufs = self.plan.scratch.get(id(s))
+        bufs = self.plan.scratch.get(s)
         return f", scratch=({''.join(f'b{b}, ' for b in bufs)})" if bufs else ""
 
     def view(self, s: Step, args: list[str], attrs: str, indent: int) -> None:
@@ -243,14 +244,14 @@ class _Writer:
             self.const(s, indent)
         elif k == "host_load":
             self.counter(s, indent)
-            expr = f"IN[{self.h2d[s.attrs['stream']]}]{self.index.get(id(s), '')}"
+            expr = f"IN[{self.h2d[s.attrs['stream']]}]{self.index.get(s, '')}"
             self.emit(indent, f"s{s.outs[0]} = {f'np.array({expr})' if s.copy_out else expr}",
                       s.op)
             self.names[s.outs[0]] = f"s{s.outs[0]}"
         elif k == "host_store":
             i = self.d2h[s.attrs["stream"]]
             self.counter(s, indent)
-            self.emit(indent, f"OUT[{i}]{self.index.get(id(s), '[...]')} = "
+            self.emit(indent, f"OUT[{i}]{self.index.get(s, '[...]')} = "
                       f"{self.names[s.ins[0]]}", s.op)
         elif k == "loop":
             self.loop(s, indent)
@@ -294,13 +295,13 @@ class _Writer:
 
     def counter(self, s: Step, indent: int) -> None:
         """Count transfers where no loop variable gives the index (several sites per stream)."""
-        if self.transfers > 1 and id(s) not in self.index:
+        if self.transfers > 1 and s not in self.index:
             name = self.counter_name(s)
             self.emit(indent, f"{name} += 1")
-            self.index[id(s)] = f"[({name} - 1) % {self.transfers}]"
+            self.index[s] = f"[({name} - 1) % {self.transfers}]"
 
     def loop(self, s: Step, indent: int) -> None:
-        var = self.loop_vars.get(id(s), "_")
+        var = self.loop_vars.get(s, "_")
         self.emit(indent, f"for {var} in range({s.count}):", s.op)
         for inner in s.body:
             self.step(inner, indent + 1)
@@ -340,16 +341,16 @@ class _Writer:
         for name, found in sites.items():
             (x, loops), single = found[0], len(found) == 1
             if single and not loops:
-                self.index[id(x)] = "[0]"
+                self.index[x] = "[0]"
             elif single and len(loops) == 1 and loops[0] is not None:
-                var = self.loop_vars.setdefault(id(loops[0]), f"t{len(self.loop_vars)}")
+                var = self.loop_vars.setdefault(loops[0], f"t{len(self.loop_vars)}")
                 mod = f" % {self.transfers}" if loops[0].count > self.transfers else ""
-                self.index[id(x)] = f"[{var}{mod}]"
+                self.index[x] = f"[{var}{mod}]"
             else:
                 self.counters.append(name)
 
     def function(self, fn: Function) -> None:
-        self.plan = self.plans[id(fn)]
+        self.plan = self.plans[fn]
         for p in fn.params:
             self.names[p] = f"s{p}"
         self.emit(0, f"def {fn.name}({', '.join(f's{p}' for p in fn.params)}):")
@@ -369,7 +370,7 @@ class _Writer:
     def source(self) -> str:
         for fn in self.program.functions:
             self.function(fn)
-        self.plan = self.plans[id(self.program)]
+        self.plan = self.plans[self.program]
         self.transfer_indices()
         self.emit(0, "def step(IN, OUT, V, N):")
         if self.program.variable_slots:
@@ -408,16 +409,16 @@ def _tensor_text(op: Op | None, i: int) -> str:
     return f"{_where(op)}%{op.outputs[i].name}:{op.outputs[i].spec}"
 
 
-def generate(program: Program, plans: dict[int, Plan], buffers: list[np.ndarray],
-             swaps: dict[int, int], h2d: list[Any], d2h: list[Any],
+def generate(program: Program, plans: dict[Program | Function, Plan],
+             buffers: list[np.ndarray], swaps: dict[Step, int], h2d: list[Any], d2h: list[Any],
              transfers: int, backend: Backend | None = None) -> CompiledStep:
     """Compile ``program`` into a Python function ``step(IN, OUT, V, N)``.
 
-    ``plans`` maps ``id(body)`` (the program and each function) to its buffer plan and
+    ``plans`` maps each body (the program and each function) to its buffer plan and
     ``buffers`` are the pool arrays (bound into the function). ``IN``/``OUT`` are the host
     arrays of the h2d/d2h streams in the given order, ``V`` the variables' device arrays (in
     ``program.variable_slots`` order) and ``N`` the spare arrays of the variables in ``swaps``
-    (``{id(step): variable slot}``, in slot order), which those steps write instead. With a
+    (``{step: variable slot}``, in slot order), which those steps write instead. With a
     ``backend``, steps whose op has a loop form call its compiled version instead.
     """
     writer = _Writer(program, plans, buffers, swaps, h2d, d2h, transfers, backend)

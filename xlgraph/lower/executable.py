@@ -19,6 +19,7 @@ from xlgraph.lower.checks import check_inplace_order
 from xlgraph.lower.codegen import failing_op, generate
 from xlgraph.lower.flatten import flatten
 from xlgraph.lower.interpreter import Interpreter
+from xlgraph.lower.liveness import liveness
 from xlgraph.lower.passes import fold_constants, remove_dead, written_alias_slots
 from xlgraph.lower.plan import Plan, Pool, plan_body, swap_writes
 from xlgraph.lower.program import Function, Program, Step, walk
@@ -67,16 +68,18 @@ class CompiledExecutable:
     def __init__(self, ir: Ir, backend: Backend | None = None) -> None:
         program = flatten(ir)
         pool = Pool()
-        plans: dict[int, Plan] = {}
+        plans: dict[Program | Function, Plan] = {}
         program.steps = optimise(program.steps, program, [])
         program.functions = _used_functions(program)
         for fn in program.functions:  # callees come before their callers
             fn.steps = optimise(fn.steps, program, fn.results)
-            plan_copies(fn.steps, fn.params)
-            plans[id(fn)] = plan_body(fn.steps, fn.params, fn.results, program.specs, pool, "?")
+            live = liveness(fn.steps, fn.params)
+            plan_copies(live, fn.params)
+            plans[fn] = plan_body(fn.steps, live, fn.params, fn.results, program.specs, pool, "?")
         slots = list(program.variable_slots)
-        written = plan_copies(program.steps, slots)
-        plans[id(program)] = plan = plan_body(program.steps, slots, [], program.specs, pool, "C")
+        live = liveness(program.steps, slots)
+        written = plan_copies(live, slots)
+        plans[program] = plan = plan_body(program.steps, live, slots, [], program.specs, pool, "C")
         swaps = swap_writes(program.steps, slots, plan)
         self.variables = list(program.variable_slots.values())
         self.arrays = _device_arrays(self.variables)
