@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,6 +182,35 @@ class Graph:
         self.ops.append(op)
         for hook in list(self._op_created_hooks.values()):
             hook(op)
+
+    # -- editing (used by graph transforms) --------------------------------------------------
+    def remove_ops(self, ops: Iterable[Op]) -> None:
+        """Drop ``ops`` and the tensors they produce; the other ops keep their order (and are
+        renumbered)."""
+        self.check_mutable()
+        dropped = set(ops)
+        self.ops = [op for op in self.ops if op not in dropped]
+        for i, op in enumerate(self.ops):
+            op.index = i
+        for op in dropped:
+            for t in op.outputs:
+                self._tensors.pop(t.name, None)
+
+    def remove_inputs(self, inputs: Iterable[Tensor]) -> None:
+        """Drop graph inputs that no op reads and no output returns.
+
+        Raises:
+            ValueError: if one of them is still used.
+        """
+        self.check_mutable()
+        gone = set(inputs)
+        used = {t for op in self.ops for t in op.inputs} | set(self._outputs)
+        if gone & used:
+            names = ", ".join(sorted(t.id for t in gone & used))
+            raise ValueError(f"graph {self.name!r}: inputs {names} are still used")
+        self._inputs = [t for t in self._inputs if t not in gone]
+        for t in gone:
+            del self._tensors[t.name]
 
     # -- hooks -------------------------------------------------------------------------------
     def register_op_created_hook(self, fn: Callable[[Op], Any]) -> int:

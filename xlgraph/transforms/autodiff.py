@@ -184,7 +184,7 @@ def _add_forward_output(graph: Graph, t: Tensor) -> None:
     """Make ``t`` an output of ``graph``; every existing call site gains the matching output."""
     if graph.declared_outputs is None:
         graph.declared_outputs = len(graph.outputs)
-    graph._outputs.append(t)
+    graph.add_output(t)
     for site in graph.call_sites:
         if site.defn.kind == "call":
             site.outputs.append(site.graph.add_tensor(t.spec, t.name, site))
@@ -222,9 +222,7 @@ def differentiate(graph: Graph, provided: list[Tensor], required: list[Tensor],
     remove_dead_ops(grad_graph)
     read = {t for op in grad_graph.ops for t in op.inputs} | set(grad_graph.outputs)
     unused = {p for p in builder.fwd_inputs.values() if p not in read}
-    grad_graph._inputs = [t for t in grad_graph._inputs if t not in unused]
-    for p in unused:
-        del grad_graph._tensors[p.name]
+    grad_graph.remove_inputs(unused)
     fwd_conns = [ExpectedConnection(t, FWD) for t, p in builder.fwd_inputs.items() if p in read]
     for conn in fwd_conns:
         t = conn.fwd_tensor

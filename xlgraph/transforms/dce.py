@@ -21,11 +21,5 @@ def live_tensors(graph: Graph) -> set[Tensor]:
 def remove_dead_ops(graph: Graph) -> None:
     """Drop ops whose results are never used, and the tensors only they produced."""
     live = live_tensors(graph)
-    graph.ops = [
-        op for op in graph.ops if op.defn.side_effect or any(o in live for o in op.outputs)
-    ]
-    for i, op in enumerate(graph.ops):
-        op.index = i
-    for name, t in list(graph._tensors.items()):
-        if t.producer is not None and t not in live:
-            del graph._tensors[name]
+    graph.remove_ops(op for op in graph.ops
+                     if not op.defn.side_effect and not any(o in live for o in op.outputs))
