@@ -54,20 +54,27 @@ class Progress:
         self.bar = tqdm(total=total_batches, desc=desc, unit="batch", disable=None,
                         mininterval=self.INTERVAL)
         self._next_postfix = 0.0
+        self._last: np.ndarray | None = None
 
     def advance(self, batches: int, losses: np.ndarray | None = None) -> None:
         """Count ``batches`` more; the mean of their ``losses`` is shown beside the bar."""
         if losses is not None and not self.bar.disable:
+            self._last = losses
             now = time.perf_counter()
             if now >= self._next_postfix:
-                self.bar.set_postfix(loss=f"{np.mean(losses):.4f}", refresh=False)
+                self._show(losses)
                 self._next_postfix = now + self.INTERVAL
         self.bar.update(batches)
+
+    def _show(self, losses: np.ndarray) -> None:
+        self.bar.set_postfix(loss=f"{np.mean(losses):.4f}", refresh=False)
 
     def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self._last is not None:
+            self._show(self._last)  # the final draw shows the last loss
         self.bar.close()
 
 
