@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +124,7 @@ class TrainStep:
         state: ``{name: Variable}`` of the optimiser.
         seed: the dropout seed variable (``uint32[2]``), or None.
         num_host_transfers: training steps per ``run``.
+        output_streams: with ``store_outputs``, the d2h stream of each forward output.
     """
 
     optimizer: Optimizer
@@ -133,6 +134,7 @@ class TrainStep:
     state: dict[str, Variable]
     seed: Variable | None
     num_host_transfers: int
+    output_streams: tuple[DeviceToHostStream, ...] = ()
 
     def run(self, session: Any, *arrays: Any) -> np.ndarray:
         """Train on one group of batches; returns the loss of each step, shape ``(n,)``.
@@ -173,6 +175,11 @@ def build_train_step(
     seed_input: Tensor | None = None,
     init_seed: int | None = None,
     num_host_transfers: int | None = None,
+    store_outputs: bool = False,
+    frozen: Collection[str] = (),
+    updates: Mapping[int, str] | None = None,
+    accumulation: int = 1,
+    accumulation_reduction: str = "mean",
 ) -> TrainStep:
     """Build forward + loss + ``autodiff`` + optimiser updates, looped over host transfers.
 
@@ -190,13 +197,27 @@ def build_train_step(
         seed_input: the seed input of a forward Graph.
         init_seed: seed of the parameter initialisation of a Layer.
         num_host_transfers: steps per ``run`` (sets ``ir.num_host_transfers``).
+        store_outputs: also stream every forward output of every step to the host
+            (``TrainStep.output_streams``).
+        frozen: names of variables the forward reads but the optimiser leaves alone.
+        updates: ``{forward output index: variable name}``: after each step the variable takes
+            that output's value (e.g. BatchNorm running statistics; name them in ``frozen``).
+        accumulation: micro-batches per optimiser step: their gradients are summed (and
+            divided by ``accumulation`` for ``accumulation_reduction="mean"``); each run then
+            takes ``num_host_transfers * accumulation`` batches and returns as many losses.
 
     Returns:
         A ``TrainStep``; ``step.run(session, *arrays)`` trains and returns the losses.
     """
     if num_host_transfers is not None:
-        ir.num_host_transfers = int(num_host_transfers)
-    n = ir.num_host_transfers
+        ir.num_host_transfers = int(num_host_transfers) * accumulation
+    if accumulation < 1 or ir.num_host_transfers % accumulation:
+        raise ValueError(f"accumulation={accumulation} must be positive and divide "
+                         f"ir.num_host_transfers={ir.num_host_transfers}")
+    if accumulation_reduction not in ("mean", "sum"):
+        raise ValueError(f"accumulation_reduction must be 'mean' or 'sum', "
+                         f"got {accumulation_reduction!r}")
+    n = ir.num_host_transfers // accumulation
     with ir.main_graph:
         model = _Forward(forward, params, seed, seed_input, init_seed)
         state = optimizer.create_state(model.variables)
@@ -213,33 +234,49 @@ def build_train_step(
         if value.shape != () or not value.dtype.is_floating_point:
             raise ValueError(f"the loss must be a float scalar, got {value.spec}")
         graph_output(value)
-    names = [k for k in model.variables if k in fwd_params]  # unused parameters get no update
+        for t in outs if store_outputs or updates else ():
+            graph_output(t)
+    used = [k for k in model.variables if k in fwd_params]  # unused parameters get no update
+    names = [k for k in used if k not in frozen]
     grad = autodiff(fwd, grads_provided=[value], grads_required=[fwd_params[k] for k in names])
 
     body = ir.create_empty_graph("train_loop", unique_suffix=False)
     everything = {**model.variables, **state}
+    with ir.main_graph:
+        loss_stream = d2h_stream((), value.dtype, "loss")
+        out_streams = [d2h_stream(t.shape, t.dtype, f"output{i}")
+                       for i, t in enumerate(outs if store_outputs else ())]
     with body, in_sequence():
         local = {k: graph_input(v.shape, v.dtype, k) for k, v in everything.items()}
-        data = [ops.host_load(s) for s in streams]
-        bound = {fwd_params[k]: local[k] for k in names}
+        bound = {fwd_params[k]: local[k] for k in used}
         wiring = {local[k]: v for k, v in everything.items()}
         if seed_var is not None:
             seed_local = graph_input(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
-            step_seed, next_seed = ops.split_random_seed(seed_local)
-            copy_var_update_(seed_local, next_seed)
-            bound[seed_in] = step_seed
             wiring[seed_local] = seed_var
-        site = ops.call_with_info(fwd, *data, inputs_dict=bound)
-        step_loss = site.outputs[0]
-        one = constant(np.ones((), step_loss.dtype.as_numpy()), step_loss.dtype)
-        grads = ops.call(grad.graph, one, inputs_dict=grad.inputs_dict(site))
-        optimizer.update({k: local[k] for k in names}, dict(zip(names, grads)),
+        total: list[Tensor] = []
+        for _ in range(accumulation):  # one forward and backward per micro-batch
+            data = [ops.host_load(s) for s in streams]
+            if seed_var is not None:
+                bound[seed_in], next_seed = ops.split_random_seed(seed_local)
+                copy_var_update_(seed_local, next_seed)
+            site = ops.call_with_info(fwd, *data, inputs_dict=bound)
+            step_loss = site.outputs[0]
+            one = constant(np.ones((), step_loss.dtype.as_numpy()), step_loss.dtype)
+            grads = ops.call(grad.graph, one, inputs_dict=grad.inputs_dict(site))
+            total = list(grads) if not total else [a + b for a, b in zip(total, grads)]
+            step_outs = site.outputs[1:1 + len(outs)]
+            for index, name in (updates or {}).items():
+                copy_var_update_(local[name], step_outs[index])
+            ops.host_store(loss_stream, step_loss)
+            for s, t in zip(out_streams, step_outs):
+                ops.host_store(s, t)
+        if accumulation > 1 and accumulation_reduction == "mean":
+            total = [g * (1.0 / accumulation) for g in total]
+        optimizer.update({k: local[k] for k in names}, dict(zip(names, total)),
                          {k: local[k] for k in state})
-        with ir.main_graph:
-            loss_stream = d2h_stream(step_loss.shape, step_loss.dtype, "loss")
-        ops.host_store(loss_stream, step_loss)
     _loop(ir, body, n, wiring)
-    return TrainStep(optimizer, tuple(streams), loss_stream, model.variables, state, seed_var, n)
+    return TrainStep(optimizer, tuple(streams), loss_stream, model.variables, state, seed_var, n,
+                     tuple(out_streams))
 
 
 def build_inference(

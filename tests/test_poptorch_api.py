@@ -1,0 +1,223 @@
+"""PopTorch API semantics: options, output modes, the DataLoader, weight sync and errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import xlgraph.poptorch as poptorch  # noqa: E402
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x, labels=None):
+        out = self.fc(x)
+        if labels is None:
+            return out
+        return out, self.loss(out, labels)
+
+
+def _data(n: int = 24):
+    torch.manual_seed(3)
+    return torch.randn(n, 6), torch.randint(0, 3, (n,))
+
+
+def _train(mode, period=None, iterations=4, accumulation=1):
+    torch.manual_seed(0)
+    model = Small()
+    opts = poptorch.Options().deviceIterations(iterations)
+    if mode is not None:
+        opts.outputMode(mode, period)
+    opts.Training.gradientAccumulation(accumulation)
+    training = poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), 0.1))
+    return training(*_data(2 * iterations * accumulation))
+
+
+def test_output_modes_shape_and_select_micro_batches():
+    preds_all, loss_all = _train(poptorch.OutputMode.All)
+    assert preds_all.shape == (8, 3) and loss_all.shape == (4,)
+    preds, loss = _train(None)  # Default is Final in training
+    assert preds.shape == (2, 3) and loss.shape == ()
+    torch.testing.assert_close(loss, loss_all[-1])
+    torch.testing.assert_close(preds, preds_all[-2:])
+    preds, loss = _train(poptorch.OutputMode.Sum)
+    torch.testing.assert_close(loss, loss_all.sum())
+    torch.testing.assert_close(preds, preds_all.view(4, 2, 3).sum(0))
+    preds, loss = _train(poptorch.OutputMode.EveryN, 2)
+    torch.testing.assert_close(loss, loss_all[1::2])
+    torch.testing.assert_close(preds, preds_all.view(4, 2, 3)[1::2].reshape(4, 3))
+    _, loss = _train(poptorch.AnchorMode.All, iterations=2, accumulation=3)
+    assert loss.shape == (6,)
+
+
+def test_inference_returns_every_micro_batch_by_default():
+    model = Small()
+    x, _ = _data()
+    out = poptorch.inferenceModel(model, poptorch.Options().deviceIterations(3))(x)
+    torch.testing.assert_close(out, model(x).detach())
+
+
+def test_options_chain_freeze_and_check_types():
+    opts = poptorch.Options().deviceIterations(20).replicationFactor(1).randomSeed(123) \
+        .useIpuModel(True)
+    assert (opts.device_iterations, opts.random_seed, opts.use_ipu_model) == (20, 123, True)
+    with pytest.raises(AssertionError):
+        poptorch.Options().deviceIterations(2.0)
+    with pytest.raises(AssertionError):
+        poptorch.Options().outputMode(poptorch.OutputMode.EveryN)
+    poptorch.DataLoader(opts, list(range(10)))
+    with pytest.raises(AttributeError, match="frozen"):
+        opts.deviceIterations(2)
+    with pytest.raises(AttributeError, match="frozen"):
+        opts.Training.gradientAccumulation(2)
+    clone = opts.clone()
+    assert clone.deviceIterations(2).device_iterations == 2
+
+
+def test_replicas_and_inference_accumulation_are_refused_clearly():
+    with pytest.raises(poptorch.Error, match="replicas are not available"):
+        poptorch.trainingModel(Small(), poptorch.Options().replicationFactor(2))
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(2)
+    with pytest.raises(poptorch.Error, match="gradientAccumulation"):
+        poptorch.inferenceModel(Small(), opts)
+
+
+def test_dataloader_batch_arithmetic():
+    opts = poptorch.Options().deviceIterations(5)
+    opts.Training.gradientAccumulation(2)
+    dataset = torch.utils.data.TensorDataset(torch.arange(205.0), torch.arange(205))
+    loader = poptorch.DataLoader(opts, dataset, batch_size=4, shuffle=True)
+    assert loader.combinedBatchSize == 40 and len(loader) == 5  # drop_last by default
+    batches = list(loader)
+    assert all(x.shape == (40,) for x, _ in batches)
+    seen = torch.cat([x for x, _ in batches])
+    assert len(set(seen.tolist())) == 200
+
+
+def test_wrong_batch_sizes_are_refused():
+    model = poptorch.inferenceModel(Small(), poptorch.Options().deviceIterations(4))
+    with pytest.raises(AssertionError, match="Invalid batch dimension"):
+        model(torch.randn(6, 6))
+    model(torch.randn(8, 6))
+    with pytest.raises(poptorch.Error, match="Shape mismatch"):
+        model(torch.randn(12, 6))
+
+
+def test_weights_sync_to_the_torch_module_and_back(tmp_path):
+    model = Small()
+    x, y = _data(8)
+    before = model.fc.weight.detach().clone()
+    training = poptorch.trainingModel(model, optimizer=torch.optim.SGD(model.parameters(), 1.0))
+    training(x, y)
+    assert isinstance(model, Small)
+    trained = model.state_dict()["fc.weight"].clone()
+    assert not torch.allclose(trained, before)
+    torch.testing.assert_close(model.fc.weight.detach(), trained)
+    training(x, y)
+    # a new inference model of the same module sees the latest training step
+    inference = poptorch.inferenceModel(model)
+    latest = inference(x)
+    torch.testing.assert_close(latest, model.fc(x).detach())
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    assert not torch.allclose(torch.load(tmp_path / "w.pth")["fc.weight"], trained)
+    # host writes reach the device: load weights, and both models use them
+    model.load_state_dict({"fc.weight": before, "fc.bias": torch.zeros(3)})
+    torch.testing.assert_close(inference(x), model.fc(x).detach())
+    training(x, y)
+    model.load_state_dict({"fc.weight": before, "fc.bias": torch.zeros(3)})
+    training.copyWeightsToHost()
+    torch.testing.assert_close(model.fc.weight.detach(), before)  # the host write wins
+    # detach, edit on the host, attach
+    training.detachFromDevice()
+    assert not training.isAttachedToDevice()
+    with torch.no_grad():
+        model.fc.bias.fill_(0.5)
+    training.attachToDevice()
+    out, _ = training(x, y)
+    torch.testing.assert_close(out, (x @ before.T + 0.5))
+    training.destroy()
+    assert type(model) is Small
+    poptorch.trainingModel(model)  # wrapping again after destroy() is allowed
+    with pytest.raises(RuntimeError, match="already wrapped"):
+        poptorch.trainingModel(model)
+
+
+def test_copy_weights_needs_a_compiled_model():
+    with pytest.raises(poptorch.Error, match="not been compiled"):
+        poptorch.inferenceModel(Small()).copyWeightsToHost()
+
+
+class UsesSine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(6, 3))
+
+    def forward(self, x):
+        return torch.sin(self.block(x))
+
+
+class Unknown(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(6, 3)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+def test_unsupported_op_names_the_op_the_module_and_the_line():
+    with pytest.raises(poptorch.UnsupportedOpError) as info:
+        poptorch.inferenceModel(UsesSine())(torch.randn(2, 6))
+    message = str(info.value)
+    assert "torch.sin" in message and "test_poptorch_api.py" in message
+    assert "return torch.sin(self.block(x))" in message and "nn.Conv2d" in message
+    with pytest.raises(poptorch.UnsupportedOpError, match=r"torch.nn.GRU .*model\.rnn"):
+        poptorch.inferenceModel(Unknown())(torch.randn(2, 6))
+
+
+def test_loss_identification():
+    class NoLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 3)
+
+        def forward(self, x):
+            return self.fc(x).sum()
+
+    with pytest.raises(poptorch.Error.__mro__[1], match="Couldn't find a loss"):
+        poptorch.trainingModel(NoLoss())(torch.randn(2, 6))
+
+    class TwoLosses(Small):
+        def forward(self, x, labels):
+            out = self.fc(x)
+            return out, self.loss(out, labels) + nn.functional.mse_loss(out, out * 0)
+
+    with pytest.raises(poptorch.Error.__mro__[1], match="Multiple independent losses"):
+        poptorch.trainingModel(TwoLosses())(*_data(2))
+
+    class Combined(Small):
+        def forward(self, x, labels):
+            out = self.fc(x)
+            both = self.loss(out, labels) + nn.functional.mse_loss(out, out * 0)
+            return out, poptorch.identity_loss(both, reduction="mean")
+
+    out, loss = poptorch.trainingModel(Combined())(*_data(2))
+    assert loss.shape == ()
+
+
+def test_import_without_torch_names_the_extra():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import xlgraph.poptorch\nexcept ImportError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "xlgraph[torch]" in out and len(out.strip().splitlines()) == 1
