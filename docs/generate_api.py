@@ -8,6 +8,7 @@ with status 1 when the file is out of date. A module joins the reference by one 
 from __future__ import annotations
 
 import ast
+import enum
 import importlib
 import inspect
 import sys
@@ -30,6 +31,7 @@ MODULES = [
     "xlgraph.data",
     "xlgraph.datasets",
     "xlgraph.checkpoint",
+    "xlgraph.transforms",
 ]
 
 NO_DOC = "(no docstring)"
@@ -110,6 +112,9 @@ def _members(cls: type) -> list[str]:
 def entry(module: ModuleType, name: str, comments: dict[str, str]) -> str:
     """The reference lines of one public name."""
     obj = getattr(module, name)
+    if inspect.isclass(obj) and issubclass(obj, enum.Enum):
+        members = ", ".join(f"`{m.name}`" for m in obj)
+        return f"- `{name}` (enum: {members}): {_purpose(obj)}"
     if inspect.isclass(obj):
         bases = [b.__name__ for b in obj.__bases__ if b is not object]
         kind = f"class, subclass of `{'`, `'.join(bases)}`" if bases else "class"

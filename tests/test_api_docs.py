@@ -52,7 +52,7 @@ def test_every_public_name_has_an_entry_with_a_purpose(gen) -> None:
         names = gen.public_names(module)
         assert names, module_name
         for name in names:
-            assert re.search(rf"^- `{re.escape(name)}[( =]", section, re.M), \
+            assert re.search(rf"^- `{re.escape(name)}[`( =]", section, re.M), \
                 f"{module_name}.{name} is missing"
     assert gen.NO_DOC not in text, "a public name has no docstring or comment"
 

@@ -48,10 +48,12 @@ class GradGraphInfo:
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
+        """The forward tensors of ``expected_inputs``, in order."""
         return tuple(c.fwd_tensor for c in self.expected_inputs)
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
+        """The forward tensors of ``expected_outputs``, in order."""
         return tuple(c.fwd_tensor for c in self.expected_outputs)
 
     def inputs_dict(self, fwd_call_info: CallSiteInfo) -> dict[Tensor, Tensor]:
