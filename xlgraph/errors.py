@@ -18,6 +18,8 @@ __all__ = [
     "SchedulingError",
     "IrFrozenError",
     "ExecutionError",
+    "LimitError",
+    "DeviceMemoryError",
     "user_source_line",
 ]
 
@@ -70,6 +72,14 @@ class IrFrozenError(XlgraphError, RuntimeError):
 
 class ExecutionError(XlgraphError, RuntimeError):
     """A kernel failed while a Session was running; variables were restored."""
+
+
+class LimitError(XlgraphError, ValueError):
+    """The program is beyond a limit of the simulator (such as its nesting depth)."""
+
+
+class DeviceMemoryError(XlgraphError, MemoryError):
+    """The simulator could not allocate the memory a program needs."""
 
 
 def user_source_line() -> str:

@@ -46,6 +46,12 @@ def dense(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous or a.flags.f_contiguous else np.array(a)
 
 
+def _call(fn: str, args: list[str], tail: str = "") -> str:
+    """``fn(args..., tail)``; ``tail`` is keyword text that starts with ``", "`` (or is empty)."""
+    text = ", ".join(args) + tail
+    return f"{fn}({text.removeprefix(', ')})"
+
+
 def _is_literal(v: Any) -> bool:
     if isinstance(v, tuple | list):
         return all(map(_is_literal, v))
@@ -144,11 +150,10 @@ class _Writer:
                 extra = self.scratch_text(s)
                 if s in self.swaps:  # the result goes to the variable's spare array
                     self.names[src] = f"n{src}"
-                self.emit(indent, f"{fn}({', '.join(args)}, out={self.names[src]}{extra}{attrs})",
-                          s.op)
+                self.emit(indent, _call(fn, args, f", out={self.names[src]}{extra}{attrs}"), s.op)
             else:
                 fn = self.bind_global(f"k_{d.name}", d.kernel)
-                self.emit(indent, f"{fn}({', '.join(args)}{attrs})", s.op)
+                self.emit(indent, _call(fn, args, attrs), s.op)
             self.set_name(s.outs[0], self.names[src], indent)
             return
         if s in plan.use_out:
@@ -159,13 +164,13 @@ class _Writer:
             else:
                 out = outs[0] if len(outs) == 1 else f"({', '.join(outs)})"
                 extra = self.scratch_text(s)
-                self.emit(indent, f"{fn}({', '.join(args)}, out={out}{extra}{attrs})", s.op)
+                self.emit(indent, _call(fn, args, f", out={out}{extra}{attrs}"), s.op)
             for o, name in zip(s.outs, outs):
                 self.set_name(o, name, indent)
             return
         fn = self.bind_global(f"k_{d.name}", d.kernel)
         lhs = ", ".join(f"s{o}" for o in s.outs)
-        self.emit(indent, f"{lhs} = {fn}({', '.join(args)}{attrs})", s.op)
+        self.emit(indent, f"{lhs} = {_call(fn, args, attrs)}", s.op)
         for o in s.outs:
             self.names[o] = f"s{o}"
             if not self.program.specs[o].shape:  # ufuncs give numpy scalars for 0-d results
@@ -219,7 +224,7 @@ class _Writer:
                                            f"of {self.names[src]}")
         if name is None:
             fn = self.bind_global(f"k_{s.defn.name}", s.defn.kernel)
-            name = f"{fn}({', '.join(args)}{attrs})"
+            name = _call(fn, args, attrs)
         if s.copy_out:
             self.emit(indent, f"s{out} = np.array({name})", s.op)
             self.names[out] = f"s{out}"

@@ -17,6 +17,7 @@ from xlgraph.lower.alias import plan_copies
 from xlgraph.lower.backends import Backend, get_backend
 from xlgraph.lower.checks import check_inplace_order
 from xlgraph.lower.codegen import failing_op, generate
+from xlgraph.lower.depth import check_compiled_loops, check_depth, stack_for
 from xlgraph.lower.flatten import flatten
 from xlgraph.lower.interpreter import Interpreter
 from xlgraph.lower.liveness import liveness
@@ -34,6 +35,7 @@ class Executable(Protocol):
     arrays: list[np.ndarray]
     source: str
     written_variables: list[Variable]
+    depth: int  # graph nesting depth (see ``xlgraph.lower.depth``)
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None: ...
 
@@ -65,12 +67,16 @@ def _used_functions(program: Program) -> list[Function]:
 class CompiledExecutable:
     """The generated step function."""
 
+    depth = 1
+
     def __init__(self, ir: Ir, backend: Backend | None = None) -> None:
         program = flatten(ir)
         pool = Pool()
         plans: dict[Program | Function, Plan] = {}
         program.steps = optimise(program.steps, program, [])
         program.functions = _used_functions(program)
+        check_compiled_loops({"the main graph": program.steps,
+                              **{fn.name: fn.steps for fn in program.functions}})
         for fn in program.functions:  # callees come before their callers
             fn.steps = optimise(fn.steps, program, fn.results)
             live = liveness(fn.steps, fn.params)
@@ -97,7 +103,8 @@ class CompiledExecutable:
                                   if s not in swaps.values()]
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        self.compiled.fn(inputs, outputs, self.arrays, self.spares)
+        with stack_for(self.depth):  # compiled functions may call each other that deep
+            self.compiled.fn(inputs, outputs, self.arrays, self.spares)
         arrays, spares = self.arrays, self.spares
         for k, i in enumerate(self.swapped):  # commit: the spares now hold the new values
             arrays[i], spares[k] = spares[k], arrays[i]
@@ -110,6 +117,7 @@ class InterpretedExecutable:
     """The reference interpreter (``optimize=False``)."""
 
     source = "# optimize=False: the graph is interpreted op by op; no generated source\n"
+    depth = 1
 
     def __init__(self, ir: Ir) -> None:
         self.ir = ir
@@ -122,10 +130,11 @@ class InterpretedExecutable:
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         self.interpreter.current_op = None
-        self.interpreter.run(
-            dict(zip(self.variables, self.arrays)), dict(zip(self.h2d, inputs)),
-            dict(zip(self.d2h, outputs)),
-        )
+        with stack_for(self.depth):
+            self.interpreter.run(
+                dict(zip(self.variables, self.arrays)), dict(zip(self.h2d, inputs)),
+                dict(zip(self.d2h, outputs)),
+            )
 
     def failing_op(self, exc: BaseException) -> Op | None:
         return self.interpreter.current_op
@@ -137,6 +146,9 @@ def lower(ir: Ir, optimize: bool = True,
     ``xlgraph.lower.backends``), or interpreted when not ``optimize``."""
     if ir.session_options.enableInplaceAmbiguityChecking:
         check_inplace_order(ir)
-    if not optimize:
-        return InterpretedExecutable(ir)
-    return CompiledExecutable(ir, get_backend(backend))
+    depth = check_depth(ir)
+    with stack_for(depth):
+        executable = (CompiledExecutable(ir, get_backend(backend)) if optimize
+                      else InterpretedExecutable(ir))
+    executable.depth = depth
+    return executable

@@ -37,6 +37,8 @@ def remove_dead(steps: list[Step], needed: set[int]) -> list[Step]:
                 continue
             needed.update(src for _, src in s.carried)
             s.body = remove_dead(s.body, needed)
+            # a carried value that neither the body nor later steps read is not carried at all
+            s.carried = [(dst, src) for dst, src in s.carried if dst in needed]
         elif s.kind == "cond":
             if not (has_effects(s) or set(s.outs) & needed):
                 continue

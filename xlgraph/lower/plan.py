@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from xlgraph.errors import DeviceMemoryError
 from xlgraph.lower.layouts import decide_layouts
 from xlgraph.lower.liveness import Liveness
 from xlgraph.lower.program import Step, walk
+from xlgraph.op import Op
 from xlgraph.tensor import TensorSpec
 
 Key = tuple[tuple[int, ...], np.dtype]
@@ -42,13 +44,27 @@ class Pool:
 
     def __init__(self) -> None:
         self.specs: list[Key] = []
+        self.first_users: list[Op | None] = []  # the op each buffer was made for, for errors
 
-    def new(self, key: Key) -> int:
+    def new(self, key: Key, op: Op | None = None) -> int:
         self.specs.append(key)
+        self.first_users.append(op)
         return len(self.specs) - 1
 
     def allocate(self) -> list[np.ndarray]:
-        return [np.zeros(shape, dtype) for shape, dtype in self.specs]
+        """The buffers; ``DeviceMemoryError`` names the op whose buffer does not fit."""
+        buffers = []
+        for (shape, dtype), op in zip(self.specs, self.first_users):
+            try:
+                buffers.append(np.zeros(shape, dtype))
+            except MemoryError:
+                size = np.prod(shape, dtype=float) * dtype.itemsize
+                user = op.describe() if op is not None else "an intermediate"
+                raise DeviceMemoryError(
+                    f"cannot allocate {size / 2**30:.4g} GiB for a {dtype} buffer of shape "
+                    f"{shape}, the output of {user}"
+                ) from None
+        return buffers
 
 
 @dataclass(eq=False)
@@ -108,9 +124,9 @@ class _Allocator:
         self.free: dict[Key, list[int]] = {}
         self.dying: dict[int, list[int]] = {}
 
-    def take(self, key: Key) -> int:
+    def take(self, key: Key, op: Op | None) -> int:
         free = self.free.get(key)
-        return free.pop() if free else self.pool.new(key)
+        return free.pop() if free else self.pool.new(key, op)
 
     def give(self, root: int, buffer: int, pos: int) -> None:
         self.plan.buffer_of[root] = buffer
@@ -144,12 +160,12 @@ class _Allocator:
                     p.fused_into[target] = s.outs[0]
                 else:
                     for o in s.outs:
-                        self.give(o, self.take(key_of(self.specs[o])), pos)
+                        self.give(o, self.take(key_of(self.specs[o]), s.op), pos)
             elif s.kind == "const" and s.copy_out and s.outs[0] not in p.escaping:
-                self.give(s.outs[0], self.take(key_of(self.specs[s.outs[0]])), pos)
+                self.give(s.outs[0], self.take(key_of(self.specs[s.outs[0]]), s.op), pos)
             if s in p.use_out:
                 n = s.defn.scratch
-                scratch = [self.take(key_of(self.specs[s.outs[0]])) for _ in range(n)]
+                scratch = [self.take(key_of(self.specs[s.outs[0]]), s.op) for _ in range(n)]
                 if scratch:
                     p.scratch[s] = scratch
             self.allocate(s.body + s.orelse)

@@ -1,0 +1,132 @@
+"""Regression tests for programs that used to crash the lowering (issue 9, items 6 to 9)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import xlgraph as popxl
+from xlgraph import ops
+from xlgraph.errors import DeviceMemoryError, ExecutionError, LimitError
+from xlgraph.lower.depth import MAX_COMPILED_LOOPS, MAX_DEPTH, graph_depth
+
+F32 = popxl.float32
+BOTH = pytest.mark.parametrize("optimize", [True, False])
+
+
+def _run(ir: popxl.Ir, optimize: bool, inputs: dict | None = None) -> dict:
+    session = popxl.Session(ir, optimize=optimize)
+    with session:
+        return session.run(inputs or {})
+
+
+@BOTH
+def test_init_above_the_folding_limit_runs(optimize: bool) -> None:
+    """An ``init`` too large to fold stays a kernel without inputs (it was emitted as
+    ``k_init(, shape=...)``, a SyntaxError)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        zeros = ops.init((600, 600), F32)  # 1.4 MB, above the 1 MiB folding limit
+        out = popxl.d2h_stream(zeros.shape, F32, "out")
+        ops.host_store(out, zeros + 1.5)
+    np.testing.assert_array_equal(_run(ir, optimize)[out], np.full((600, 600), 1.5, np.float32))
+
+
+@BOTH
+def test_repeat_with_an_unread_carried_input(optimize: bool) -> None:
+    """The body never reads its carried input; ``w`` comes through ``inputs_dict``."""
+    ir = popxl.Ir()
+    ir.num_host_transfers = 3
+    with ir.main_graph:
+        xs = popxl.h2d_stream((4,), F32, "xs")
+        ys = popxl.d2h_stream((4,), F32, "ys")
+        w = popxl.variable(np.full(4, 2.0, np.float32), F32, "w")
+
+        def body(carried: popxl.Tensor, weight: popxl.Tensor) -> popxl.Tensor:
+            y = ops.host_load(xs) * weight
+            ops.host_store(ys, y)
+            return y
+
+        spec = popxl.TensorSpec((4,), F32)
+        g = ir.create_graph(body, spec, spec)
+        ops.repeat(g, 3, popxl.constant(np.zeros(4, np.float32)), inputs_dict={g.inputs[1]: w})
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(_run(ir, optimize, {xs: data})[ys], data * 2)
+
+
+def _nested(levels: int, wrap: str) -> tuple[popxl.Ir, popxl.DeviceToHostStream]:
+    """``levels`` graphs, each calling (``wrap="call"``) or repeating once the one before."""
+    ir = popxl.Ir()
+    spec = popxl.TensorSpec((2,), F32)
+    with ir.main_graph:
+        g = ir.create_graph(lambda x: x + 1.0, spec)
+        for _ in range(levels):
+            if wrap == "call":
+                g = ir.create_graph(lambda x, inner=g: ops.call(inner, x)[0] * 1.0, spec)
+            else:
+                g = ir.create_graph(lambda x, inner=g: ops.repeat(inner, 1, x)[0], spec)
+        out = popxl.d2h_stream((2,), F32, "out")
+        ops.host_store(out, ops.call(g, popxl.constant(np.zeros(2, np.float32)))[0])
+    return ir, out
+
+
+@BOTH
+def test_deeply_nested_calls_lower_and_run(optimize: bool) -> None:
+    ir, out = _nested(450, "call")  # a RecursionError from Session() before
+    assert graph_depth(ir) == 452
+    limit = sys.getrecursionlimit()
+    np.testing.assert_array_equal(_run(ir, optimize)[out], [1.0, 1.0])
+    assert sys.getrecursionlimit() == limit
+
+
+def test_deep_nesting_works_in_a_thread_and_beyond_the_limit_is_refused() -> None:
+    results: list[object] = []
+
+    def build_and_run() -> None:
+        ir, out = _nested(MAX_DEPTH - 2, "call")
+        results.append(_run(ir, True)[out])
+
+    worker = threading.Thread(target=build_and_run)
+    worker.start()
+    worker.join()
+    np.testing.assert_array_equal(results[0], [1.0, 1.0])
+    ir, _ = _nested(MAX_DEPTH, "call")
+    with pytest.raises(LimitError, match=f"nested {MAX_DEPTH + 2} levels"):
+        popxl.Session(ir)
+
+
+def test_too_many_nested_repeats_for_generated_code_name_the_way_out() -> None:
+    """Python refuses more than 20 nested loops in one function (was a SyntaxError)."""
+    ir, out = _nested(MAX_COMPILED_LOOPS + 5, "repeat")
+    with pytest.raises(LimitError, match=r"nests 25 repeat loops.*optimize=False"):
+        popxl.Session(ir)
+    ir, out = _nested(MAX_COMPILED_LOOPS + 5, "repeat")
+    np.testing.assert_array_equal(_run(ir, False)[out], [1.0, 1.0])
+    ir, out = _nested(MAX_COMPILED_LOOPS, "repeat")
+    np.testing.assert_array_equal(_run(ir, True)[out], [1.0, 1.0])
+
+
+def _huge_intermediate() -> popxl.Ir:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = ops.host_load(popxl.h2d_stream((1 << 20, 1), F32, "x"))
+        outer = x @ ops.transpose(x)  # 4 TiB of float32
+        ops.host_store(popxl.d2h_stream((), F32, "out"), ops.sum(ops.tanh(outer)))
+    return ir
+
+
+def test_huge_intermediate_names_the_op() -> None:
+    """A numpy MemoryError from the buffer pool named no op."""
+    with pytest.raises(DeviceMemoryError, match=r"4096 GiB .*matmul.*test_reliability_lowering"):
+        popxl.Session(_huge_intermediate())
+
+
+def test_huge_intermediate_in_the_interpreter_names_the_op() -> None:
+    ir = _huge_intermediate()
+    session = popxl.Session(ir, optimize=False)
+    (stream,) = ir.h2d_streams
+    with session, pytest.raises(ExecutionError, match="matmul.*MemoryError"):
+        session.run({stream: np.ones((1 << 20, 1), np.float32)})
