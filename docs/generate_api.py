@@ -32,6 +32,10 @@ MODULES = [
     "xlgraph.datasets",
     "xlgraph.checkpoint",
     "xlgraph.transforms",
+    "xlgraph.vision.datasets",
+    "xlgraph.vision.transforms",
+    "xlgraph.poptorch",
+    "xlgraph.poptorch.optim",
 ]
 
 NO_DOC = "(no docstring)"
@@ -112,6 +116,8 @@ def _members(cls: type) -> list[str]:
 def entry(module: ModuleType, name: str, comments: dict[str, str]) -> str:
     """The reference lines of one public name."""
     obj = getattr(module, name)
+    if inspect.ismodule(obj):
+        return f"- `{name}` (module `{obj.__name__}`): {_purpose(obj)}"
     if inspect.isclass(obj) and issubclass(obj, enum.Enum):
         members = ", ".join(f"`{m.name}`" for m in obj)
         return f"- `{name}` (enum: {members}): {_purpose(obj)}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import enum
 import importlib
 import inspect
 import pkgutil
@@ -62,12 +63,15 @@ EXTRA_NOTES = {
 
 class _Shown:
     """A default value as the reference prints it: a module constant (a container) by its
-    name, a function by its type, anything else by its ``repr``."""
+    name, an enum member as ``Enum.member``, a function by its type, anything else by its
+    ``repr``."""
 
     def __init__(self, value: Any, namespace: dict[str, Any]) -> None:
         scalar = isinstance(value, bool | int | float | str | type(None))
         named = [] if scalar else [k for k, v in namespace.items() if v is value and k.isupper()]
         text = repr(value)
+        if isinstance(value, enum.Enum):
+            text = f"{type(value).__name__}.{value.name}"
         self.text = named[0] if named else type(value).__name__ if " at 0x" in text else text
 
     def __repr__(self) -> str:

@@ -253,11 +253,13 @@ class PoplarExecutor:
         compiled.sync.upload_changed()
 
     def isAttachedToDevice(self) -> bool:  # noqa: N802
+        """Whether the compiled model holds the (simulated) device."""
         return self._compiled is not None and self._compiled.session.is_attached
 
     isAttached = isAttachedToDevice  # noqa: N815 - the name the PopTorch issue text uses
 
     def isCompiled(self) -> bool:  # noqa: N802
+        """Whether the model has been traced and compiled."""
         return self._compiled is not None
 
     def destroy(self) -> None:

@@ -33,6 +33,8 @@ class ReductionType(enum.IntEnum):
 
 
 class DataLoaderMode(enum.IntEnum):
+    """How ``poptorch.DataLoader`` loads batches (PopTorch's values; loading is synchronous)."""
+
     Sync = 0
     Async = 1
     AsyncRebatched = 2
@@ -123,21 +125,26 @@ class Options(_Frozen):
         return other
 
     def deviceIterations(self, device_iterations: int) -> Options:  # noqa: N802
+        """Training or inference steps per call (``ir.num_host_transfers``)."""
         return self._set("device_iterations", device_iterations, 1)
 
     def replicationFactor(self, replication_factor: int) -> Options:  # noqa: N802
+        """Number of model replicas (``ir.replication_factor``)."""
         return self._set("replication_factor", replication_factor, 1)
 
     def randomSeed(self, random_seed: int) -> Options:  # noqa: N802
+        """Seed of the device's random ops (and of ``torch.manual_seed``)."""
         self._set("random_seed", random_seed, 0)
         torch.manual_seed(random_seed)
         return self
 
     def useIpuModel(self, use_model: bool) -> Options:  # noqa: N802
+        """Run on ``"ipu_model"`` rather than ``"cpu"`` (both simulate the device)."""
         return self._set("use_ipu_model", use_model, False)
 
     def outputMode(self, output_mode: Any, output_return_period: int | None = None,  # noqa: N802
                    ) -> Options:
+        """Which steps' outputs a call returns (``OutputMode``; ``EveryN`` needs a period)."""
         mode = OutputMode(output_mode)
         if mode == OutputMode.EveryN:
             assert output_return_period is not None and output_return_period > 0, \
@@ -159,6 +166,7 @@ class Options(_Frozen):
         return self
 
     def _ignored(self, *args: Any, **kwargs: Any) -> Options:
+        """Accepted for compatibility; has no effect in xlgraph."""
         return self
 
     logDir = maxRepeatLogs = showCompilationProgressBar = modelName = _ignored  # noqa: N815

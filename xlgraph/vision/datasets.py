@@ -80,6 +80,7 @@ class MNIST:
 
     @property
     def class_to_idx(self) -> dict[str, int]:
+        """``{class name: label}``."""
         return {name: i for i, name in enumerate(self.classes)}
 
     def __len__(self) -> int:
