@@ -22,7 +22,9 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +37,7 @@ from harness import blas_threads, calls_for, interleaved, machine  # noqa: E402
 from models import CLASSES, LR, NumpyMLP, build_mlp, initial_params, mnist_batches  # noqa: E402
 
 import xlgraph as popxl  # noqa: E402
+from xlgraph.lower.backends import default_backend  # noqa: E402
 from xlgraph.runtime.threads import choose_threads, largest_matrix_flops  # noqa: E402
 
 Step = Callable[[int], Any]
@@ -42,15 +45,43 @@ CONFIGS = [("train", 8), ("train", 256), ("infer", 80), ("loop", 8)]
 LOOP = 50  # training steps per call in mode "loop" (``num_host_transfers``, ``lax.scan``)
 
 
-def session_creation_ms(batch: int = 8, repeats: int = 9) -> float:
-    """Median milliseconds of ``Session(ir)`` for the MNIST training Ir (building not counted)."""
+def session_creation_ms(batch: int = 8, repeats: int = 9, backend: str | None = None) -> float:
+    """Median milliseconds of ``Session(ir)`` for the MNIST training Ir (building not counted)
+    in this process, after its first Session."""
     times = []
     for _ in range(repeats):
         ir = build_mlp(batch).ir
         start = time.perf_counter()
-        popxl.Session(ir)
+        popxl.Session(ir, backend=backend)
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
+
+
+_FIRST_SESSION = """
+import sys, time
+sys.path.insert(0, {here!r})
+from models import build_mlp
+import xlgraph
+ir = build_mlp(8).ir
+start = time.perf_counter()
+xlgraph.Session(ir, backend={backend!r})
+print((time.perf_counter() - start) * 1e3)
+"""
+
+
+def first_session_ms(backend: str) -> dict[str, float]:
+    """Milliseconds of the first ``Session(ir)`` of a fresh process (imports of the backend
+    included): with an empty compile cache (``first``), then again with the cache that run
+    left (``cached``). numba's cache goes to a temporary ``NUMBA_CACHE_DIR``."""
+    code = _FIRST_SESSION.format(here=str(Path(__file__).resolve().parent), backend=backend)
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": os.getcwd()}
+        for run in ("first", "cached"):
+            done = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                  capture_output=True, text=True)
+            out[run] = round(float(done.stdout.split()[-1]), 1)
+    return out
 
 
 def xlgraph_step(mode: str, batch: int, data: list,
@@ -264,7 +295,9 @@ def main() -> None:
     drift = check_same_step()
     assert drift < 1e-4 * math.log(CLASSES), f"xlgraph and numpy disagree by {drift}"
     result: dict[str, Any] = {"benchmark": "mlp", "machine": machine(),
-                              "session_create_ms": round(session_creation_ms(), 2)}
+                              "session_create_ms": round(session_creation_ms(), 2),
+                              "first_session_ms": {b: first_session_ms(b)
+                                                   for b in ("numpy", default_backend())}}
     timings: dict[int, dict[str, dict[str, float]]] = {}
     for n in args.threads:
         with with_threads(n):
