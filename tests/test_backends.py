@@ -140,3 +140,16 @@ def test_sums_over_leading_axes_and_scaled_add_give_numpys_bits(dtype: popxl.dty
         rng = np.random.default_rng(3)
     for a, b in zip(*got):
         assert a.tobytes() == b.tobytes()
+
+
+def test_large_gelu_stays_with_numpys_simd_exp() -> None:
+    from xlgraph.ops.loops import EXP_LOOP_MAX
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = ops.host_load(popxl.h2d_stream((2, EXP_LOOP_MAX), popxl.float32, "x"))
+        small = ops.host_load(popxl.h2d_stream((2, EXP_LOOP_MAX // 2), popxl.float32, "y"))
+        for i, t in enumerate((ops.gelu(x), ops.gelu(small))):
+            ops.host_store(popxl.d2h_stream(t.shape, t.dtype, f"o{i}"), t)
+    source = popxl.Session(ir, backend="numba").source
+    assert source.count("j_gelu(") == 1 and source.count("o_gelu(") == 1
