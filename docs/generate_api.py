@@ -36,6 +36,13 @@ MODULES = [
     "xlgraph.vision.transforms",
     "xlgraph.poptorch",
     "xlgraph.poptorch.optim",
+    "xlgraph.fp8_utils",
+    "xlgraph.utils",
+    "xlgraph.random_seed",
+    "xlgraph.tensorlocation",
+    "xlgraph.typing_",
+    "xlgraph.testing",
+    "xlgraph.popxl_compat",
 ]
 
 NO_DOC = "(no docstring)"

@@ -26,7 +26,7 @@ from types import ModuleType
 
 __all__ = ["install", "uninstall", "main", "ALIAS"]
 
-ALIAS = "popxl"
+ALIAS = "popxl"  # the package name the alias provides
 _TARGET = "xlgraph"
 
 

@@ -104,6 +104,8 @@ from xlgraph.ops.random import (
 )
 from xlgraph.ops.reduce import argmax, argmin, max, mean, min, sum
 from xlgraph.ops.resize import interpolate
+from xlgraph.ops.roi import roi_align
+from xlgraph.ops.scatter_reduce import groupedgather, histogram, scatter_reduce
 
 __all__ = [
     "BUILDERS", "REGISTRY", "OpDef", "CallSiteInfo", "collectives", "var_updates",
@@ -140,3 +142,6 @@ __all__ += ["io_tile_copy", "remote_code_load"]
 # -- fp8 ---------------------------------------------------------------------------------------
 __all__ += ["conv_pow2scaled", "matmul_pow2scaled", "pow2scale_cast_from_fp8",
             "pow2scale_cast_to_fp8"]
+
+# -- PopXL's remaining ops ------------------------------------------------------------------------
+__all__ += ["groupedgather", "histogram", "roi_align", "scatter_reduce"]
