@@ -1,0 +1,195 @@
+# ruff: noqa  (the tutorial's code is kept verbatim)
+"""The "Introduction to PopTorch" Fashion-MNIST walkthrough (seed 001), unchanged but for imports.
+
+``import poptorch`` became ``import xlgraph.poptorch as poptorch``; ``torchvision`` and
+``sklearn.metrics`` fall back to ``xlgraph.vision`` and ``xlgraph.vision.metrics`` when they are
+not installed. Run it in a directory with ``images/trousers.jpg`` (the tutorial's own image);
+it writes ``sample_images.png``, ``classifier.pth``, ``confusion_matrix.png`` and
+``image_before_after.png`` there. Data: ``~/.torch/datasets/FashionMNIST/raw``.
+"""
+
+import torch
+import xlgraph.poptorch as poptorch
+try:
+    import torchvision
+except ImportError:  # torchvision is not installed: xlgraph's stand-in
+    import xlgraph.vision as torchvision
+import torch.nn as nn
+import matplotlib.pyplot as plt
+from tqdm import tqdm
+
+# Set torch random seed for reproducibility
+torch.manual_seed(42)
+
+transform = torchvision.transforms.Compose(
+    [
+        torchvision.transforms.ToTensor(),
+        torchvision.transforms.Normalize((0.5,), (0.5,)),
+    ]
+)
+
+train_dataset = torchvision.datasets.FashionMNIST(
+    "~/.torch/datasets", transform=transform, download=True, train=True
+)
+
+test_dataset = torchvision.datasets.FashionMNIST(
+    "~/.torch/datasets", transform=transform, download=True, train=False
+)
+
+classes = (
+    "T-shirt",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+
+plt.figure(figsize=(30, 15))
+for i, (image, label) in enumerate(train_dataset):
+    if i == 15:
+        break
+    image = (image / 2 + 0.5).numpy()  # reverse transformation
+    ax = plt.subplot(5, 5, i + 1)
+    ax.set_title(classes[label])
+    plt.imshow(image[0])
+
+plt.savefig("sample_images.png")
+
+class ClassificationModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 5, 3)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(5, 12, 5)
+        self.norm = nn.GroupNorm(3, 12)
+        self.fc1 = nn.Linear(972, 100)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Linear(100, 10)
+        self.log_softmax = nn.LogSoftmax(dim=1)
+        self.loss = nn.NLLLoss()
+
+    def forward(self, x, labels=None):
+        x = self.pool(self.relu(self.conv1(x)))
+        x = self.norm(self.relu(self.conv2(x)))
+        x = torch.flatten(x, start_dim=1)
+        x = self.relu(self.fc1(x))
+        x = self.log_softmax(self.fc2(x))
+        # The model is responsible for the calculation
+        # of the loss when using an IPU. We do it this way:
+        if self.training:
+            return x, self.loss(x, labels)
+        return x
+
+
+model = ClassificationModel()
+model.train()
+
+opts = poptorch.Options()
+
+train_dataloader = poptorch.DataLoader(
+    opts, train_dataset, batch_size=16, shuffle=True, num_workers=20
+)
+
+optimizer = poptorch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+
+poptorch_model = poptorch.trainingModel(model, options=opts, optimizer=optimizer)
+
+epochs = 5
+for epoch in tqdm(range(epochs), desc="epochs"):
+    total_loss = 0.0
+    for data, labels in tqdm(train_dataloader, desc="batches", leave=False):
+        output, loss = poptorch_model(data, labels)
+        total_loss += loss
+
+poptorch_model.detachFromDevice()
+
+torch.save(model.state_dict(), "classifier.pth")
+
+model = model.eval()
+
+poptorch_model_inf = poptorch.inferenceModel(model, options=opts)
+
+test_dataloader = poptorch.DataLoader(opts, test_dataset, batch_size=32, num_workers=10)
+
+predictions, labels = [], []
+for data, label in test_dataloader:
+    predictions += poptorch_model_inf(data).data.max(dim=1).indices
+    labels += label
+
+poptorch_model_inf.detachFromDevice()
+
+try:
+    from sklearn.metrics import accuracy_score, confusion_matrix, ConfusionMatrixDisplay
+except ImportError:  # scikit-learn is not installed: xlgraph's stand-in
+    from xlgraph.vision.metrics import accuracy_score, confusion_matrix, ConfusionMatrixDisplay
+
+print(f"Eval accuracy: {100 * accuracy_score(labels, predictions):.2f}%")
+cm = confusion_matrix(labels, predictions)
+cm_plot = ConfusionMatrixDisplay(cm, display_labels=classes).plot(
+    xticks_rotation="vertical"
+)
+
+cm_plot.figure_.savefig("confusion_matrix.png")
+
+model = ClassificationModel()
+model.load_state_dict(torch.load("classifier.pth"))
+model.eval()
+
+poptorch_model = poptorch.inferenceModel(model, options=poptorch.Options())
+
+from PIL import Image, ImageOps
+
+img = Image.open("images/trousers.jpg").resize((28, 28))
+img = ImageOps.grayscale(img)
+
+if img.getpixel((1, 1)) > 200:
+    img = ImageOps.invert(img)
+
+transform = torchvision.transforms.Compose(
+    [
+        torchvision.transforms.ToTensor(),
+        torchvision.transforms.Normalize((0.5,), (0.5,)),
+    ]
+)
+
+img_tensor = transform(img)
+
+f, ax = plt.subplots(1, 2)
+ax[0].imshow(Image.open("images/trousers.jpg"))
+ax[0].set_title("Original image")
+img_transform = torchvision.transforms.ToPILImage()
+ax[1].imshow((img_transform(img_tensor)).convert("RGBA"))
+ax[1].set_title("Transformed image")
+
+plt.savefig("image_before_after.png")
+
+img_tensor = img_tensor.unsqueeze(0)
+
+output = poptorch_model(img_tensor)
+print(output)
+
+prediction_idx = int(output.argmax())
+
+poptorch_model.detachFromDevice()
+
+print("IPU predicted class:", classes[prediction_idx])
+
+model = ClassificationModel()
+model.load_state_dict(torch.load("classifier.pth"))
+model.eval()
+
+output = model(img_tensor)
+print("CPU predicted class:", classes[int(output.argmax())])
+
+opts = (
+    poptorch.Options()
+    .deviceIterations(20)
+    .replicationFactor(2)
+    .randomSeed(123)
+    .useIpuModel(True)
+)

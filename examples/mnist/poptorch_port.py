@@ -1,0 +1,102 @@
+"""The finished script of "Running PyTorch on IPU" (seed 003, ``pytorch_ipu.py``) on xlgraph.
+
+The seed shows this script as diffs against ``pytorch_gpu.py``; it is assembled from them:
+``ClassificationModel`` (with its ``LogSoftmax(dim=0)``), the ``ModelwithLoss`` wrapper,
+``poptorch.Options``, ``poptorch.DataLoader`` (batch 16, shuffled), ``poptorch.optim.SGD``
+(lr 0.001, momentum 0.9), five epochs with a ``[Epoch NN]`` progress bar showing the loss, then
+an ``inferenceModel`` evaluation printing ``Eval accuracy``. Only the import lines differ from
+PopTorch: ``xlgraph.poptorch`` and, without torchvision, ``xlgraph.vision``.
+Data: ``../datasets/FashionMNIST/raw`` relative to the working directory, as in the seed.
+"""
+
+import torch
+import torch.nn as nn
+from tqdm import tqdm
+
+import xlgraph.poptorch as poptorch
+
+try:
+    import torchvision
+except ImportError:  # torchvision is not installed: xlgraph's stand-in
+    import xlgraph.vision as torchvision
+
+
+class ClassificationModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 5, 3)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(5, 12, 5)
+        self.norm = nn.GroupNorm(3, 12)
+        self.fc1 = nn.Linear(972, 100)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Linear(100, 10)
+        self.log_softmax = nn.LogSoftmax(dim=0)
+
+    def forward(self, x):
+        x = self.pool(self.relu(self.conv1(x)))
+        x = self.norm(self.relu(self.conv2(x)))
+        x = torch.flatten(x, start_dim=1)
+        x = self.relu(self.fc1(x))
+        x = self.log_softmax(self.fc2(x))
+
+        return x
+
+
+class ModelwithLoss(nn.Module):
+    def __init__(self, model, criterion):
+        super().__init__()
+        self.model = model
+        self.criterion = criterion
+
+    def forward(self, x, labels=None):
+        output = self.model(x)
+        if labels is not None:
+            loss = self.criterion(output, labels)
+            return output, loss
+        return output
+
+
+if __name__ == "__main__":
+    opts = poptorch.Options()
+
+    transform = torchvision.transforms.Compose([
+        torchvision.transforms.ToTensor(),
+        torchvision.transforms.Normalize((0.5,), (0.5,)),
+    ])
+    train_dataset = torchvision.datasets.FashionMNIST(
+        "../datasets", transform=transform, download=True, train=True)
+    test_dataset = torchvision.datasets.FashionMNIST(
+        "../datasets", transform=transform, download=True, train=False)
+    train_dataloader = poptorch.DataLoader(opts,
+                                           train_dataset,
+                                           batch_size=16,
+                                           shuffle=True)
+    test_dataloader = poptorch.DataLoader(opts, test_dataset, batch_size=16)
+
+    criterion = nn.CrossEntropyLoss()
+    model = ClassificationModel()
+    model.train()
+    optimizer = poptorch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+    model = ModelwithLoss(model, criterion)
+    training_model = poptorch.trainingModel(model,
+                                            options=opts,
+                                            optimizer=optimizer)
+
+    epochs = 5
+    for epoch in range(1, epochs + 1):
+        bar = tqdm(train_dataloader, desc=f"[Epoch {epoch:02d}]")
+        for data, labels in bar:
+            output, loss = training_model(data, labels)
+            bar.set_postfix({"Loss": torch.mean(loss).item()})
+    training_model.detachFromDevice()
+
+    model.eval()
+    inference_model = poptorch.inferenceModel(model, options=opts)
+    correct = total = 0
+    for data, labels in test_dataloader:
+        output = inference_model(data)
+        correct += (output.argmax(dim=1) == labels).sum().item()
+        total += labels.size(0)
+    inference_model.detachFromDevice()
+    print(f"Eval accuracy: {100 * correct / total:.2f}%")
