@@ -1,9 +1,11 @@
-"""The graph context stack, ``in_sequence`` and ``name_scope``: the only global state."""
+"""The graph context stack, ``in_sequence`` and ``name_scope``: the only global state (one set
+of stacks per thread, so threads can build graphs of different Irs at the same time)."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,13 +27,17 @@ __all__ = [
 ]
 
 
-class _Context:
+_region_ids = itertools.count(1)  # shared by all threads, so region ids stay unique
+
+
+class _Context(threading.local):
+    """The stacks of one thread: each thread builds in its own current graph."""
+
     def __init__(self) -> None:
         self.graphs: list[Graph] = []
         self.sequence: list[Any] = []  # stack of (mode, region id)
         self.scopes: list[str] = []
         self.hints: list[dict[str, Any]] = []
-        self.region_ids = itertools.count(1)
 
 
 _ctx = _Context()
@@ -87,7 +93,7 @@ def in_sequence(enabled: bool = True) -> Iterator[None]:
     """
     if enabled is None or not isinstance(enabled, bool | str):
         raise TypeError(f"in_sequence expects True, False or 'pass', got {enabled!r}")
-    _ctx.sequence.append((enabled, next(_ctx.region_ids)))
+    _ctx.sequence.append((enabled, next(_region_ids)))
     try:
         yield
     finally:

@@ -3,7 +3,8 @@
 Both own the device arrays of the variables (``arrays``, one per entry of ``variables``); ``run``
 updates them. ``written_variables`` are the ones a failed run may have changed: the Session
 snapshots those. The compiled plan writes some variables into spare arrays instead and swaps
-them in only when the run succeeds (so ``arrays`` may hold other array objects after a run).
+them in only when the run succeeds, all at once by rebinding ``state`` (so ``arrays`` may hold
+other array objects after a run, and a run interrupted before that rebinding changed none of them).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Executable(Protocol):
     arrays: list[np.ndarray]
     source: str
     written_variables: list[Variable]
+    state: object  # rebound, in one assignment, exactly when a run commits its results
     depth: int  # graph nesting depth (see ``xlgraph.lower.depth``)
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None: ...
@@ -88,9 +90,9 @@ class CompiledExecutable:
         plans[program] = plan = plan_body(program.steps, live, slots, [], program.specs, pool, "C")
         swaps = swap_writes(program.steps, slots, plan)
         self.variables = list(program.variable_slots.values())
-        self.arrays = _device_arrays(self.variables)
+        arrays = _device_arrays(self.variables)
         self.swapped = [slots.index(v) for v in sorted(swaps.values())]
-        self.spares = [np.empty_like(self.arrays[i]) for i in self.swapped]
+        self.state = (arrays, [np.empty_like(arrays[i]) for i in self.swapped])
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
         self.program = program
@@ -103,11 +105,17 @@ class CompiledExecutable:
                                   if s not in swaps.values()]
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        arrays, spares = self.state
         with stack_for(self.depth):  # compiled functions may call each other that deep
-            self.compiled.fn(inputs, outputs, self.arrays, self.spares)
-        arrays, spares = self.arrays, self.spares
-        for k, i in enumerate(self.swapped):  # commit: the spares now hold the new values
-            arrays[i], spares[k] = spares[k], arrays[i]
+            self.compiled.fn(inputs, outputs, arrays, spares)
+        new_arrays, new_spares = list(arrays), list(spares)
+        for k, i in enumerate(self.swapped):  # the spares now hold the new values
+            new_arrays[i], new_spares[k] = spares[k], arrays[i]
+        self.state = (new_arrays, new_spares)  # the commit: one rebinding, all or nothing
+
+    @property
+    def arrays(self) -> list[np.ndarray]:
+        return self.state[0]
 
     def failing_op(self, exc: BaseException) -> Op | None:
         return failing_op(self.compiled, exc)
@@ -118,6 +126,7 @@ class InterpretedExecutable:
 
     source = "# optimize=False: the graph is interpreted op by op; no generated source\n"
     depth = 1
+    state = None  # writes go to the variables' arrays: nothing to commit
 
     def __init__(self, ir: Ir) -> None:
         self.ir = ir

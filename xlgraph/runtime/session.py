@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
-from typing import Any
+import functools
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,6 +34,20 @@ from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
 from xlgraph.tensor import Constant, Tensor, Variable
 
 __all__ = ["Session"]
+
+T = TypeVar("T")
+
+
+def _serialised(method: Callable[..., T]) -> Callable[..., T]:
+    """Run ``method`` holding the Session's lock: concurrent calls from several threads take
+    turns, so each ``run`` sees and leaves consistent variables."""
+
+    @functools.wraps(method)
+    def locked(self: Session, *args: Any, **kwargs: Any) -> T:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 class Session:
@@ -81,6 +97,7 @@ class Session:
         self._attached = False
         self._host_stale = False
         self._entered: list[bool] = []
+        self._lock = threading.RLock()  # one run (or weight transfer) at a time
 
     @property
     def _device(self) -> dict[Variable, np.ndarray]:
@@ -97,6 +114,7 @@ class Session:
     def is_attached(self) -> bool:
         return self._attached
 
+    @_serialised
     def __enter__(self) -> Session:
         attach = not self._attached
         if attach:
@@ -108,9 +126,10 @@ class Session:
         self._entered.append(attach)
         return self
 
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
+    @_serialised
+    def __exit__(self, *_: Any) -> None:
         if self._entered.pop():
-            if exc_type is None and self.weights_to_host_on_exit:
+            if self.weights_to_host_on_exit:  # also after an error: a failed run changed nothing
                 self.weights_to_host()
             self._attached = False
             self._thread_limit.restore()
@@ -160,7 +179,11 @@ class Session:
         in_arrays = self.io.check_inputs(inputs or {}, downcast_inputs)
         self._execute(in_arrays, self.io.check_outputs(outputs))
 
+    @_serialised
     def _execute(self, in_arrays: list[np.ndarray], out_arrays: list[np.ndarray]) -> None:
+        self._require_attached("run")
+        self._host_stale = True
+        before = self.executable.state
         for live, saved in self._backup:  # one snapshot per run, however many transfers it has;
             np.copyto(saved, live)  # variables the executable double-buffers need none
         chunks = CHUNK_THREADS.set(self._chunks) if self._threaded else None
@@ -168,8 +191,9 @@ class Session:
             with self._float_traps():
                 self.executable.run(in_arrays, out_arrays)
         except BaseException as exc:
-            for live, saved in self._backup:
-                np.copyto(live, saved)
+            if self.executable.state is before:  # not committed (even if interrupted later)
+                for live, saved in self._backup:
+                    np.copyto(live, saved)
             if not isinstance(exc, Exception):
                 raise
             op = self.executable.failing_op(exc)
@@ -180,7 +204,6 @@ class Session:
         finally:
             if chunks is not None:
                 CHUNK_THREADS.set(chunks)
-        self._host_stale = True
 
     def _float_traps(self) -> contextlib.AbstractContextManager[Any]:
         """Trap overflow, division by zero and NaNs when ``enableFloatingPointChecks`` is set."""
@@ -189,6 +212,7 @@ class Session:
         return contextlib.nullcontext()
 
     # -- weights -----------------------------------------------------------------------------
+    @_serialised
     def weights_to_host(self) -> None:
         """Copy every variable from the device to the host."""
         self._require_attached("weights_to_host")
@@ -196,12 +220,14 @@ class Session:
             np.copyto(self._host[v], arr)
         self._host_stale = False
 
+    @_serialised
     def weights_from_host(self) -> None:
         """Copy every variable from the host to the device."""
         self._require_attached("weights_from_host")
         for v, arr in self._host.items():
             np.copyto(self._device[v], arr)
 
+    @_serialised
     def get_tensor_data(self, tensor: Tensor) -> np.ndarray:
         """A copy of the value of a Variable or Constant (syncing from the device if needed).
 
@@ -219,6 +245,7 @@ class Session:
         """``get_tensor_data`` for several tensors."""
         return {t: self.get_tensor_data(t) for t in tensors}
 
+    @_serialised
     def write_variable_data(self, tensor: Variable, data: Any) -> None:
         """Set a variable's value on the host, and on the device when attached.
 
