@@ -53,9 +53,11 @@ def data_dir(tmp_path_factory) -> Path:
 def test_example_trains_on_synthetic_idx(example, data_dir: Path, tmp_path: Path,
                                          capsys) -> None:
     accuracy = example.main(["--datasets-dir", str(data_dir), "--limit-nbatches", "20",
-                             "--lr", "0.05", "--epochs", "2", "--output-dir", str(tmp_path)])
+                             "--lr", "0.05", "--epochs", "2", "--output-dir", str(tmp_path),
+                             "--report"])
     out = capsys.readouterr().out
     assert f"Accuracy on test set: {accuracy:.2f}%" in out
+    assert "IPU model report: 1 x ipu2 IPU, 4 tiles" in out  # the tutorial fits PopXL's model
     assert "Timer 'epoch 2' took" in out and "Timer 'testing' took" in out
     assert "Epoch 2: 20 steps (1 per Session.run)" in out
     assert accuracy > 60.0  # chance is 10%

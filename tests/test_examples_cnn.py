@@ -55,8 +55,9 @@ def test_mnist_cnn_runs(examples, tmp_path, capsys):
     _write_dataset(tmp_path, "MNIST", 0)
     results = cnn.main(["--datasets-dir", str(tmp_path), "--limit-nbatches", "4",
                         "--epochs", "2", "--test-batch-size", "8", "--device-iterations", "2",
-                        "--output-dir", str(tmp_path / "out")])
+                        "--output-dir", str(tmp_path / "out"), "--report"])
     out = capsys.readouterr().out
+    assert "IPU model report: 1 x ipu2 IPU, 1472 tiles" in out
     assert [r.epoch for r in results] == [1, 2]
     assert all(0 <= r.accuracy <= 100 and np.isfinite(r.loss) for r in results)
     assert all(r.losses.shape == (4,) and 0 < r.step_seconds <= r.seconds for r in results)

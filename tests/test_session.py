@@ -150,7 +150,7 @@ def test_devices_and_frozen_ir() -> None:
     with pytest.raises(errors.UnsupportedDeviceError, match="ipu_hw"):
         popxl.Session(ir, "ipu_hw")
     session = popxl.Session(ir, "ipu_model")
-    assert session.device.spec.tiles_per_ipu == 4
+    assert session.device.model.tiles_per_ipu == 4
     with pytest.raises(errors.IrFrozenError), ir.main_graph:
         popxl.variable(np.zeros(1))
 

@@ -56,6 +56,7 @@ from xlgraph.dtypes import (
     uint64,
 )
 from xlgraph.graph import Graph
+from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
 from xlgraph.module import Module
 from xlgraph.random_seed import create_seeds
@@ -83,7 +84,7 @@ from xlgraph.typing_ import TensorByRef
 __version__ = "0.1.0"
 
 __all__ = [
-    "Ir", "Graph", "Tensor", "TensorSpec", "Variable", "Constant", "Module", "Session",
+    "Ir", "IPUModel", "Graph", "Tensor", "TensorSpec", "Variable", "Constant", "Module", "Session",
     "variable", "constant", "graph_input", "graph_output", "h2d_stream", "d2h_stream",
     "HostToDeviceStream", "DeviceToHostStream", "in_sequence", "name_scope",
     "gcg", "get_current_graph", "gmg", "get_main_graph", "gir", "get_ir",

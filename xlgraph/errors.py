@@ -20,6 +20,7 @@ __all__ = [
     "ExecutionError",
     "LimitError",
     "DeviceMemoryError",
+    "OutOfMemoryError",
     "user_source_line",
 ]
 
@@ -80,6 +81,10 @@ class LimitError(XlgraphError, ValueError):
 
 class DeviceMemoryError(XlgraphError, MemoryError):
     """The simulator could not allocate the memory a program needs."""
+
+
+class OutOfMemoryError(XlgraphError, MemoryError):
+    """The program does not fit the modelled IPU's tile memory (Session on "ipu_model")."""
 
 
 def user_source_line() -> str:

@@ -22,6 +22,7 @@ from xlgraph.datasets import normalize
 from xlgraph.optim import Optimizer
 
 IMAGE = (1, 28, 28)
+IPU = xlgraph.IPUModel.full()  # the CNNs' activations need a whole chip, not 4 tiles
 
 
 def make_parser(description: str, example: str) -> argparse.ArgumentParser:
@@ -30,7 +31,16 @@ def make_parser(description: str, example: str) -> argparse.ArgumentParser:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--output-dir", type=Path, default=Path("runs") / example,
                         help="where the plots (and saved weights) are written")
+    parser.add_argument("--report", action="store_true",
+                        help="print the IPU model's memory and cycle estimates of the training "
+                             "program at the end")
     return parser
+
+
+def print_report(opts: argparse.Namespace, session: xlgraph.Session) -> None:
+    """With ``--report``, print the modelled IPU's report of ``session``'s program."""
+    if opts.report:
+        print(session.report())
 
 
 def require(module: str, what: str, install: str) -> ModuleType:
@@ -136,7 +146,7 @@ class Evaluator:
         ir = xlgraph.Ir()
         self.step = training.build_inference(ir, model, [xlgraph.TensorSpec(
             (batch, *IMAGE), xlgraph.float32)], num_host_transfers=self.n)
-        self.session = xlgraph.Session(ir, "ipu_model")
+        self.session = xlgraph.Session(ir, "ipu_model", ipu_model=IPU)
 
     def predict(self, weights: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Predicted and true labels of the test set with ``weights`` loaded."""
@@ -171,7 +181,7 @@ def fit(opts: argparse.Namespace, model: nn.Layer, loss: Callable[..., xlgraph.T
                                                                xlgraph.float32)],
         targets=[xlgraph.TensorSpec((opts.batch_size,), xlgraph.int32)],
         seed=opts.seed if dropout else None, init_seed=opts.seed, num_host_transfers=n)
-    session = xlgraph.Session(ir, "ipu_model")
+    session = xlgraph.Session(ir, "ipu_model", ipu_model=IPU)
     print(f"Training: {nbatches} batches of {opts.batch_size} per epoch, {n} per run")
     results = []
     with session:
@@ -195,6 +205,7 @@ def fit(opts: argparse.Namespace, model: nn.Layer, loss: Callable[..., xlgraph.T
                                        step_losses))
             print(f"Epoch {epoch}: loss {mean_loss:.4f}, {seconds:.2f} s "
                   f"({in_steps:.2f} s in Session.run), test accuracy {accuracy:.2f}%")
+    print_report(opts, session)
     return results, weights, predictions
 
 

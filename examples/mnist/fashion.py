@@ -86,7 +86,7 @@ def predict(image_path: str | Path, weights: str | Path) -> str:
     ir = xlgraph.Ir()
     step = training.build_inference(ir, ClassificationModel(),
                                     [xlgraph.TensorSpec((1, *common.IMAGE), xlgraph.float32)])
-    session = xlgraph.Session(ir, "ipu_model")
+    session = xlgraph.Session(ir, "ipu_model", ipu_model=common.IPU)
     checkpoint.load_into(session, weights)
     with session:
         (log_probs,) = step.run(session, x.reshape((1, *common.IMAGE)))

@@ -236,6 +236,7 @@ def train(opts: argparse.Namespace,
             print(f"Epoch {epoch}: {nbatches} steps ({per_run} per Session.run), mean loss "
                   f"{np.mean(losses[-1]):.4f}, {in_steps:.3f} s in Session.run")
     trained = session.get_tensors_data(variables.values())
+    common.print_report(opts, session)
     return {var.name: data for var, data in trained.items()}, losses
 
 

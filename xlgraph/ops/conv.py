@@ -221,8 +221,9 @@ def _grad_weight_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 # -- records and builders ----------------------------------------------------------------------
-def _macs(per: int, weight: int) -> CostFn:
-    """A cost of two flops for each pair of a tensor's elements with a weight's slice."""
+def macs(per: int, weight: int) -> CostFn:
+    """A cost of two flops for each element of tensor ``per`` (of the inputs followed by the
+    outputs) times the size of one slice of tensor ``weight`` (all but its first axis)."""
 
     def cost(ins: list[TensorSpec], outs: list[TensorSpec], **_: Any) -> Cost:
         slice_size = math.prod((ins + outs)[weight].shape[1:])
@@ -235,12 +236,12 @@ def _macs(per: int, weight: int) -> CostFn:
 # conv_transpose: every input element spreads over (C_out / groups) x kernel outputs;
 # conv_grad_weight: every dy element meets (C_in / groups) x kernel patch elements (the output)
 _CONV = OpDef("conv", _conv_infer, _conv, _conv_grad, kernel_out=_conv_out,
-              samples=_conv_samples, cost=_macs(per=2, weight=1), threaded=True)
+              samples=_conv_samples, cost=macs(per=2, weight=1), threaded=True)
 _CONV_TRANSPOSE = OpDef("conv_transpose", _conv_transpose_infer, _conv_transpose,
                         _conv_transpose_grad, samples=_conv_transpose_samples,
-                        cost=_macs(per=0, weight=1), threaded=True)
+                        cost=macs(per=0, weight=1), threaded=True)
 _CONV_GRAD_WEIGHT = OpDef("conv_grad_weight", _grad_weight_infer, _conv_grad_weight,
-                          samples=_grad_weight_samples, cost=_macs(per=0, weight=2),
+                          samples=_grad_weight_samples, cost=macs(per=0, weight=2),
                           threaded=True)
 
 

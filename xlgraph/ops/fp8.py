@@ -16,12 +16,11 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.cost import traffic
 from xlgraph.errors import DTypeError
 from xlgraph.fp8_utils import host_pow2scale_cast_to_fp8
 from xlgraph.op import OpDef, Sample, apply1, register
-from xlgraph.ops.conv import _conv, _conv_attrs, _conv_infer, _macs, planning_hints
-from xlgraph.ops.linalg import _matmul_cost, _matmul_infer
+from xlgraph.ops.conv import _conv, _conv_attrs, _conv_infer, macs, planning_hints
+from xlgraph.ops.linalg import _matmul_infer, matmul_cost
 from xlgraph.ops.window import checked
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
@@ -216,9 +215,7 @@ def _matmul_p2_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _MATMUL_P2 = OpDef("matmul_pow2scaled", _matmul_p2_infer, _matmul_p2, ref=_matmul_p2_ref,
-                   samples=_fp8_samples(_matmul_p2_samples), tol=1e-3,
-                   cost=lambda ins, outs: traffic(
-                       ins, outs, _matmul_cost(ins[0], ins[1], outs[0]).flops, matrix=True))
+                   samples=_fp8_samples(_matmul_p2_samples), tol=1e-3, cost=matmul_cost)
 
 
 @register(_MATMUL_P2)
@@ -255,7 +252,7 @@ def _conv_p2_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _CONV_P2 = OpDef("conv_pow2scaled", _conv_p2_infer, _conv_p2,
-                 samples=_fp8_samples(_conv_p2_samples), tol=1e-3, cost=_macs(per=3, weight=1))
+                 samples=_fp8_samples(_conv_p2_samples), tol=1e-3, cost=macs(per=3, weight=1))
 
 
 @register(_CONV_P2)

@@ -56,13 +56,13 @@ def _matmul_samples(rng: np.random.Generator) -> list[Sample]:
     return [Sample((rng.normal(size=a), rng.normal(size=b))) for a, b in pairs]
 
 
-def _matmul_cost(a: TensorSpec, b: TensorSpec, out: TensorSpec) -> Cost:
-    """A multiply and an add per output element and inner index."""
-    return traffic([a, b], [out], 2 * nelms(out) * a.shape[-1], matrix=True)
+def matmul_cost(ins: list[TensorSpec], outs: list[TensorSpec], **_: Any) -> Cost:
+    """A multiply and an add per output element and inner index (of inputs 0 and 1)."""
+    return traffic(ins, outs, 2 * nelms(outs[0]) * ins[0].shape[-1], matrix=True)
 
 
 _MATMUL = OpDef("matmul", _matmul_infer, np.matmul, _matmul_grad, kernel_out=np.matmul,
-                samples=_matmul_samples, cost=lambda ins, outs: _matmul_cost(*ins, *outs))
+                samples=_matmul_samples, cost=matmul_cost)
 
 
 @register(_MATMUL)

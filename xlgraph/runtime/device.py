@@ -1,43 +1,40 @@
-"""Simulated devices. Both run the same numpy plan; ``ipu_model`` also carries a hardware spec."""
+"""Simulated devices. Both run the same numpy plan; ``ipu_model`` also models the hardware."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from xlgraph.errors import UnsupportedDeviceError
+from xlgraph.ipu.hardware import IPUModel
 
-__all__ = ["DeviceSpec", "Device", "make_device"]
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """The modelled hardware: PopART's default IPU model has 4 tiles of a Mk2 IPU."""
-
-    num_ipus: int = 1
-    tiles_per_ipu: int = 4
-    bytes_per_tile: int = 638_976
-    clock_hz: float = 1.33e9
-    workers_per_tile: int = 6
+__all__ = ["Device", "make_device"]
 
 
 @dataclass(frozen=True)
 class Device:
-    """A device a Session runs on: its name and, for the IPU model, its hardware spec."""
+    """A device a Session runs on: its name and, for the IPU model, the modelled hardware."""
 
     name: str
-    spec: DeviceSpec | None = None
+    model: IPUModel | None = None
 
 
-def make_device(desc: str) -> Device:
-    """The device for ``"cpu"`` or ``"ipu_model"``.
+def make_device(desc: str, ipu_model: IPUModel | None = None) -> Device:
+    """The device for ``"cpu"`` or ``"ipu_model"`` (``ipu_model``: the hardware it models,
+    PopXL's 4-tile Mk2 IPU by default).
 
     Raises:
-        UnsupportedDeviceError: for ``"ipu_hw"`` or an unknown name.
+        UnsupportedDeviceError: for ``"ipu_hw"`` or an unknown name, or ``ipu_model`` given
+            with another device.
     """
+    if ipu_model is not None and desc != "ipu_model":
+        raise UnsupportedDeviceError(
+            f"ipu_model={ipu_model!r} describes the hardware of device 'ipu_model', not "
+            f"{desc!r}: use Session(ir, 'ipu_model', ipu_model=...)"
+        )
     if desc == "cpu":
         return Device("cpu")
     if desc == "ipu_model":
-        return Device("ipu_model", DeviceSpec())
+        return Device("ipu_model", ipu_model or IPUModel())
     if desc == "ipu_hw":
         raise UnsupportedDeviceError(
             "device 'ipu_hw' needs Graphcore hardware and its SDK, which xlgraph does not use; "

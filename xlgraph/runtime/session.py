@@ -18,6 +18,7 @@ from xlgraph.errors import (
     ShapeError,
     UnsupportedDeviceError,
 )
+from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
 from xlgraph.ir import Ir
 from xlgraph.lower import lower
 from xlgraph.ops.window import CHUNK_THREADS
@@ -65,6 +66,9 @@ class Session:
             number; above one, BLAS runs one thread.
         backend: ``"numpy"`` or ``"numba"`` (compiled loops for the ops that have them, see
             ``xlgraph.lower.backends``); None: ``XLGRAPH_BACKEND``, else numba if installed.
+        ipu_model: the hardware ``"ipu_model"`` models (``xlgraph.IPUModel``; default PopXL's
+            4-tile Mk2 IPU). A program that does not fit its tile memory raises
+            ``OutOfMemoryError`` here; ``"cpu"`` never checks memory.
 
     Example:
         >>> with session:
@@ -73,8 +77,9 @@ class Session:
 
     def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True,
                  optimize: bool = True, blas_threads: int | str | None = "auto",
-                 backend: str | None = None, chunk_threads: int | str = "auto") -> None:
-        self.device = make_device(device_desc)
+                 backend: str | None = None, chunk_threads: int | str = "auto",
+                 ipu_model: IPUModel | None = None) -> None:
+        self.device = make_device(device_desc, ipu_model)
         if ir.replication_factor != 1:
             raise UnsupportedDeviceError(
                 f"replication_factor={ir.replication_factor}: the simulator runs one replica"
@@ -83,6 +88,9 @@ class Session:
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
         self.executable = lower(ir, optimize, backend)
+        model = self.device.model
+        self._memory = None if model is None else model_memory(ir, self.executable, model)
+        self._report: ProfileReport | None = None
         variables = self.executable.variables
         self._host = {v: v.initial_data.copy() for v in variables}
         self._backup = [(self._device[v], np.empty_like(self._device[v]))
@@ -103,6 +111,22 @@ class Session:
     def _device(self) -> dict[Variable, np.ndarray]:
         """The variables' device arrays (the executable may swap them between runs)."""
         return dict(zip(self.executable.variables, self.executable.arrays))
+
+    def report(self) -> ProfileReport:
+        """The modelled IPU's memory per tile, liveness and estimated cycles per op (estimates,
+        not measurements; see ``xlgraph.ipu``).
+
+        Raises:
+            UnsupportedDeviceError: on ``"cpu"``, which models no hardware.
+        """
+        if self._memory is None:
+            raise UnsupportedDeviceError(
+                "session.report() describes the modelled IPU: create the Session with "
+                "device_desc='ipu_model'"
+            )
+        if self._report is None:
+            self._report = make_report(self.ir, self._memory)
+        return self._report
 
     # -- attachment --------------------------------------------------------------------------
     @property

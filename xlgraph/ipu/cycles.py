@@ -1,0 +1,141 @@
+"""Estimated cycles per op of a lowered program on the modelled IPU.
+
+Every kernel step is one bulk-synchronous superstep: a sync (``sync_cycles``), an exchange of the
+bytes its operands must receive, then compute. Compute takes the op's declared flops at the
+tile throughput for its dtype and engine (the AMP matrix units for matmul and convolution, the
+64-bit vector unit otherwise), spread over the tiles its operands occupy, and never less than
+its bytes at the tile memory bandwidth. Exchange: an input shaped like the output is mapped like
+it and moves nothing; a broadcast operand of an elementwise op goes whole to every tile; a
+matrix op's operands reach a 2-D grid of output blocks, so each tile receives
+``(A + B) / sqrt(tiles)``; other inputs are redistributed evenly. Host
+transfers move their bytes over the host link, and each run pays one host round trip. Loop
+bodies count once per iteration, a conditional its larger arm, a compiled function once per
+call. Views cost nothing. This is a model, not a measurement: it leaves out instruction
+overheads, bank conflicts, code loading and the host framework (see docs/ipu_model.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from xlgraph.cost import Cost, nbytes, op_cost
+from xlgraph.ipu.hardware import IPUModel
+from xlgraph.ipu.mapping import tiles_spanned
+from xlgraph.lower.program import Program, Step
+
+__all__ = ["OpRow", "CycleEstimate", "estimate_cycles"]
+
+
+@dataclass
+class OpRow:
+    """One op's totals over a run."""
+
+    name: str
+    op: str
+    where: str
+    flops: float = 0.0
+    bytes: int = 0
+    cycles: float = 0.0
+    executions: int = 0
+    tiles: int = 1
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "op": self.op, "where": self.where, "flops": self.flops,
+                "bytes": self.bytes, "cycles": self.cycles, "executions": self.executions,
+                "tiles": self.tiles}
+
+
+@dataclass
+class CycleEstimate:
+    """Cycles of one ``Session.run``: ``rows`` per op, the host share, and the total."""
+
+    rows: list[OpRow]
+    device_cycles: float
+    host_cycles: float
+
+    @property
+    def total(self) -> float:
+        return self.device_cycles + self.host_cycles
+
+
+def step_cycles(model: IPUModel, cost: Cost, ins: list, outs: list, elementwise: bool) -> tuple[
+        float, int]:
+    """(cycles, tiles used) of one kernel execution with ``cost`` on specs ``ins``/``outs``."""
+    sizes = [nbytes(s) for s in (*ins, *outs)]
+    tiles = tiles_spanned(max(sizes, default=0), model)
+    if cost.flops == 0 and cost.bytes_read == 0 and cost.bytes_written == 0:
+        return 0.0, tiles
+    itemsize = max((np.dtype(s.dtype.as_numpy()).itemsize for s in (*outs, *ins)), default=4)
+    rate = model.flops_per_cycle(itemsize, cost.matrix)
+    compute = cost.flops / (tiles * rate)
+    memory = (cost.bytes_read + cost.bytes_written) / (tiles * model.fact("memory_bytes_per_cycle"))
+    if cost.matrix:
+        received = sum(nbytes(s) for s in ins[:2]) / math.sqrt(tiles)
+    else:  # an input shaped like the output is mapped like it: already on the right tiles
+        out_shape = outs[0].shape if outs else None
+        received = sum(nbytes(s) if elementwise else nbytes(s) / tiles
+                       for s in ins if s.shape != out_shape)
+    exchange = received / model.exchange_bytes_per_cycle
+    return model.sync_cycles + exchange + max(compute, memory), tiles
+
+
+class _Estimator:
+    def __init__(self, program: Program, model: IPUModel) -> None:
+        self.program = program
+        self.model = model
+        self.rows: dict[object, OpRow] = {}
+        self.host_bytes = 0
+        self.link_bytes_per_cycle = model.host_bytes_per_second / model.tile_clock_frequency
+
+    def row(self, s: Step) -> OpRow:
+        key = s.op if s.op is not None else s
+        if key not in self.rows:
+            op = s.op
+            name = s.kind if op is None else op.name if op.graph.is_main else \
+                f"{op.graph.name}/{op.name}"
+            self.rows[key] = OpRow(name, s.defn.name if s.defn else s.kind,
+                                   op.created_at if op is not None else "")
+        return self.rows[key]
+
+    def body(self, steps: list[Step], times: int) -> float:
+        total = 0.0
+        specs = self.program.specs
+        for s in steps:
+            if s.kind == "loop":
+                total += self.body(s.body, times * s.count) * s.count
+            elif s.kind == "cond":
+                total += max(self.body(s.body, times), self.body(s.orelse, times))
+            elif s.kind == "func":
+                total += self.body(s.func.steps, times)
+            elif s.kind in ("host_load", "host_store"):
+                size = sum(nbytes(specs[x]) for x in (s.outs if s.kind == "host_load" else s.ins))
+                self.host_bytes += size * times
+                row = self.row(s)
+                row.bytes += size * times
+                row.cycles += size * times / self.link_bytes_per_cycle
+                row.executions += times
+            elif s.kind == "kernel":
+                ins, outs = [specs[x] for x in s.ins], [specs[x] for x in s.outs]
+                cost = op_cost(s.defn, ins, outs, s.attrs)
+                cycles, tiles = step_cycles(self.model, cost, ins, outs, s.defn.elementwise)
+                row = self.row(s)
+                row.flops += cost.flops * times
+                row.bytes += (cost.bytes_read + cost.bytes_written) * times
+                row.cycles += cycles * times
+                row.executions += times
+                row.tiles = max(row.tiles, tiles)
+                total += cycles
+        return total
+
+
+def estimate_cycles(program: Program, model: IPUModel) -> CycleEstimate:
+    """The cycle estimate of one run of ``program`` on ``model``."""
+    est = _Estimator(program, model)
+    device = est.body(program.steps, 1)
+    link = est.host_bytes / est.link_bytes_per_cycle
+    host = model.host_sync_seconds * model.tile_clock_frequency + link
+    rows = sorted(est.rows.values(), key=lambda r: -r.cycles)
+    return CycleEstimate(rows, device, host)

@@ -1,0 +1,172 @@
+"""Tile memory of a lowered program: always-live and not-always-live bytes per tile and step.
+
+*Always-live* memory is held for the whole run: variables, constants, one transfer of every
+stream, and modelled code and exchange overheads (``code_bytes_per_op`` per op on each tile it
+uses, ``exchange_buffer_bytes`` per tile). *Not-always-live* memory is every other value, from
+the step that makes its storage to its last use, as the shared liveness analysis and the buffer
+plan give them (views cost nothing, scratch arrays count during their step, a compiled
+function's peak counts at its call). Every tensor sits on tiles by the linear mapping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xlgraph.cost import nbytes
+from xlgraph.errors import OutOfMemoryError
+from xlgraph.ipu.hardware import IPUModel
+from xlgraph.ipu.mapping import bytes_per_tile, tiles_spanned
+from xlgraph.lower.plan import Plan
+from xlgraph.lower.program import Function, Program, Step, walk
+
+__all__ = ["MemoryProfile", "profile_memory", "check_fits"]
+
+
+@dataclass(eq=False)
+class MemoryProfile:
+    """Memory of the main program on every tile.
+
+    ``always_live[category]`` are per-tile bytes; ``curve[p, t]`` the not-always-live bytes on
+    tile ``t`` while the step at position ``p`` runs (row 0: before the first step).
+    """
+
+    model: IPUModel
+    always_live: dict[str, np.ndarray]
+    curve: np.ndarray
+    steps: list[Step]  # steps[p - 1] is the step at position p
+    live_roots: list[tuple[int, int, int, str, str]]  # (start, end, bytes, name, spec)
+    plan: Plan
+    program: Program
+
+    @property
+    def always_live_total(self) -> np.ndarray:
+        return sum(self.always_live.values(), np.zeros(self.model.tiles, np.int64))
+
+    @property
+    def peak(self) -> np.ndarray:
+        """Peak bytes per tile (always-live plus the largest not-always-live)."""
+        return self.always_live_total + self.curve.max(axis=0)
+
+    def largest_at(self, position: int, tile: int, count: int = 5) -> list[tuple[str, str, int]]:
+        """(name, spec, bytes on ``tile``) of the largest values live at ``position``."""
+        live = [(int(bytes_per_tile(size, self.model)[tile]), name, spec)
+                for start, end, size, name, spec in self.live_roots if start <= position <= end]
+        live.sort(reverse=True)
+        return [(name, spec, size) for size, name, spec in live[:count] if size]
+
+
+def _slot_names(program: Program) -> dict[int, str]:
+    names = {slot: v.name for slot, v in program.variable_slots.items()}
+    names.update((slot, c.name) for slot, c in program.constant_slots.items())
+    for s in program.walk():
+        if s.op is not None and s.kind in ("kernel", "host_load"):
+            names.update((o, t.name) for o, t in zip(s.outs, s.op.outputs))
+    return names
+
+
+class _Builder:
+    def __init__(self, program: Program, plans: dict[Program | Function, Plan],
+                 model: IPUModel) -> None:
+        self.program = program
+        self.plans = plans
+        self.model = model
+        self.names = _slot_names(program)
+        self.function_peaks: dict[Function, np.ndarray] = {}
+
+    def tiles(self, size: int) -> np.ndarray:
+        return bytes_per_tile(size, self.model)
+
+    def body_curve(self, body: Program | Function, steps: list[Step], entry: set[int],
+                   roots_out: list[tuple[int, int, int, str, str]] | None) -> np.ndarray:
+        """Not-always-live bytes per position and tile of one body."""
+        plan, specs = self.plans[body], self.program.specs
+        live = plan.live
+        delta = np.zeros((live.end + 2, self.model.tiles), np.int64)
+        constants = self.program.constant_slots
+        for root, start in plan.defined.items():
+            if root in entry or root in constants:
+                continue
+            end = min(max(plan.last_use.get(root, start), start), live.end)
+            size = nbytes(specs[root])
+            vec = self.tiles(size)
+            delta[start] += vec
+            delta[end + 1] -= vec
+            if roots_out is not None:
+                roots_out.append((start, end, size, self.names.get(root, f"%{root}"),
+                                  str(specs[root])))
+        for s, pos in live.positions.items():
+            extra = np.zeros(self.model.tiles, np.int64)
+            if s.defn is not None and s.defn.scratch and s in plan.use_out:
+                extra += self.tiles(nbytes(specs[s.outs[0]])) * s.defn.scratch
+            if s.kind == "func":
+                extra += self.function_peaks[s.func]
+            if extra.any():
+                delta[pos] += extra
+                delta[pos + 1] -= extra
+        return np.cumsum(delta[:-1], axis=0)
+
+    def always_live(self, ir_streams: list) -> dict[str, np.ndarray]:
+        zeros = np.zeros(self.model.tiles, np.int64)
+        program, code = self.program, zeros.copy()
+        per_op = int(self.model.fact("code_bytes_per_op"))
+        bodies = [program.steps] + [fn.steps for fn in program.functions]
+        for s in (s for body in bodies for s in walk(body) if s.kind == "kernel"):
+            size = max((nbytes(program.specs[o]) for o in s.outs), default=0)
+            code[:tiles_spanned(size, self.model)] += per_op
+        return {
+            "variables": sum((self.tiles(nbytes(v.spec)) for v in
+                              program.variable_slots.values()), zeros),
+            "constants": sum((self.tiles(nbytes(program.specs[c])) for c in
+                              program.constant_slots), zeros),
+            "streams": sum((self.tiles(nbytes(st.spec)) for st in ir_streams), zeros),
+            "code": code,
+            "exchange": zeros + int(self.model.fact("exchange_buffer_bytes")),
+        }
+
+
+def profile_memory(program: Program, plans: dict[Program | Function, Plan], streams: list,
+                   model: IPUModel) -> MemoryProfile:
+    """The memory profile of ``program`` (its ``plans`` from the lowering) on ``model``."""
+    builder = _Builder(program, plans, model)
+    for fn in program.functions:  # callees first
+        builder.function_peaks[fn] = builder.body_curve(fn, fn.steps, set(fn.params),
+                                                        None).max(axis=0)
+    roots: list[tuple[int, int, int, str, str]] = []
+    curve = builder.body_curve(program, program.steps, set(program.variable_slots), roots)
+    plan = plans[program]
+    steps = sorted(plan.live.positions, key=plan.live.positions.__getitem__)
+    return MemoryProfile(model, builder.always_live(streams), curve, steps, roots, plan, program)
+
+
+def check_fits(profile: MemoryProfile) -> None:
+    """Raise OutOfMemoryError when any tile needs more than ``memory_bytes_per_tile``."""
+    model = profile.model
+    capacity = model.memory_bytes_per_tile
+    always = profile.always_live_total
+    totals = always + profile.curve.max(axis=0)
+    if totals.max() <= capacity:
+        return
+    tile = int(np.argmax(totals))
+    position = int(np.argmax(profile.curve[:, tile]))
+    where = "before the first step"
+    if position >= 1:
+        step = profile.steps[position - 1]
+        op = step.op
+        what = op.name if op is not None else step.kind
+        where = f"at step {position} ({what}" + (f", created at {op.created_at})"
+                                                 if op is not None else ")")
+    largest = profile.largest_at(position, tile)
+    listing = ", ".join(f"{name} {spec} ({size:,} bytes here)" for name, spec, size in largest)
+    parts = ", ".join(f"{k} {int(v[tile]):,}" for k, v in profile.always_live.items())
+    over = sum(1 for t in totals if t > capacity)
+    raise OutOfMemoryError(
+        f"the program does not fit the modelled IPU ({model.describe()}): tile {tile} needs "
+        f"{int(totals[tile]):,} bytes of its {capacity:,} ({over} of {model.tiles} tiles over); "
+        f"always-live {int(always[tile]):,} ({parts}), not-always-live "
+        f"{int(profile.curve[position, tile]):,} at its peak {where}; largest live tensors "
+        f"there: {listing or 'none'}. Try more tiles (xlgraph.IPUModel.full() or a larger "
+        f"tiles_per_ipu), a smaller batch, or recomputing activations in the backward pass "
+        f"instead of keeping them"
+    )

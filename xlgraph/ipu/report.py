@@ -1,0 +1,155 @@
+"""``session.report()``: the modelled IPU's memory and cycles, as text, JSON and plots.
+
+The views follow PopVision Graph Analyser's: memory per tile (always-live and not-always-live),
+the liveness curve over program steps, and an operations summary (flops, bytes, cycles per op).
+Every figure is an estimate of the model in ``xlgraph.ipu``, not a measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xlgraph.ipu.cycles import CycleEstimate
+from xlgraph.ipu.memory import MemoryProfile
+
+__all__ = ["ProfileReport"]
+
+_NOTE = ("estimates of the xlgraph IPU model (not measurements: no instruction overheads, "
+         "bank conflicts, code loading or host framework time)")
+
+
+class ProfileReport:
+    """Memory and cycle estimates of one Session's program on its ``IPUModel``.
+
+    ``str(report)`` is a summary; ``to_json()`` the full data (``tiles``, ``liveness``,
+    ``ops``, ``estimated_cycles_per_run``); ``plot(path)`` draws it (needs matplotlib).
+    """
+
+    def __init__(self, memory: MemoryProfile, cycles: CycleEstimate, steps_per_run: int) -> None:
+        self.memory = memory
+        self.cycles = cycles
+        self.model = memory.model
+        self.steps_per_run = steps_per_run
+
+    # -- figures ---------------------------------------------------------------------------------
+    @property
+    def estimated_cycles_per_run(self) -> float:
+        return self.cycles.total
+
+    @property
+    def estimated_seconds_per_run(self) -> float:
+        return self.cycles.total / self.model.tile_clock_frequency
+
+    def liveness(self) -> list[dict[str, Any]]:
+        """Not-always-live bytes (all tiles, and the fullest tile) at every step."""
+        curve = self.memory.curve
+        totals, fullest = curve.sum(axis=1), curve.max(axis=1)
+        rows = []
+        for p in range(1, curve.shape[0]):
+            step = self.memory.steps[p - 1]
+            name = step.op.name if step.op is not None else step.kind
+            rows.append({"position": p, "step": name, "bytes": int(totals[p]),
+                         "max_tile_bytes": int(fullest[p])})
+        return rows
+
+    def tiles(self) -> list[dict[str, Any]]:
+        always = self.memory.always_live
+        peak_nal = self.memory.curve.max(axis=0)
+        total = self.memory.always_live_total + peak_nal
+        return [{"tile": t, "always_live": {k: int(v[t]) for k, v in always.items()},
+                 "not_always_live_peak": int(peak_nal[t]), "peak": int(total[t]),
+                 "capacity": self.model.memory_bytes_per_tile} for t in range(self.model.tiles)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "note": _NOTE,
+            "model": dataclasses.asdict(self.model),
+            "tiles": self.tiles(),
+            "liveness": self.liveness(),
+            "ops": [r.to_json() for r in self.cycles.rows],
+            "estimated_cycles_per_run": self.cycles.total,
+            "estimated_device_cycles_per_run": self.cycles.device_cycles,
+            "estimated_host_cycles_per_run": self.cycles.host_cycles,
+            "estimated_seconds_per_run": self.estimated_seconds_per_run,
+            "steps_per_run": self.steps_per_run,
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        """The report as a JSON document."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    # -- text ------------------------------------------------------------------------------------
+    def __str__(self) -> str:
+        m, model = self.memory, self.model
+        always, peak = m.always_live_total, m.peak
+        cap = model.memory_bytes_per_tile
+        fullest = int(np.argmax(peak))
+        seconds = self.estimated_seconds_per_run
+        lines = [
+            f"IPU model report: {model.describe()} ({_NOTE})",
+            f"Memory: {int(peak.sum()):,} bytes at peak over {model.tiles} tiles "
+            f"({int(always.sum()):,} always-live); fullest tile {fullest}: {int(peak[fullest]):,}"
+            f" of {cap:,} bytes ({100 * peak[fullest] / cap:.1f}%)",
+            "  always-live per category (all tiles): " + ", ".join(
+                f"{k} {int(v.sum()):,}" for k, v in m.always_live.items()),
+            f"  not-always-live peak (all tiles): {int(m.curve.sum(axis=1).max()):,} bytes",
+            f"Estimated time per run: {self.cycles.total:,.0f} cycles = {seconds * 1e6:,.1f} us "
+            f"(device {self.cycles.device_cycles:,.0f}, host link and sync "
+            f"{self.cycles.host_cycles:,.0f}); {self.steps_per_run / seconds:,.0f} steps/s",
+            "Top ops by estimated cycles:",
+        ]
+        for r in self.cycles.rows[:8]:
+            lines.append(f"  {r.cycles:>12,.0f} cycles {r.flops:>14,.0f} flops  x{r.executions:<5}"
+                         f" {r.name} ({r.where})")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"ProfileReport({self.model.describe()}, {self.cycles.total:,.0f} cycles/run)"
+
+    # -- plots -----------------------------------------------------------------------------------
+    def plot(self, path: str | Path) -> Path:
+        """Draw memory per tile, the liveness curve and cycles by op into ``path`` (a PNG).
+
+        Raises:
+            ImportError: without matplotlib (``pip install xlgraph[plot]``).
+        """
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("report.plot needs matplotlib: pip install xlgraph[plot]") from None
+        m = self.memory
+        fig, (ax_mem, ax_live, ax_ops) = plt.subplots(3, 1, figsize=(10, 11))
+        tiles = np.arange(self.model.tiles)
+        bottom = np.zeros(self.model.tiles)
+        for name, values in m.always_live.items():
+            ax_mem.bar(tiles, values, bottom=bottom, label=f"always-live: {name}", width=1.0)
+            bottom += values
+        ax_mem.bar(tiles, m.curve.max(axis=0), bottom=bottom, label="not-always-live peak",
+                   width=1.0, color="lightgray")
+        ax_mem.axhline(self.model.memory_bytes_per_tile, color="red", lw=1, label="capacity")
+        ax_mem.set(title="Memory per tile", xlabel="tile", ylabel="bytes")
+        if self.model.tiles <= 16:
+            ax_mem.set_xticks(tiles)
+        ax_mem.legend(fontsize=7, loc="upper right")
+        curve = m.curve.sum(axis=1)[1:]
+        ax_live.plot(np.arange(1, len(curve) + 1), curve, lw=1)
+        ax_live.set(title="Liveness: not-always-live bytes (all tiles) per program step",
+                    xlabel="step", ylabel="bytes")
+        rows = self.cycles.rows[:15][::-1]
+        ax_ops.barh([f"{r.name}" for r in rows], [r.cycles for r in rows])
+        ax_ops.set(title="Estimated cycles per run by op (top 15)", xlabel="cycles")
+        ax_ops.tick_params(axis="y", labelsize=7)
+        fig.suptitle(f"{self.model.describe()} - estimates, not measurements", fontsize=10)
+        fig.tight_layout()
+        path = Path(path)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return path
