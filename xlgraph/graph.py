@@ -159,11 +159,13 @@ class Graph:
             )
         self._outputs.append(t)
 
-    def add_variable(self, data: np.ndarray, name: str) -> Variable:
+    def add_variable(self, data: np.ndarray, name: str,
+                     shape: tuple[int, ...] | None = None) -> Variable:
+        """A new variable holding ``data``; ``shape`` (one replica's) defaults to data's."""
         self.check_mutable()
         from xlgraph import dtypes
 
-        spec = TensorSpec(data.shape, dtypes.of_array(data))
+        spec = TensorSpec(data.shape if shape is None else shape, dtypes.of_array(data))
         v = Variable(self, self.unique_name(name), spec, data)
         self._tensors[v.name] = v
         return v

@@ -10,6 +10,7 @@ from typing import Any
 
 from xlgraph.graph import Graph
 from xlgraph.options import PbIr, SessionOptions
+from xlgraph.replica_grouping import ReplicaGrouping
 from xlgraph.tensor import Tensor, TensorSpec, graph_input, graph_output
 from xlgraph.typing_ import is_by_ref_annotation
 
@@ -28,7 +29,7 @@ class Ir:
         ...     w = xlgraph.variable([1.0, 2.0], name="w")
     """
 
-    def __init__(self, replication: int = 1) -> None:
+    def __init__(self, replication: int | str = 1) -> None:
         self.id = next(_ir_ids)
         self.graphs: list[Graph] = []
         self._graph_names: dict[str, int] = {}
@@ -37,12 +38,57 @@ class Ir:
         self.h2d_streams: list[Any] = []
         self.d2h_streams: list[Any] = []
         self.num_host_transfers = 1
-        self.replication_factor = int(replication)
         self.frozen = False
+        self.instance_index = 0
+        self.num_instances = 1
+        if replication == "popdist":
+            from xlgraph import dist
+
+            self.replication_factor = dist.getNumTotalReplicas()
+            self.instance_index = dist.getInstanceIndex()
+            self.num_instances = dist.getNumInstances()
+        else:
+            self.replication_factor = int(replication)
         self._pb_ir = PbIr()
 
     def __repr__(self) -> str:
         return f"Ir[id={self.id}]"
+
+    @property
+    def replication_factor(self) -> int:
+        """Replicas in total, over every instance."""
+        return self._replication_factor
+
+    @replication_factor.setter
+    def replication_factor(self, value: int) -> None:
+        if self.frozen:
+            raise RuntimeError("replication_factor cannot change once a Session owns the Ir")
+        if int(value) < 1:
+            raise ValueError(f"replication_factor must be at least 1, got {value}")
+        self._replication_factor = int(value)
+
+    @property
+    def instance_replication_factor(self) -> int:
+        """Replicas run by this instance (process)."""
+        if self.replication_factor % self.num_instances:
+            raise ValueError(
+                f"{self.replication_factor} replicas cannot be split evenly over "
+                f"{self.num_instances} instances"
+            )
+        return self.replication_factor // self.num_instances
+
+    @property
+    def replica_offset(self) -> int:
+        """The global index of this instance's first replica."""
+        return self.instance_index * self.instance_replication_factor
+
+    def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
+        """Groups of ``group_size`` replicas (default: all) whose members are ``stride`` apart."""
+        return ReplicaGrouping.from_stride(self.replication_factor, stride, group_size)
+
+    def replica_grouping_from_assignments(self, assignment: list[int]) -> ReplicaGrouping:
+        """A grouping given the group of every replica, e.g. ``[0, 0, 1, 1]``."""
+        return ReplicaGrouping(self.replication_factor, assignment)
 
     @property
     def session_options(self) -> SessionOptions:

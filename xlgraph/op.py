@@ -71,6 +71,10 @@ class OpDef:
             is C-contiguous: ``"C"``, ``"D"`` (dense, other axis order) or ``"?"`` (None).
         threaded: the kernel runs its batch in chunks through ``ops.window.map_chunks``, on
             several threads when the Session enables them (``xlgraph.runtime.threads``).
+        replicated: ``replicated(ctx, *arrays, **attrs)`` -> outputs for arrays with a leading
+            replica axis, all replicas in one call (``xlgraph.ops.replicas``), or None where
+            it does not apply; without it the runtime loops ``kernel`` over replicas
+            (elementwise ops need none). Collectives exchange data through ``ctx``.
     """
 
     name: str
@@ -91,6 +95,7 @@ class OpDef:
     scratch: int = 0
     layout: Callable[..., str] | None = None
     threaded: bool = False
+    replicated: Callable[..., Any] | None = None
 
     @property
     def differentiable(self) -> bool:
@@ -356,7 +361,10 @@ def reduction(
     doc: str = "", **flags: Any,
 ) -> Callable[..., Tensor]:
     """Register a reduction ``f(t, axis=None, keepdims=False)``; kernel(x, axis, keepdims)."""
+    from xlgraph.ops.replicas import shift_axes
+
     flags.setdefault("samples", _reduction_samples)
+    flags.setdefault("replicated", shift_axes(kernel, "axis"))
     defn = OpDef(name, _reduce_infer, kernel, grad, **flags)
 
     def builder(t: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:

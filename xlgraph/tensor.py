@@ -16,6 +16,7 @@ from xlgraph.utils import to_numpy
 if TYPE_CHECKING:
     from xlgraph.graph import Graph
     from xlgraph.op import Op
+    from xlgraph.replica_grouping import ReplicaGrouping
 
 __all__ = [
     "TensorSpec",
@@ -274,7 +275,24 @@ class Variable(Tensor):
 
     def __init__(self, graph: Graph, name: str, spec: TensorSpec, data: np.ndarray) -> None:
         super().__init__(graph, name, spec)
-        self.initial_data = data
+        self.initial_data = data  # shaped ``shape_on_host``
+        self._replica_grouping: ReplicaGrouping | None = None
+        self.retrieval_mode = "one_per_group"
+
+    @property
+    def replica_grouping(self) -> ReplicaGrouping:
+        """The groups of replicas that share one value (default: all replicas, one group)."""
+        return self._replica_grouping or self.graph.ir.replica_grouping()
+
+    @property
+    def shape_on_replica(self) -> tuple[int, ...]:
+        return self.shape
+
+    @property
+    def shape_on_host(self) -> tuple[int, ...]:
+        """The shape of host data: a leading group dimension when there are several groups."""
+        groups = self.replica_grouping.num_groups
+        return self.shape if groups == 1 else (groups, *self.shape)
 
 
 class Constant(Tensor):
@@ -288,6 +306,7 @@ class Constant(Tensor):
 def variable(
     data: Any, dtype: dtype | None = None, name: str | None = None, downcast: bool = True,
     log2_scale: int | None = None, nan_on_overflow: bool | None = None,
+    replica_grouping: ReplicaGrouping | None = None, retrieval_mode: str | None = None,
 ) -> Variable:
     """Create a variable in the main graph, initialised with ``data``.
 
@@ -300,6 +319,10 @@ def variable(
             cast (fp8 arrays and ``uint8`` bits are taken as they are).
         nan_on_overflow: for fp8 ``dtype``: values out of range become NaN (default) or
             saturate (False).
+        replica_grouping: replicas in one group share a value; with several groups ``data``
+            has a leading dimension with one value per group. Default: one group of all.
+        retrieval_mode: what ``Session.get_tensor_data`` returns: ``"one_per_group"``
+            (default) or ``"all_replicas"`` (a leading replica dimension).
 
     Returns:
         The new Variable.
@@ -317,7 +340,21 @@ def variable(
             f"[created at {user_source_line()}]"
         )
     arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
-    return graph.add_variable(arr, name or "v")
+    grouped = replica_grouping is not None and replica_grouping.num_groups > 1
+    if grouped and (arr.ndim == 0 or arr.shape[0] != replica_grouping.num_groups):
+        raise ValueError(
+            f"variable {name or 'v'!r}: data for {replica_grouping} needs a leading dimension of "
+            f"{replica_grouping.num_groups} (one value per group), got shape {arr.shape} "
+            f"[created at {user_source_line()}]"
+        )
+    if retrieval_mode not in (None, "one_per_group", "all_replicas"):
+        raise ValueError(
+            f"retrieval_mode must be 'one_per_group' or 'all_replicas', got {retrieval_mode!r}"
+        )
+    v = graph.add_variable(arr, name or "v", arr.shape[1:] if grouped else None)
+    v._replica_grouping = replica_grouping
+    v.retrieval_mode = retrieval_mode or "one_per_group"
+    return v
 
 
 def constant(

@@ -9,7 +9,7 @@ other array objects after a run, and a run interrupted before that rebinding cha
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -149,15 +149,22 @@ class InterpretedExecutable:
         return self.interpreter.current_op
 
 
-def lower(ir: Ir, optimize: bool = True,
-          backend: str | None = None) -> CompiledExecutable | InterpretedExecutable:
+def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
+          exchange: Any = None) -> CompiledExecutable | InterpretedExecutable:
     """Check ``ir`` and build its executable: compiled for ``backend`` (see
-    ``xlgraph.lower.backends``), or interpreted when not ``optimize``."""
+    ``xlgraph.lower.backends``), interpreted when not ``optimize``, and over a replica axis
+    when the Ir has several replicas (``exchange`` links instances, see ``xlgraph.dist``)."""
     if ir.session_options.enableInplaceAmbiguityChecking:
         check_inplace_order(ir)
     depth = check_depth(ir)
     with stack_for(depth):
-        executable = (CompiledExecutable(ir, get_backend(backend)) if optimize
-                      else InterpretedExecutable(ir))
+        if ir.replication_factor > 1:
+            from xlgraph.lower.replicated import ReplicatedExecutable
+
+            executable = ReplicatedExecutable(ir, exchange)
+        elif optimize:
+            executable = CompiledExecutable(ir, get_backend(backend))
+        else:
+            executable = InterpretedExecutable(ir)
     executable.depth = depth
     return executable

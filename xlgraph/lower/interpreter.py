@@ -18,11 +18,15 @@ from xlgraph.tensor import Tensor
 
 
 class _HostIO:
+    """Per-transfer host data; ``single_replica`` adds (loads) or drops (stores) the replica
+    axis that host arrays leave out when an instance runs one replica of several."""
+
     def __init__(self, inputs: dict[Any, np.ndarray], outputs: dict[Any, np.ndarray],
-                 transfers: int) -> None:
+                 transfers: int, single_replica: bool = False) -> None:
         self.inputs = inputs
         self.outputs = outputs
         self.transfers = transfers
+        self.single_replica = single_replica
         self.loaded: dict[Any, int] = {}
         self.stored: dict[Any, int] = {}
 
@@ -32,9 +36,11 @@ class _HostIO:
             k = self.loaded.get(stream, 0)
             self.loaded[stream] = k + 1
             data = data[k % self.transfers]
-        return np.array(data, copy=True)
+        return np.array(data[None] if self.single_replica else data, copy=True)
 
     def store(self, stream: Any, value: np.ndarray) -> None:
+        if self.single_replica:
+            value = value[0]
         if self.transfers > 1:
             k = self.stored.get(stream, 0)
             self.stored[stream] = k + 1
@@ -52,13 +58,19 @@ class Interpreter:
 
     def run(self, variables: dict[Tensor, np.ndarray], inputs: dict[Any, np.ndarray],
             outputs: dict[Any, np.ndarray]) -> None:
-        io = _HostIO(inputs, outputs, self.ir.num_host_transfers)
+        io = _HostIO(inputs, outputs, self.ir.num_host_transfers, self.single_replica)
         env: dict[Tensor, Any] = dict(variables)
         self.graph(self.ir.main_graph, env, io)
 
+    single_replica = False
+
+    def constant(self, c: Tensor) -> np.ndarray:
+        """A fresh array holding constant ``c``."""
+        return c.data.copy()
+
     def graph(self, graph: Graph, env: dict[Tensor, Any], io: _HostIO) -> None:
         for c in graph.constants:
-            env[c] = c.data.copy()
+            env[c] = self.constant(c)
         for op in graph.ops:
             self.current_op = op
             outs = self.op(op, [env[t] for t in op.inputs], io)
@@ -77,7 +89,10 @@ class Interpreter:
             return self.repeat(op, args, io)
         if kind == "conditional":
             return self.conditional(op, args, io)
-        result = op.defn.kernel(*args, **op.attrs)
+        return self.results(op, op.defn.kernel(*args, **op.attrs))
+
+    def results(self, op: Op, result: Any) -> list[Any]:
+        """A kernel's return value as the list of output values."""
         outs = list(result) if isinstance(result, tuple) else [result]
         if op.defn.view and op.defn.inplace_of is None:
             return [np.array(o, copy=True) for o in outs]
@@ -103,8 +118,11 @@ class Interpreter:
         self.current_op = op
         return [env[t] for t in graph.outputs[: len(op.outputs)]]
 
+    def condition(self, op: Op, value: Any) -> bool:
+        return bool(np.asarray(value).item())
+
     def conditional(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
-        graph, feeds, modified = branch_of(op, bool(np.asarray(args[0]).item()))
+        graph, feeds, modified = branch_of(op, self.condition(op, args[0]))
         env = _bind(graph, args[feeds], modified)
         self.graph(graph, env, io)
         self.current_op = op

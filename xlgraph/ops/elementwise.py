@@ -23,6 +23,7 @@ from xlgraph.op import (
     unary,
 )
 from xlgraph.ops import loops
+from xlgraph.ops.replicas import unchanged
 from xlgraph.tensor import Tensor, TensorSpec
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -307,6 +308,7 @@ def _scaled_add_loop(ins: list[TensorSpec], a: float, b: float) -> Any:
 
 
 _SCALED_ADD_ = OpDef("scaled_add_", _scaled_add_infer, _scaled_add_inplace, inplace_of=0,
+                     replicated=unchanged(_scaled_add_inplace),
                      samples=_scaled_add_samples, ref=_scaled_add,
                      kernel_out=_scaled_add_inplace_out, loop=_scaled_add_loop, scratch=1,
                      cost=per_output(3))

@@ -10,6 +10,7 @@ from xlgraph import dtypes
 from xlgraph.cost import Cost, nelms, traffic
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, broadcast_shapes, register, same_dtype
+from xlgraph.ops.replicas import matmul_rule
 from xlgraph.tensor import Tensor, TensorSpec
 
 
@@ -62,7 +63,7 @@ def matmul_cost(ins: list[TensorSpec], outs: list[TensorSpec], **_: Any) -> Cost
 
 
 _MATMUL = OpDef("matmul", _matmul_infer, np.matmul, _matmul_grad, kernel_out=np.matmul,
-                samples=_matmul_samples, cost=matmul_cost)
+                samples=_matmul_samples, cost=matmul_cost, replicated=matmul_rule)
 
 
 @register(_MATMUL)

@@ -12,6 +12,7 @@ from xlgraph import dtypes
 from xlgraph.errors import ShapeError
 from xlgraph.layout import broadcast_layout, index_layout, permuted_layout, same_layout
 from xlgraph.op import OpDef, Sample, apply1, normalize_axes, register, same_dtype, same_spec
+from xlgraph.ops.replicas import aligned, unchanged
 from xlgraph.tensor import Tensor, TensorSpec
 
 
@@ -43,14 +44,20 @@ def _reshape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return x.reshape(shape)
 
 
+def _reshape_replicated(ctx: Any, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return x.reshape(x.shape[:1] + shape)
+
+
 def _reshape_samples(rng: np.random.Generator) -> list[Sample]:
     return [Sample((rng.normal(size=(3, 4)),), {"shape": (2, -1)})]
 
 
 _RESHAPE = OpDef("reshape", _reshape_infer, _reshape, lambda g, dy: (reshape(dy, g.x(0).shape),),
-                 view=True, samples=_reshape_samples, layout=same_layout)
+                 view=True, samples=_reshape_samples, layout=same_layout,
+                 replicated=_reshape_replicated)
 _RESHAPE_ = OpDef("reshape_", _reshape_infer, _reshape, inplace_of=0, view=True,
-                  samples=_reshape_samples, layout=same_layout)
+                  samples=_reshape_samples, layout=same_layout,
+                 replicated=_reshape_replicated)
 
 
 @register(_RESHAPE)
@@ -86,6 +93,10 @@ def _transpose(x: np.ndarray, permutation: tuple[int, ...]) -> np.ndarray:
     return x.transpose(permutation)
 
 
+def _transpose_replicated(ctx: Any, x: np.ndarray, permutation: tuple[int, ...]) -> np.ndarray:
+    return x.transpose((0, *(p + 1 for p in permutation)))
+
+
 def _transpose_grad(g: Any, dy: Tensor) -> tuple[Tensor]:
     return (transpose(dy, tuple(int(i) for i in np.argsort(g.attrs["permutation"]))),)
 
@@ -95,9 +106,11 @@ def _transpose_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _TRANSPOSE = OpDef("transpose", _transpose_infer, _transpose, _transpose_grad, view=True,
-                   samples=_transpose_samples, layout=permuted_layout)
+                   samples=_transpose_samples, layout=permuted_layout,
+                   replicated=_transpose_replicated)
 _TRANSPOSE_ = OpDef("transpose_", _transpose_infer, _transpose, inplace_of=0, view=True,
-                    samples=_transpose_samples, layout=permuted_layout)
+                    samples=_transpose_samples, layout=permuted_layout,
+                   replicated=_transpose_replicated)
 
 
 def _perm(t: Tensor, permutation: Sequence[int] | None) -> tuple[int, ...]:
@@ -144,6 +157,10 @@ def _slice(x: np.ndarray, index: tuple[Any, ...]) -> np.ndarray:
     return x[index]
 
 
+def _slice_replicated(ctx: Any, x: np.ndarray, index: tuple[Any, ...]) -> np.ndarray:
+    return x[(builtins.slice(None), *index)]
+
+
 def _slice_grad_infer(dy: TensorSpec, shape: tuple[int, ...], index: tuple[Any, ...]) -> TensorSpec:
     return TensorSpec(shape, dy.dtype)
 
@@ -169,9 +186,10 @@ _SLICE_GRAD = OpDef(
 )
 _SLICE = OpDef("slice", _slice_infer, _slice,
                lambda g, dy: (slice_grad(dy, g.x(0).shape, g.attrs["index"]),), view=True,
-               samples=_slice_samples, layout=index_layout)
+               samples=_slice_samples, layout=index_layout,
+               replicated=_slice_replicated)
 _SLICE_ = OpDef("slice_", _slice_infer, _slice, inplace_of=0, view=True, samples=_slice_samples,
-                layout=index_layout)
+                layout=index_layout, replicated=_slice_replicated)
 
 
 @register(_SLICE_GRAD)
@@ -280,11 +298,14 @@ def _identity(x: np.ndarray) -> np.ndarray:
 
 
 _IDENTITY = OpDef("identity", same_spec, _identity, lambda g, dy: (dy,), view=True,
-                  samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout)
+                  samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout,
+                  replicated=unchanged(_identity))
 _DETACH = OpDef("detach", same_spec, _identity, view=True,
-                samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout)
+                samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout,
+                  replicated=unchanged(_identity))
 _DETACH_ = OpDef("detach_", same_spec, _identity, inplace_of=0, view=True,
-                 samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout)
+                 samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout,
+                  replicated=unchanged(_identity))
 
 
 @register(_IDENTITY)
@@ -321,9 +342,13 @@ def _expand(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(x, shape)
 
 
+def _expand_replicated(ctx: Any, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return np.broadcast_to(aligned((x,), len(shape))[0], x.shape[:1] + tuple(shape))
+
+
 _EXPAND = OpDef("expand", _expand_infer, _expand, lambda g, dy: (dy,), view=True,
                 samples=lambda rng: [Sample((rng.normal(size=(3, 1)),), {"shape": (2, 3, 4)})],
-                layout=broadcast_layout)
+                layout=broadcast_layout, replicated=_expand_replicated)
 
 
 @register(_EXPAND)

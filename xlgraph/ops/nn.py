@@ -11,6 +11,7 @@ from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_spec
 from xlgraph.ops import loops
+from xlgraph.ops.replicas import shift_axes
 from xlgraph.tensor import Constant, Tensor, TensorSpec
 
 
@@ -37,13 +38,14 @@ def _softmax_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _SOFTMAX_GRAD = OpDef(
-    "softmax_grad", same_spec, _softmax_grad,
+    "softmax_grad", same_spec, _softmax_grad, replicated=shift_axes(_softmax_grad, "axis"),
     samples=lambda rng: [Sample((rng.normal(size=(4, 5)), rng.dirichlet(np.ones(5), 4)),
                                 {"axis": 1})],
 )
 _SOFTMAX = OpDef("softmax", same_spec, _softmax,
                  lambda g, dy: (softmax_grad(dy, g.y(0), g.attrs["axis"]),),
                  samples=_softmax_samples, kernel_out=_softmax_out,
+                 replicated=shift_axes(_softmax, "axis"),
                  loop=lambda ins, axis: loops.float_only(ins[0], loops.softmax, ints=(axis,)))
 
 

@@ -25,6 +25,7 @@ class HostIO:
 
     def __init__(self, ir: Ir) -> None:
         self.transfers = ir.num_host_transfers
+        self.replicas = ir.instance_replication_factor
         self.expected = _streams_used(ir, "host_load")
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
@@ -33,14 +34,13 @@ class HostIO:
         self._out_specs = [(s, self.host_shape(s), s.dtype.as_numpy()) for s in self.d2h]
 
     def host_shape(self, stream: Any) -> tuple[int, ...]:
-        lead = (self.transfers,) if self.transfers > 1 else ()
+        lead = tuple(n for n in (self.transfers, self.replicas) if n > 1)
         return lead + stream.shape
 
     def _rule(self) -> str:
-        n = self.transfers
-        if n > 1:
-            return f"(num_host_transfers={n},) + stream shape"
-        return "the stream shape (num_host_transfers is 1, so no leading dimension)"
+        n, r = self.transfers, self.replicas
+        return (f"(num_host_transfers={n}, replicas={r}) + stream shape, where each leading "
+                f"dimension is left out when it is 1")
 
     def check_inputs(self, inputs: Mapping[Any, Any], downcast: bool) -> list[np.ndarray]:
         """The input arrays in h2d-stream order (None for unused streams), C-contiguous.

@@ -16,7 +16,6 @@ from xlgraph.errors import (
     ExecutionError,
     NotAttachedError,
     ShapeError,
-    UnsupportedDeviceError,
 )
 from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
 from xlgraph.ir import Ir
@@ -24,6 +23,7 @@ from xlgraph.lower import lower
 from xlgraph.ops.window import CHUNK_THREADS
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
+from xlgraph.runtime.replica_layout import ReplicaLayout
 from xlgraph.runtime.threads import (
     ThreadLimit,
     choose_chunk_threads,
@@ -80,19 +80,17 @@ class Session:
                  backend: str | None = None, chunk_threads: int | str = "auto",
                  ipu_model: IPUModel | None = None) -> None:
         self.device = make_device(device_desc, ipu_model)
-        if ir.replication_factor != 1:
-            raise UnsupportedDeviceError(
-                f"replication_factor={ir.replication_factor}: the simulator runs one replica"
-            )
+        self.layout = ReplicaLayout(ir)  # checks that the replicas split over the instances
         ir.frozen = True
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
-        self.executable = lower(ir, optimize, backend)
+        self.executable = lower(ir, optimize, backend, _exchange(ir))
         model = self.device.model
         self._memory = None if model is None else model_memory(ir, self.executable, model)
         self._report: ProfileReport | None = None
         variables = self.executable.variables
-        self._host = {v: v.initial_data.copy() for v in variables}
+        self._host = {v: np.array(self.layout.expand(v, v.initial_data)) for v in variables}
+        self._host_values = {v: v.initial_data for v in variables}
         self._backup = [(self._device[v], np.empty_like(self._device[v]))
                         for v in self.executable.written_variables]
         self.io = HostIO(ir)
@@ -263,7 +261,7 @@ class Session:
         self._check_variable(tensor)
         if self._attached and self._host_stale:
             self.weights_to_host()
-        return self._host[tensor].copy()
+        return self.layout.retrieve(tensor, self._host[tensor], self._host_values[tensor])
 
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         """``get_tensor_data`` for several tensors."""
@@ -285,13 +283,16 @@ class Session:
                     f"{dtypes.of_array(arr).name if arr.dtype.kind in 'biuf' else arr.dtype}"
                 )
             arr = arr.astype(tensor.dtype.as_numpy())
-        if arr.shape != tensor.shape:
+        if arr.shape != tensor.shape_on_host:
             raise ShapeError(
-                f"write_variable_data: {tensor.id} is {tensor.spec}, got data of shape {arr.shape}"
+                f"write_variable_data: {tensor.id} is {tensor.spec} and takes host data of shape "
+                f"{tensor.shape_on_host} (a leading dimension per replica group when there are "
+                f"several), got data of shape {arr.shape}"
             )
-        np.copyto(self._host[tensor], arr)
+        self._host_values[tensor] = arr.copy()
+        np.copyto(self._host[tensor], self.layout.expand(tensor, arr))
         if self._attached:
-            np.copyto(self._device[tensor], arr)
+            np.copyto(self._device[tensor], self._host[tensor])
 
     def write_variables_data(self, data: Mapping[Variable, Any]) -> None:
         """``write_variable_data`` for several variables."""
@@ -304,3 +305,12 @@ class Session:
             raise TypeError(f"{what} is not of type Constant or Variable")
         if tensor not in self._host:
             raise ValueError(f"{tensor.id} is not a variable of this Session's Ir")
+
+
+def _exchange(ir: Ir) -> Any:
+    """The link to the other instances when the replicas span several processes."""
+    if ir.num_instances == 1:
+        return None
+    from xlgraph.dist.exchange import MpiExchange
+
+    return MpiExchange.for_ir(ir)

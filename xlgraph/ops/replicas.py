@@ -1,0 +1,119 @@
+"""Kernels over a leading replica axis: the context collectives exchange through, and helpers
+that ops use to declare their ``OpDef.replicated`` form.
+
+When an Ir has several replicas, every value of the program carries a leading axis with one
+entry per replica of this instance (DESIGN §7). An op's ``replicated(ctx, *arrays, **attrs)``
+computes all replicas in one call and returns its outputs, or None where it cannot (the caller
+then loops over replicas with the plain kernel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from xlgraph.replica_grouping import ReplicaGrouping
+
+__all__ = ["Exchange", "ReplicaContext", "aligned", "shift_axes", "unchanged", "matmul_rule"]
+
+
+class Exchange(Protocol):
+    """How instances swap replica data (``xlgraph.dist`` implements it over MPI)."""
+
+    def allgather(self, local: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class ReplicaContext:
+    """The replicas this process runs: ``local`` of ``total``, starting at global ``offset``."""
+
+    local: int
+    total: int
+    offset: int = 0
+    exchange: Exchange | None = None
+
+    def gather(self, x: np.ndarray) -> np.ndarray:
+        """Every replica's value, ``(total, ...)``, from this instance's ``(local, ...)``."""
+        if self.exchange is None:
+            return x
+        return self.exchange.allgather(np.ascontiguousarray(x))
+
+    def grouping(self, group: ReplicaGrouping | None) -> ReplicaGrouping:
+        return group if group is not None else ReplicaGrouping.from_stride(self.total)
+
+    def per_group(self, x: np.ndarray, group: ReplicaGrouping | None,
+                  combine: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Apply ``combine`` to the stacked values of each group's members, ``(G, ...)``; it
+        returns one result per member (or one broadcast to all). Returns the local replicas'."""
+        everyone = self.gather(x)
+        mine = range(self.offset, self.offset + self.local)
+        out: list[Any] = [None] * self.local
+        for members in self.grouping(group).groups:
+            if not any(r in mine for r in members):
+                continue
+            stacked = everyone[list(members)] if len(members) < self.total else everyone
+            result = combine(stacked)
+            for i, r in enumerate(members):
+                if r in mine:
+                    out[r - self.offset] = result[i] if len(result) > 1 else result[0]
+        return np.stack(out)
+
+    def positions(self, group: ReplicaGrouping | None) -> list[tuple[int, int]]:
+        """``(index within its group, group size)`` for each local replica."""
+        grouping = self.grouping(group)
+        where = {r: i for members in grouping.groups for i, r in enumerate(members)}
+        return [(where[r], grouping.group_size)
+                for r in range(self.offset, self.offset + self.local)]
+
+
+# -- helpers for OpDef.replicated ----------------------------------------------------------------
+def aligned(arrays: tuple[np.ndarray, ...], rank: int) -> list[np.ndarray]:
+    """Batched arrays reshaped so numpy broadcasting lines up every axis after the replica
+    axis with an output of ``rank`` (one replica's rank)."""
+    out = []
+    for a in arrays:
+        missing = rank - (a.ndim - 1)
+        out.append(a.reshape(a.shape[:1] + (1,) * missing + a.shape[1:]) if missing > 0 else a)
+    return out
+
+
+def shift_axes(kernel: Callable[..., Any], *names: str) -> Callable[..., Any]:
+    """A replicated form for kernels whose attributes ``names`` hold non-negative axes (an int,
+    a tuple of ints, or None for all): the same kernel with every axis moved past the replica
+    axis."""
+
+    def shifted(value: Any, rank: int) -> Any:
+        if value is None:
+            return tuple(range(1, rank))
+        if isinstance(value, int | np.integer):
+            return int(value) + 1
+        return tuple(int(v) + 1 for v in value)
+
+    def replicated(ctx: ReplicaContext, *arrays: np.ndarray, **attrs: Any) -> Any:
+        rank = arrays[0].ndim
+        attrs = {k: shifted(v, rank) if k in names else v for k, v in attrs.items()}
+        return kernel(*arrays, **attrs)
+
+    return replicated
+
+
+def unchanged(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """A replicated form for kernels that already treat a leading axis as a batch."""
+    return lambda ctx, *arrays, **attrs: kernel(*arrays, **attrs)
+
+
+def matmul_rule(ctx: ReplicaContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``matmul`` of batched operands: 1-D operands become matrices, batch dims line up."""
+    a2 = a[:, None, :] if a.ndim == 2 else a
+    b2 = b[..., None] if b.ndim == 2 else b
+    rank = max(a2.ndim, b2.ndim)
+    a2, b2 = (x.reshape(x.shape[:1] + (1,) * (rank - x.ndim) + x.shape[1:]) for x in (a2, b2))
+    out = np.matmul(a2, b2)
+    if b.ndim == 2:
+        out = out[..., 0]
+    if a.ndim == 2:
+        out = out[..., 0, :] if b.ndim > 2 else out[..., 0]
+    return out

@@ -1,0 +1,52 @@
+"""Variables as the host sees them (PopXL's shapes) versus one value per local replica."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xlgraph.ir import Ir
+from xlgraph.tensor import Variable
+
+
+class ReplicaLayout:
+    """Converts variable data between the host shapes of ``Session`` calls and the device
+    layout: ``shape`` without replicas, ``(local replicas,) + shape`` with them.
+
+    Host data is ``shape_on_host``: one value per replica group, a leading group dimension when
+    there are several. ``get_tensor_data`` returns each group's value from its first replica
+    run here (``retrieval_mode="one_per_group"``) or every local replica's value
+    (``"all_replicas"``).
+    """
+
+    def __init__(self, ir: Ir) -> None:
+        self.replicated = ir.replication_factor > 1
+        self.local = ir.instance_replication_factor
+        self.offset = ir.replica_offset
+        self.mine = range(self.offset, self.offset + self.local)
+
+    def device_shape(self, v: Variable) -> tuple[int, ...]:
+        return (self.local, *v.shape) if self.replicated else v.shape
+
+    def expand(self, v: Variable, host: np.ndarray) -> np.ndarray:
+        """Host data (``shape_on_host``) as the device layout."""
+        if not self.replicated:
+            return host
+        grouping = v.replica_grouping
+        if grouping.num_groups == 1:
+            return np.broadcast_to(host, self.device_shape(v))
+        return host[[grouping.assignment[r] for r in self.mine]]
+
+    def retrieve(self, v: Variable, device: np.ndarray, host: np.ndarray) -> np.ndarray:
+        """What ``get_tensor_data`` returns, from the device layout; groups with no replica in
+        this instance keep their ``host`` value."""
+        if not self.replicated:
+            return device.copy()
+        if v.retrieval_mode == "all_replicas":
+            return device.copy() if self.local > 1 else device[0].copy()
+        grouping = v.replica_grouping
+        values = []
+        for g, members in enumerate(grouping.groups):
+            here = [r for r in members if r in self.mine]
+            fallback = host if grouping.num_groups == 1 else host[g]
+            values.append(device[here[0] - self.offset] if here else fallback)
+        return values[0].copy() if grouping.num_groups == 1 else np.stack(values)
