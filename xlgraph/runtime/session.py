@@ -16,6 +16,7 @@ from xlgraph.errors import (
     ExecutionError,
     NotAttachedError,
     ShapeError,
+    UnsupportedDeviceError,
 )
 from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
 from xlgraph.ir import Ir
