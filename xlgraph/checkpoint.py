@@ -1,5 +1,11 @@
 """Save and load variable values as ``.npz`` files, keyed by variable name.
 
+Saving writes a temporary file beside the target and renames it over the target, so a failed
+save leaves the previous checkpoint intact. Entries are stored positionally with a list of their
+names, so any name (``file``, ``allow_pickle``, ``a/b``) round-trips. Loading into a Session
+checks every entry before writing any variable, and refuses casts that change values unless
+asked.
+
 A model trained in one Ir can be reloaded into another (e.g. an inference Ir) whose variables
 carry the same names, as ``nn.Layer.create_variables`` guarantees.
 
@@ -10,12 +16,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+import zipfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from xlgraph.errors import CheckpointError, DTypeError, ShapeError
 from xlgraph.tensor import Variable
 
 __all__ = ["save", "load", "load_into"]
@@ -34,34 +44,80 @@ def _by_name(session: Any, variables: Mapping[str, Variable] | Iterable[Variable
 
 def save(path: PathLike, source: Any,
          variables: Mapping[str, Variable] | Iterable[Variable] | None = None) -> None:
-    """Write variable values to ``path`` (an uncompressed ``.npz``, one entry per name).
+    """Write variable values to ``path`` (an uncompressed ``.npz``), replacing it atomically.
 
     Args:
-        path: the file to write (numpy appends ``.npz`` when missing).
+        path: the file to write (``.npz`` is appended when missing, as numpy does).
         source: the Session holding the values (synced from the device when attached), or a
             ready ``{name: array}`` mapping.
         variables: ``{name: Variable}``, an iterable of Variables (keyed by ``.name``), or None
             for every variable of the session's Ir; ignored for a mapping source.
+
+    Raises:
+        CheckpointError: an entry is not numeric data (object arrays cannot be loaded back).
     """
     if isinstance(source, Mapping):
-        arrays = {name: np.asarray(a) for name, a in source.items()}
+        arrays = {str(name): np.asarray(a) for name, a in source.items()}
     else:
         arrays = {name: source.get_tensor_data(v)
                   for name, v in _by_name(source, variables).items()}
-    np.savez(path, **arrays)
+    for name, arr in arrays.items():
+        if arr.dtype.hasobject:
+            raise CheckpointError(f"checkpoint entry {name!r} holds Python objects ({arr.dtype}); "
+                                  f"only numeric and bool arrays can be saved")
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    fd, tmp = tempfile.mkstemp(suffix=".npz.tmp", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, *arrays.values(), **{_NAMES: np.array(list(arrays), dtype=str)})
+        os.chmod(tmp, os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+_NAMES = "__names__"  # the entry that lists the names of the positional entries arr_0, arr_1...
 
 
 def load(path: PathLike) -> dict[str, np.ndarray]:
-    """Read a checkpoint written by ``save`` into ``{name: array}``."""
-    with np.load(path, allow_pickle=False) as data:
-        return {name: data[name] for name in data.files}
+    """Read a checkpoint written by ``save`` into ``{name: array}``.
+
+    Raises:
+        FileNotFoundError. CheckpointError: the file is not a readable checkpoint.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if _NAMES not in data.files:  # written by np.savez with keyword names
+                return {name: data[name] for name in data.files}
+            names = [str(n) for n in data[_NAMES]]
+            return {name: data[f"arr_{i}"] for i, name in enumerate(names)}
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"{os.fspath(path)} is not a readable checkpoint: "
+                              f"{type(exc).__name__}: {exc}") from exc
+
+
+def _lossy(arr: np.ndarray, converted: np.ndarray) -> bool:
+    """Whether casting ``arr`` gave ``converted`` with changed values (float narrowing may
+    round, but not overflow)."""
+    if arr.dtype.kind == "f" and converted.dtype.kind == "f":
+        return bool(np.any(np.isfinite(arr) & ~np.isfinite(converted)))
+    with np.errstate(all="ignore"):
+        back = converted.astype(arr.dtype)
+    return not np.array_equal(back, arr, equal_nan=arr.dtype.kind in "fc")
 
 
 def load_into(session: Any, source: PathLike | Mapping[str, np.ndarray],
               variables: Mapping[str, Variable] | Iterable[Variable] | None = None,
-              strict: bool = True) -> list[str]:
+              strict: bool = True, allow_lossy_cast: bool = False) -> list[str]:
     """Write checkpoint values into the variables of ``session`` with the same names.
 
+    Every entry is checked before any variable is written, so a failure changes nothing.
     Entries of the checkpoint that match no variable (e.g. optimiser state when loading into an
     inference Ir) are ignored.
 
@@ -70,25 +126,37 @@ def load_into(session: Any, source: PathLike | Mapping[str, np.ndarray],
         source: a checkpoint path or a ``{name: array}`` mapping.
         variables: the targets, as for ``save`` (default: every variable of the session's Ir).
         strict: raise when a target has no entry in the checkpoint.
+        allow_lossy_cast: accept values that change when cast to the variable's dtype
+            (float to int, out of range, overflow to inf); refused by default.
 
     Returns:
         The names that were loaded.
 
     Raises:
-        KeyError: ``strict`` and some targets are missing. ValueError: a shape differs.
+        KeyError: ``strict`` and some targets are missing. ShapeError: a shape differs.
+        DTypeError: a cast would change values.
     """
     data = source if isinstance(source, Mapping) else load(source)
     targets = _by_name(session, variables)
     missing = sorted(name for name in targets if name not in data)
     if strict and missing:
         raise KeyError(f"checkpoint has no values for {missing}; it holds {sorted(data)}")
-    loaded = []
+    where = "" if isinstance(source, Mapping) else f" of {os.fspath(source)}"
+    ready: list[tuple[str, Variable, np.ndarray]] = []
     for name, v in targets.items():
         if name not in data:
             continue
         arr = np.asarray(data[name])
         if arr.shape != v.shape:
-            raise ValueError(f"checkpoint entry {name!r} has shape {arr.shape}, variable {v.spec}")
-        session.write_variable_data(v, arr.astype(v.dtype.as_numpy(), copy=False))
-        loaded.append(name)
-    return loaded
+            raise ShapeError(f"checkpoint entry {name!r}{where} has shape {arr.shape}, "
+                             f"variable {v.id} is {v.spec}; nothing was loaded")
+        with np.errstate(all="ignore"):
+            converted = arr.astype(v.dtype.as_numpy(), copy=False)
+        if not allow_lossy_cast and _lossy(arr, converted):
+            raise DTypeError(f"checkpoint entry {name!r}{where} ({arr.dtype}) changes value when "
+                             f"cast to variable {v.id} {v.spec}; pass allow_lossy_cast=True to "
+                             f"accept; nothing was loaded")
+        ready.append((name, v, converted))
+    for _, v, converted in ready:
+        session.write_variable_data(v, converted)
+    return [name for name, _, _ in ready]

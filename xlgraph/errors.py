@@ -21,6 +21,7 @@ __all__ = [
     "LimitError",
     "DeviceMemoryError",
     "OutOfMemoryError",
+    "CheckpointError",
     "user_source_line",
 ]
 
@@ -85,6 +86,10 @@ class DeviceMemoryError(XlgraphError, MemoryError):
 
 class OutOfMemoryError(XlgraphError, MemoryError):
     """The program does not fit the modelled IPU's tile memory (Session on "ipu_model")."""
+
+
+class CheckpointError(XlgraphError, ValueError):
+    """A checkpoint cannot be written or read (the message names the file or the entry)."""
 
 
 def user_source_line() -> str:
