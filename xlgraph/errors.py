@@ -76,6 +76,11 @@ class ExecutionError(XlgraphError, RuntimeError):
     """A kernel failed while a Session was running; variables were restored."""
 
 
+class DistributedError(XlgraphError, RuntimeError):
+    """Instances of a multi-process job could not complete a collective (one failed, or none
+    answered in time)."""
+
+
 class LimitError(XlgraphError, ValueError):
     """The program is beyond a limit of the simulator (such as its nesting depth)."""
 

@@ -1,0 +1,105 @@
+"""Instances over MPI: popdist queries, the launcher's command line, a 2-process job through
+xlgraph-run equal to the 1-process run bit for bit, and failed instances ending the job."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xlgraph
+from xlgraph import dist
+from xlgraph.dist.run import mpiexec_command
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = ROOT / "tests" / "programs" / "dist_train.py"
+
+
+def test_popdist_queries_read_the_launcher_environment(monkeypatch):
+    assert not dist.isPopdistEnvSet() and dist.getNumInstances() == 1
+    monkeypatch.setenv("XLGRAPH_NUM_INSTANCES", "2")
+    monkeypatch.setenv("XLGRAPH_NUM_REPLICAS", "6")
+    monkeypatch.setenv("PMI_RANK", "1")
+    assert dist.isPopdistEnvSet()
+    assert (dist.getNumInstances(), dist.getInstanceIndex(), dist.getNumTotalReplicas(),
+            dist.getNumLocalReplicas(), dist.getReplicaIndexOffset()) == (2, 1, 6, 3, 3)
+    ir = xlgraph.Ir(replication="popdist")
+    assert (ir.replication_factor, ir.instance_replication_factor, ir.replica_offset) == (6, 3, 3)
+
+
+def test_launcher_passes_unknown_options_to_mpiexec():
+    cmd = mpiexec_command(["--num-instances", "2", "--num-replicas", "4", "--mpiexec", "mpx",
+                           "-hosts", "a,b", "-verbose", "python", "-u", "train.py",
+                           "--timeout", "9"])
+    assert cmd[:4] == ["mpx", "-n", "2", "-disable-auto-cleanup"]
+    assert cmd[-8:] == ["-hosts", "a,b", "-verbose", "python", "-u", "train.py", "--timeout",
+                        "9"]
+    assert cmd[cmd.index("XLGRAPH_DIST_TIMEOUT") + 1] == "60"
+    assert "XLGRAPH_NUM_REPLICAS" in cmd and "4" in cmd
+    assert mpiexec_command(["--num-instances", "1", "--num-replicas", "1", "--mpiexec", "m",
+                            "-ppn", "1", "--", "-odd-name"])[-3:] == ["-ppn", "1", "-odd-name"]
+    with pytest.raises(SystemExit, match="multiple"):
+        mpiexec_command(["--num-instances", "2", "--num-replicas", "3", "python"])
+
+
+def _launcher() -> list[str]:
+    script = shutil.which("xlgraph-run", path=str(Path(sys.executable).parent))
+    if script is None:
+        assert not os.environ.get("CI"), "CI installs the package: xlgraph-run must exist"
+        return [sys.executable, "-m", "xlgraph.dist.run"]  # a checkout that is not installed
+    return [script]
+
+
+def _run(cmd: list[str], timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
+    start = time.monotonic()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return done, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def mpi():
+    pytest.importorskip("mpi4py", reason="the 'dist' extra is not installed")
+
+
+def _job(instances: int, *args: str) -> list[str]:
+    return [*_launcher(), "--num-instances", str(instances), "--num-replicas", "2",
+            "--timeout", "3", sys.executable, str(PROGRAM), *args]
+
+
+def test_two_instances_train_like_one_process_bit_for_bit(mpi, tmp_path):
+    one, _ = _run([sys.executable, str(PROGRAM), str(tmp_path / "one"), "--replicas", "2"])
+    assert one.returncode == 0, one.stderr
+    two, _ = _run(_job(2, str(tmp_path / "two")))
+    assert two.returncode == 0, two.stderr
+    single = np.load(tmp_path / "one.0.npz")
+    for instance in (0, 1):
+        part = np.load(tmp_path / f"two.{instance}.npz")
+        np.testing.assert_array_equal(part["loss"][:, 0], single["loss"][:, instance])
+        for name in ("w0", "w1"):
+            np.testing.assert_array_equal(part[name], single[name])
+    assert np.isfinite(single["loss"]).all() and single["loss"][-1, 0] != single["loss"][0, 0]
+
+
+def test_an_instance_that_raises_stops_the_others_with_its_error(mpi, tmp_path):
+    done, elapsed = _run(_job(2, str(tmp_path / "x"), "--fail", "soft"))
+    assert done.returncode != 0
+    assert "RuntimeError: instance 1 fails on purpose" in done.stderr
+    assert "instance 0: stopped in the all-gather" in done.stderr
+    assert "because instance 1 failed" in done.stderr
+    assert elapsed < 60
+
+
+def test_an_instance_that_vanishes_ends_the_job_after_the_timeout(mpi, tmp_path):
+    done, elapsed = _run(_job(2, str(tmp_path / "x"), "--fail", "hard"))
+    assert done.returncode != 0
+    assert "instance 0: the all-gather" in done.stderr
+    assert "within 3 s" in done.stderr
+    assert elapsed < 60
