@@ -163,3 +163,22 @@ def test_fp8_streams_take_uint8_bits_or_fp8_arrays() -> None:
             np.testing.assert_array_equal(session.run({in_s: data})[out_s], [2.0, -8.0, 0.25])
         with pytest.raises(errors.StreamInputError, match="float8_152"):
             session.run({in_s: np.ones(3, np.float32)})
+
+
+def test_conv_transpose_pow2scaled_matches_the_float32_kernel() -> None:
+    from xlgraph.op import REGISTRY
+
+    rng = np.random.default_rng(8)
+    x = host_pow2scale_cast_to_fp8(rng.normal(size=(1, 4, 3, 3)), F143, 1)
+    w = host_pow2scale_cast_to_fp8(rng.normal(size=(4, 2, 3, 3)), F152, 1)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        y = ops.conv_transpose_pow2scaled(popxl.variable(x), popxl.variable(w), -2,
+                                          stride=(2, 2), output_padding=(1, 1))
+        s = popxl.d2h_stream(y.shape, y.dtype, "y")
+        ops.host_store(s, y)
+    attrs = y.producer.attrs
+    want = REGISTRY["conv_transpose"].kernel(x.astype(np.float32), w.astype(np.float32),
+                                             **attrs) / 4
+    assert y.shape == want.shape == (1, 2, 8, 8) and y.dtype is popxl.float16
+    np.testing.assert_allclose(run_once(ir)[s].astype(np.float32), want, rtol=2e-3, atol=2e-3)

@@ -261,3 +261,16 @@ def test_remote_code_load_checks_arguments_and_adds_nothing() -> None:
         with pytest.raises(TypeError, match="Graph"):
             ops.remote_code_load("g", "executable")
     assert ir.main_graph.ops == []
+
+
+def test_ipu_placement_is_recorded_and_checked() -> None:
+    with popxl.Ir().main_graph:
+        x = popxl.variable(np.ones(2, np.float32))
+        with popxl.ipu(2):
+            y = x + 1.0
+            z = ops.ipu_copy(y, 3)
+        assert (x.ipu, y.ipu, z.ipu) == (0, 2, 3) and z.producer.hints["source_ipu"] == 2
+        with pytest.raises(ValueError, match="non-negative int"):
+            ops.ipu_copy(y, -1)
+        with pytest.raises(ValueError, match="non-negative int"):
+            popxl.ipu("0")

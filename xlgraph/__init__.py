@@ -31,6 +31,7 @@ from xlgraph.context import (
     gmg,
     in_sequence,
     io_tiles,
+    ipu,
     name_scope,
 )
 from xlgraph.dtypes import (
@@ -97,6 +98,6 @@ __all__ = [
 # -- PopXL's module layout and the rest of its top-level names --------------------------------
 __all__ += [
     "fp8_utils", "random_seed", "session", "tensorlocation", "testing", "typing_", "utils",
-    "float8_143", "float8_152", "complex64", "complex128", "io_tiles", "TensorByRef",
+    "float8_143", "float8_152", "complex64", "complex128", "io_tiles", "ipu", "TensorByRef",
     "TensorLocation", "TensorStorage", "ReplicatedTensorSharding", "TileSet", "ExecutionContext",
 ]

@@ -23,6 +23,7 @@ __all__ = [
     "in_sequence",
     "name_scope",
     "io_tiles",
+    "ipu",
     "op_hints",
 ]
 
@@ -152,3 +153,11 @@ def io_tiles() -> contextlib.AbstractContextManager[None]:
     The simulator's values are unaffected; the placement is recorded for the ipu_model.
     """
     return op_hints(tile_set="io")
+
+
+def ipu(ipu: int) -> contextlib.AbstractContextManager[None]:
+    """Place ops created inside on IPU ``ipu`` (``tensor.ipu``); move tensors between IPUs with
+    ``ops.ipu_copy``. The simulator runs every IPU in one process: values are unaffected."""
+    if not isinstance(ipu, int) or ipu < 0:
+        raise ValueError(f"ipu expects a non-negative int, got {ipu!r}")
+    return op_hints(ipu=ipu)

@@ -114,6 +114,17 @@ class Tensor:
         return self.graph.ir
 
     @property
+    def ipu(self) -> int:
+        """The IPU this tensor is on: set by ``xlgraph.ipu(n)`` and ``ops.ipu_copy``, else 0."""
+        return self.producer.hints.get("ipu", 0) if self.producer else 0
+
+    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
+        """``ops.ipu_copy(self, destination, source)``."""
+        from xlgraph import ops
+
+        return ops.ipu_copy(self, destination, source)
+
+    @property
     def tile_set(self) -> str:
         """``"io"`` for tensors made inside ``xlgraph.io_tiles()``, else ``"compute"``."""
         return self.producer.hints.get("tile_set", "compute") if self.producer else "compute"

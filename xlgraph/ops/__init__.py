@@ -38,6 +38,7 @@ from xlgraph.ops.elementwise import (
 )
 from xlgraph.ops.fp8 import (
     conv_pow2scaled,
+    conv_transpose_pow2scaled,
     matmul_pow2scaled,
     pow2scale_cast_from_fp8,
     pow2scale_cast_to_fp8,
@@ -93,7 +94,7 @@ from xlgraph.ops.movement import (
 from xlgraph.ops.nn import nll_loss, nll_loss_with_softmax_grad, onehot, softmax
 from xlgraph.ops.norm import batch_norm_inference, group_norm, layer_norm
 from xlgraph.ops.optim_updates import lamb_square
-from xlgraph.ops.placement import io_tile_copy, remote_code_load
+from xlgraph.ops.placement import io_tile_copy, ipu_copy, remote_code_load
 from xlgraph.ops.pool import average_pool, max_pool
 from xlgraph.ops.random import (
     dropout,
@@ -137,10 +138,11 @@ __all__ += [
 ]
 
 # -- PopXL compatibility: placement -----------------------------------------------------------
-__all__ += ["io_tile_copy", "remote_code_load"]
+__all__ += ["io_tile_copy", "ipu_copy", "remote_code_load"]
 
 # -- fp8 ---------------------------------------------------------------------------------------
-__all__ += ["conv_pow2scaled", "matmul_pow2scaled", "pow2scale_cast_from_fp8",
+__all__ += ["conv_pow2scaled", "conv_transpose_pow2scaled", "matmul_pow2scaled",
+            "pow2scale_cast_from_fp8",
             "pow2scale_cast_to_fp8"]
 
 # -- PopXL's remaining ops ------------------------------------------------------------------------

@@ -19,13 +19,22 @@ from xlgraph import dtypes
 from xlgraph.errors import DTypeError
 from xlgraph.fp8_utils import host_pow2scale_cast_to_fp8
 from xlgraph.op import OpDef, Sample, apply1, register
-from xlgraph.ops.conv import _conv, _conv_attrs, _conv_infer, macs, planning_hints
+from xlgraph.ops.conv import (
+    _conv,
+    _conv_attrs,
+    _conv_infer,
+    _conv_transpose,
+    _conv_transpose_infer,
+    _transpose_attrs,
+    macs,
+    planning_hints,
+)
 from xlgraph.ops.linalg import _matmul_infer, matmul_cost
 from xlgraph.ops.window import checked
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
 __all__ = ["pow2scale_cast_to_fp8", "pow2scale_cast_from_fp8", "matmul_pow2scaled",
-           "conv_pow2scaled"]
+           "conv_pow2scaled", "conv_transpose_pow2scaled"]
 
 _FP8 = (dtypes.float8_143, dtypes.float8_152)
 
@@ -230,16 +239,20 @@ def matmul_pow2scaled(lhs: Tensor, rhs: Tensor, log2_scale: Tensor | int,
     return apply1(_MATMUL_P2, [lhs, rhs, _log2_scale_tensor(log2_scale)], hints=hints)
 
 
-def _conv_p2_infer(x: TensorSpec, w: TensorSpec, log2_scale: TensorSpec, **geometry: Any):
-    _check_fp8(x, w)
-    _check_scale(log2_scale)
-    as16 = [TensorSpec(s.shape, dtypes.float16) for s in (x, w)]
-    return _conv_infer(*as16, **geometry)
+def _scaled(infer: Any, kernel: Any) -> tuple[Any, Any]:
+    """Infer and kernel of the pow2-scaled, fp8 form of a convolution op."""
+    def p2_infer(x: TensorSpec, w: TensorSpec, log2_scale: TensorSpec,
+                 **geometry: Any) -> TensorSpec:
+        _check_fp8(x, w)
+        _check_scale(log2_scale)
+        return infer(*(TensorSpec(s.shape, dtypes.float16) for s in (x, w)), **geometry)
 
+    def p2_kernel(x: np.ndarray, w: np.ndarray, log2_scale: np.ndarray,
+                  **geometry: Any) -> np.ndarray:
+        y = kernel(x.astype(np.float32), w.astype(np.float32), **geometry)
+        return _as_float16(y, _scale(log2_scale))
 
-def _conv_p2(x: np.ndarray, w: np.ndarray, log2_scale: np.ndarray, **geometry: Any):
-    y = _conv(x.astype(np.float32), w.astype(np.float32), **geometry)
-    return _as_float16(y, _scale(log2_scale))
+    return p2_infer, p2_kernel
 
 
 def _conv_p2_samples(rng: np.random.Generator) -> list[Sample]:
@@ -251,8 +264,18 @@ def _conv_p2_samples(rng: np.random.Generator) -> list[Sample]:
                    {"stride": (2, 2), "padding": (1, 1, 1, 1), "groups": 2})]
 
 
-_CONV_P2 = OpDef("conv_pow2scaled", _conv_p2_infer, _conv_p2,
+def _conv_t_p2_samples(rng: np.random.Generator) -> list[Sample]:
+    f143, f152 = dtypes.float8_143, dtypes.float8_152
+    return [Sample((_to_fp8_values(rng, (2, 4, 3, 3), f143),
+                    _to_fp8_values(rng, (4, 2, 3, 3), f152), np.array(-2)),
+                   {"stride": (2, 2), "padding": (1, 1, 0, 0)})]
+
+
+_CONV_P2 = OpDef("conv_pow2scaled", *_scaled(_conv_infer, _conv),
                  samples=_fp8_samples(_conv_p2_samples), tol=1e-3, cost=macs(per=3, weight=1))
+_CONV_T_P2 = OpDef("conv_transpose_pow2scaled", *_scaled(_conv_transpose_infer, _conv_transpose),
+                   samples=_fp8_samples(_conv_t_p2_samples), tol=1e-3,
+                   cost=macs(per=0, weight=1))
 
 
 @register(_CONV_P2)
@@ -272,3 +295,20 @@ def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor | int, stride:
     hints = planning_hints(available_memory_proportions, partials_types, enable_conv_dithering)
     return apply1(_CONV_P2, [t, weight, _log2_scale_tensor(log2_scale)], attrs, hints=hints)
 
+
+@register(_CONV_T_P2)
+def conv_transpose_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor | int,
+                              stride: Any = (1, 1), padding: Any = (0, 0, 0, 0),
+                              dilation: Any = (1, 1), groups: int = 1, pad_type: str = "not_set",
+                              output_padding: Any = (), output_shape: Any = (),
+                              available_memory_proportions: list[float] | None = None,
+                              partials_types: list[str] | None = None,
+                              enable_conv_dithering: list[int] | None = None) -> Tensor:
+    """``conv_transpose(t, weight) * 2**log2_scale`` for fp8 data and weight, in float16.
+
+    Arguments as for ``ops.conv_transpose``; the planning arguments go to ``op.hints``.
+    """
+    attrs = checked("conv_transpose_pow2scaled", [t, weight], lambda: _transpose_attrs(
+        t, weight, stride, padding, dilation, groups, pad_type, output_padding, output_shape))
+    hints = planning_hints(available_memory_proportions, partials_types, enable_conv_dithering)
+    return apply1(_CONV_T_P2, [t, weight, _log2_scale_tensor(log2_scale)], attrs, hints=hints)

@@ -1,4 +1,5 @@
-"""Placement ops: ``io_tile_copy`` between the tile sets, ``remote_code_load`` (a no-op)."""
+"""Placement ops: ``io_tile_copy`` between the tile sets, ``ipu_copy`` between IPUs, and
+``remote_code_load`` (a no-op)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from xlgraph.graph import Graph
 from xlgraph.op import OpDef, Sample, apply1, register, same_spec
 from xlgraph.tensor import Tensor
 
-__all__ = ["io_tile_copy", "remote_code_load"]
+__all__ = ["io_tile_copy", "ipu_copy", "remote_code_load"]
 
 _IO_TILE_COPY = OpDef(
     "io_tile_copy", same_spec, np.copy, lambda g, dy: (dy,),
@@ -23,6 +24,26 @@ def io_tile_copy(t: Tensor) -> Tensor:
     """Copy ``t`` to the tile set of the current scope: to the IO tiles inside
     ``xlgraph.io_tiles()``, to the compute tiles outside it. The values are unchanged."""
     return apply1(_IO_TILE_COPY, [t])
+
+
+_IPU_COPY = OpDef(
+    "ipu_copy", same_spec, np.copy, lambda g, dy: (ipu_copy(dy, g.op.inputs[0].ipu),),
+    samples=lambda rng: [Sample((rng.normal(size=(2, 3)), 1))],
+)
+
+
+@register(_IPU_COPY)
+def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
+    """Copy ``t`` to IPU ``destination`` (``source`` defaults to the IPU ``t`` is on).
+
+    The copy's output is on ``destination`` whatever the enclosing ``xlgraph.ipu`` scope;
+    values are unchanged (the simulator holds every IPU's memory in one process).
+    """
+    if not isinstance(destination, int) or destination < 0:
+        raise ValueError(f"ipu_copy: destination must be a non-negative int, got "
+                         f"{destination!r}")
+    hints = {"ipu": destination, "source_ipu": t.ipu if source is None else int(source)}
+    return apply1(_IPU_COPY, [t], hints=hints)
 
 
 def remote_code_load(graph: Graph, destination: Literal["executable"]) -> None:
