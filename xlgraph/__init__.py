@@ -61,6 +61,15 @@ from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
 from xlgraph.module import Module
 from xlgraph.random_seed import create_seeds
+from xlgraph.remote import (
+    RemoteBuffer,
+    remote_buffer,
+    remote_replica_sharded_variable,
+    remote_variable,
+    replica_sharded_buffer,
+    replica_sharded_variable,
+)
+from xlgraph.replica_grouping import ReplicaGrouping
 from xlgraph.runtime import Session
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
 from xlgraph.tensor import (
@@ -100,4 +109,10 @@ __all__ += [
     "fp8_utils", "random_seed", "session", "tensorlocation", "testing", "typing_", "utils",
     "float8_143", "float8_152", "complex64", "complex128", "io_tiles", "ipu", "TensorByRef",
     "TensorLocation", "TensorStorage", "ReplicatedTensorSharding", "TileSet", "ExecutionContext",
+]
+
+# -- replicas and remote memory -------------------------------------------------------------------
+__all__ += [
+    "ReplicaGrouping", "RemoteBuffer", "remote_buffer", "remote_variable",
+    "remote_replica_sharded_variable", "replica_sharded_buffer", "replica_sharded_variable",
 ]

@@ -37,6 +37,7 @@ class Ir:
         self.graphs.append(self.main_graph)
         self.h2d_streams: list[Any] = []
         self.d2h_streams: list[Any] = []
+        self.remote_buffers: list[Any] = []
         self.num_host_transfers = 1
         self.frozen = False
         self.instance_index = 0

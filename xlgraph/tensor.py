@@ -102,6 +102,11 @@ class Tensor:
         return self.spec.dtype
 
     @property
+    def meta_shape(self) -> tuple[int, ...]:
+        """The full shape a replica shard stands for (empty when not a shard)."""
+        return self.spec.meta_shape
+
+    @property
     def rank(self) -> int:
         return len(self.spec.shape)
 

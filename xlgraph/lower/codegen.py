@@ -170,7 +170,8 @@ class _Writer:
             return
         fn = self.bind_global(f"k_{d.name}", d.kernel)
         lhs = ", ".join(f"s{o}" for o in s.outs)
-        self.emit(indent, f"{lhs} = {_call(fn, args, attrs)}", s.op)
+        self.emit(indent, f"{lhs} = {_call(fn, args, attrs)}" if lhs else _call(fn, args, attrs),
+                  s.op)  # an op without outputs (remote_store) is a plain call
         for o in s.outs:
             self.names[o] = f"s{o}"
             if not self.program.specs[o].shape:  # ufuncs give numpy scalars for 0-d results

@@ -104,6 +104,7 @@ from xlgraph.ops.random import (
     split_random_seed,
 )
 from xlgraph.ops.reduce import argmax, argmin, max, mean, min, sum
+from xlgraph.ops.remote import remote_load, remote_load_, remote_store
 from xlgraph.ops.resize import interpolate
 from xlgraph.ops.roi import roi_align
 from xlgraph.ops.scatter_reduce import groupedgather, histogram, scatter_reduce
@@ -147,3 +148,6 @@ __all__ += ["conv_pow2scaled", "conv_transpose_pow2scaled", "matmul_pow2scaled",
 
 # -- PopXL's remaining ops ------------------------------------------------------------------------
 __all__ += ["groupedgather", "histogram", "roi_align", "scatter_reduce"]
+
+# -- remote memory ------------------------------------------------------------------------------
+__all__ += ["remote_load", "remote_load_", "remote_store"]

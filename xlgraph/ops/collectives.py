@@ -221,18 +221,33 @@ def replicated_all_gather(t: Tensor, axis: int = 0, group: ReplicaGrouping | Non
     """Every member of a group gets the values of all members, in group order: stacked on a
     new ``axis`` (``output_shape`` "new_axis", the default "auto") or joined along ``axis``
     ("concat")."""
-    if output_shape not in ("auto", "new_axis", "concat"):
-        raise ValueError(f"output_shape must be 'auto', 'new_axis' or 'concat', got "
-                         f"{output_shape!r}")
+    if output_shape not in ("auto", "new_axis", "concat", "meta_shape"):
+        raise ValueError(f"output_shape must be 'auto', 'new_axis', 'concat' or 'meta_shape', "
+                         f"got {output_shape!r}")
+    if output_shape == "meta_shape" or (output_shape == "auto" and t.meta_shape):
+        return _gather_shards(t, group)
     new_axis = output_shape != "concat"
     axis = normalize_axes(axis, t.rank + new_axis)[0]
     attrs = {"axis": axis, "group_size": _group_size(group), "group": group, "new_axis": new_axis}
     return apply1(_ALL_GATHER, [t], attrs)
 
 
+def _gather_shards(t: Tensor, group: ReplicaGrouping | None) -> Tensor:
+    """The whole tensor (of shape ``t.meta_shape``) from every member's 1-D shard."""
+    from xlgraph.ops.movement import reshape
+
+    if not t.meta_shape or t.rank != 1:
+        raise ShapeError(f"output_shape='meta_shape' needs a 1-D shard with a meta_shape, got "
+                         f"{t.id} {t.spec}")
+    full = replicated_all_gather(t, 0, group, "concat")
+    return reshape(full[: math.prod(t.meta_shape)], t.meta_shape)
+
+
 # -- reduce-scatter and sharding ------------------------------------------------------------------
-def _shard_infer(t: TensorSpec, group_size: int, group: Any, op: str | None = None) -> TensorSpec:
-    return TensorSpec((math.ceil(math.prod(t.shape) / group_size),), t.dtype)
+def _shard_infer(t: TensorSpec, group_size: int, group: Any, op: str | None = None,
+                 sharded: bool = True) -> TensorSpec:
+    meta = t.shape if sharded else ()
+    return TensorSpec((math.ceil(math.prod(t.shape) / group_size),), t.dtype, meta)
 
 
 def _padded(x: np.ndarray, group_size: int) -> np.ndarray:
@@ -242,7 +257,7 @@ def _padded(x: np.ndarray, group_size: int) -> np.ndarray:
 
 
 def _scatter_replicated(ctx: ReplicaContext, x: np.ndarray, group_size: int, group: Any,
-                        op: str) -> np.ndarray:
+                        op: str, sharded: bool) -> np.ndarray:
     flat = np.stack([_padded(xi, group_size) for xi in x])
     reduced = ctx.per_group(flat, group, lambda s: _REDUCE[op](s)[None]).astype(x.dtype)
     return _slice_replicated(ctx, reduced, 0, group_size, group)
@@ -278,7 +293,7 @@ def _scatter_grad(g: Any, dy: Tensor) -> tuple[Tensor | None]:
 
 _REDUCE_SCATTER = OpDef(
     "replicated_reduce_scatter", _shard_infer,
-    lambda x, group_size, group, op: _padded(x, group_size), _scatter_grad,
+    lambda x, group_size, group, op, sharded: _padded(x, group_size), _scatter_grad,
     replicated=_scatter_replicated,
     samples=lambda rng: [Sample((rng.normal(size=(2, 3)),), {"op": op})
                          for op in ("add", "mean")],
@@ -295,8 +310,11 @@ def replicated_reduce_scatter(t: Tensor, op: str = "add", group: ReplicaGrouping
                               configure_output_for_replicated_tensor_sharding: bool = False
                               ) -> Tensor:
     """Reduce ``t`` over each group, flattened and zero-padded to a multiple of the group size;
-    the ``i``-th member keeps the ``i``-th equal shard (1-D)."""
-    attrs = {"group_size": _group_size(group), "group": group, "op": _check_op(op)}
+    the ``i``-th member keeps the ``i``-th equal shard (1-D). With
+    ``configure_output_for_replicated_tensor_sharding`` the shard's ``meta_shape`` is ``t``'s
+    shape, as for the shards of a replica-sharded variable."""
+    attrs = {"group_size": _group_size(group), "group": group, "op": _check_op(op),
+             "sharded": bool(configure_output_for_replicated_tensor_sharding)}
     return apply1(_REDUCE_SCATTER, [t], attrs)
 
 

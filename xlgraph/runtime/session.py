@@ -24,6 +24,7 @@ from xlgraph.lower import lower
 from xlgraph.ops.window import CHUNK_THREADS
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
+from xlgraph.runtime.remote_memory import RemoteMemory
 from xlgraph.runtime.replica_layout import ReplicaLayout
 from xlgraph.runtime.threads import (
     ThreadLimit,
@@ -91,9 +92,10 @@ class Session:
         self._report: ProfileReport | None = None
         variables = self.executable.variables
         self._host = {v: np.array(self.layout.expand(v, v.initial_data)) for v in variables}
-        self._host_values = {v: v.initial_data for v in variables}
-        self._backup = [(self._device[v], np.empty_like(self._device[v]))
-                        for v in self.executable.written_variables]
+        self.remote = RemoteMemory(ir, self.layout)
+        self._host_values = {v: v.initial_data for v in [*variables, *self.remote.variables]}
+        live = [self._device[v] for v in self.executable.written_variables]
+        self._backup = [(a, np.empty_like(a)) for a in [*live, *self.remote.arrays()]]
         self.io = HostIO(ir)
         self.blas_threads = blas_threads
         self._flops = largest_matrix_flops(ir)
@@ -260,6 +262,8 @@ class Session:
         if isinstance(tensor, Constant):
             return tensor.data.copy()
         self._check_variable(tensor)
+        if tensor in self.remote.variables:
+            return self.remote.read(tensor, self._host_values[tensor])
         if self._attached and self._host_stale:
             self.weights_to_host()
         return self.layout.retrieve(tensor, self._host[tensor], self._host_values[tensor])
@@ -291,6 +295,9 @@ class Session:
                 f"several), got data of shape {arr.shape}"
             )
         self._host_values[tensor] = arr.copy()
+        if tensor in self.remote.variables:
+            self.remote.write(tensor, arr)  # off-chip memory is the host's in the simulator
+            return
         np.copyto(self._host[tensor], self.layout.expand(tensor, arr))
         if self._attached:
             np.copyto(self._device[tensor], self._host[tensor])
@@ -304,7 +311,7 @@ class Session:
         if not isinstance(tensor, Variable):
             what = tensor.id if isinstance(tensor, Tensor) else repr(tensor)
             raise TypeError(f"{what} is not of type Constant or Variable")
-        if tensor not in self._host:
+        if tensor not in self._host_values:
             raise ValueError(f"{tensor.id} is not a variable of this Session's Ir")
 
 
