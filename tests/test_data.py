@@ -85,9 +85,13 @@ def test_grouping_with_shuffle():
         np.testing.assert_array_equal(xb[..., 0], (yb // 10) * 3)
 
 
-def test_too_few_rows_for_a_group():
-    loader = DataLoader(np.arange(5), batch_size=3, num_host_transfers=2)
-    assert len(loader) == 0 and list(loader) == []
+def test_too_few_rows_for_a_group_is_refused():
+    """An empty epoch would train on nothing without a word (issue 9, item 13)."""
+    with pytest.raises(ValueError, match="5 rows make no complete group of 6 rows"):
+        DataLoader(np.arange(5), batch_size=3, num_host_transfers=2)
+    with pytest.raises(ValueError, match="no complete group of 6"):
+        DataLoader(np.arange(5), batch_size=6, drop_last=True)
+    assert len(DataLoader(np.arange(5), batch_size=6)) == 1  # a short last batch is kept
 
 
 @pytest.mark.parametrize(

@@ -193,7 +193,7 @@ def test_host_transfers_loop_inside_the_generated_function() -> None:
 def test_streams_read_at_several_sites_count_their_transfers() -> None:
     def build():
         ir = popxl.Ir()
-        ir.num_host_transfers = 2
+        ir.num_host_transfers = 3
         with ir.main_graph:
             x_s = popxl.h2d_stream((3,), F32, "x")
             out_s = popxl.d2h_stream((3,), F32, "y")
@@ -205,9 +205,10 @@ def test_streams_read_at_several_sites_count_their_transfers() -> None:
             ops.repeat(ir.create_graph(body), 1)
             (y,) = ops.call(ir.create_graph(lambda: ops.host_load(x_s) * 3.0))
             ops.host_store(out_s, y)
+            ops.host_store(out_s, y + 1.0)
         return ir, [x_s]
 
-    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    data = np.arange(9, dtype=np.float32).reshape(3, 3)
     session = same_both_ways(build, lambda streams: {streams[0]: data})
     assert "h0_i += 1" in session.source and "d0_i += 1" in session.source
 

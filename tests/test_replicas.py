@@ -40,9 +40,8 @@ def test_stream_data_has_the_replica_axis_after_the_transfers(replicas, transfer
 
 
 def _train_step_ir(replicas: int, batch: int, w0: np.ndarray, reduce: bool):
-    """A linear layer trained one SGD step per transfer; gradients all-reduced when ``reduce``."""
+    """A linear layer trained one SGD step per run; gradients all-reduced when ``reduce``."""
     ir = xlgraph.Ir(replication=replicas)
-    ir.num_host_transfers = 2
     with ir.main_graph, xlgraph.in_sequence():
         w = xlgraph.variable(w0, name="w")
         s_x = xlgraph.h2d_stream((batch, 4), xlgraph.float32, "x")
@@ -66,19 +65,19 @@ def _train_step_ir(replicas: int, batch: int, w0: np.ndarray, reduce: bool):
 def test_replicas_equal_one_run_per_replica_without_collectives():
     rng = np.random.default_rng(1)
     w0 = rng.normal(size=(4, 3)).astype(np.float32)
-    x = rng.normal(size=(2, 3, 5, 4)).astype(np.float32)  # (transfers, replicas, batch, 4)
+    x = rng.normal(size=(3, 5, 4)).astype(np.float32)  # (replicas, batch, 4)
     ir, w, s_x, s_loss = _train_step_ir(3, 5, w0, reduce=False)
     w.retrieval_mode = "all_replicas"
     session = xlgraph.Session(ir)
     with session:
         losses = session.run({s_x: x})[s_loss]
     weights = session.get_tensor_data(w)
-    assert losses.shape == (2, 3) and weights.shape == (3, 4, 3)
+    assert losses.shape == (3,) and weights.shape == (3, 4, 3)
     for r in range(3):
         ir1, w1, s_x1, s_loss1 = _train_step_ir(1, 5, w0, reduce=False)
         single = xlgraph.Session(ir1, optimize=False)
         with single:
-            np.testing.assert_allclose(losses[:, r], single.run({s_x1: x[:, r]})[s_loss1],
+            np.testing.assert_allclose(losses[r], single.run({s_x1: x[r]})[s_loss1],
                                        rtol=1e-6)
         np.testing.assert_allclose(weights[r], single.get_tensor_data(w1), rtol=1e-6)
 
@@ -92,16 +91,16 @@ def test_replicas_with_mean_all_reduce_equal_one_replica_on_the_whole_batch(monk
     monkeypatch.setattr(ReplicatedInterpreter, "loop", no_loop)
     rng = np.random.default_rng(2)
     w0 = rng.normal(size=(4, 3)).astype(np.float32)
-    x = rng.normal(size=(2, 8, 4)).astype(np.float32)
+    x = rng.normal(size=(8, 4)).astype(np.float32)
     ir, w, s_x, s_loss = _train_step_ir(2, 4, w0, reduce=True)
     session = xlgraph.Session(ir)
     with session:
-        losses = session.run({s_x: x.reshape(2, 2, 4, 4)})[s_loss]
+        losses = session.run({s_x: x.reshape(2, 4, 4)})[s_loss]
     ir1, w1, s_x1, s_loss1 = _train_step_ir(1, 8, w0, reduce=False)
     single = xlgraph.Session(ir1)
     with single:
         loss1 = single.run({s_x1: x})[s_loss1]
-    np.testing.assert_allclose(losses.mean(axis=1), loss1, rtol=1e-5)
+    np.testing.assert_allclose(losses.mean(axis=0), loss1, rtol=1e-5)
     np.testing.assert_allclose(session.get_tensor_data(w), single.get_tensor_data(w1),
                                rtol=1e-5, atol=1e-6)
 

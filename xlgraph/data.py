@@ -38,7 +38,8 @@ class DataLoader:
             num_host_transfers: Batches per yielded group.
 
         Raises:
-            ValueError: On no arrays, arrays of different lengths, or non-positive sizes.
+            ValueError: On no arrays, arrays of different lengths, non-positive sizes, or
+                fewer rows than one batch group needs.
         """
         if not arrays:
             raise ValueError("DataLoader needs at least one array")
@@ -56,6 +57,13 @@ class DataLoader:
         self.drop_last = drop_last
         self.num_host_transfers = num_host_transfers
         self._rng = np.random.default_rng(seed)
+        if len(self) == 0:
+            need = batch_size * num_host_transfers
+            raise ValueError(
+                f"DataLoader: {lengths[0]} rows make no complete group of {need} rows "
+                f"(batch_size={batch_size} x num_host_transfers={num_host_transfers}), so an "
+                f"epoch would be empty; use a smaller batch_size or num_host_transfers"
+            )
 
     def __len__(self) -> int:
         """Number of items one epoch yields."""

@@ -193,6 +193,17 @@ def as_dtype(value: Any) -> dtype:
     return dtype._by_numpy[np_dtype]
 
 
+def out_of_range(arr: np.ndarray, target: Any) -> Any:
+    """The first value of integer ``arr`` that the integer numpy dtype ``target`` cannot hold
+    (a cast would wrap it), or None."""
+    target = np.dtype(target)
+    if arr.dtype.kind not in "iu" or target.kind not in "iu" or arr.size == 0:
+        return None
+    info = np.iinfo(target)
+    bad = (arr < info.min) | (arr > info.max)
+    return arr[bad].flat[0] if bad.any() else None
+
+
 def downcast(dt: dtype) -> dtype:
     """The 32-bit dtype that 64-bit host data is stored as on the device."""
     return _DOWNCAST.get(dt, dt)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 
@@ -22,7 +23,9 @@ __all__ = [
     "DeviceMemoryError",
     "OutOfMemoryError",
     "CheckpointError",
+    "ArgumentError",
     "user_source_line",
+    "whole_number",
 ]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -97,6 +100,10 @@ class CheckpointError(XlgraphError, ValueError):
     """A checkpoint cannot be written or read (the message names the file or the entry)."""
 
 
+class ArgumentError(XlgraphError, ValueError):
+    """An op got an invalid non-tensor argument (an axis, a size, a probability, a count)."""
+
+
 def user_source_line() -> str:
     """``file:line`` of the innermost stack frame outside the xlgraph package."""
     frame = sys._getframe(1)
@@ -106,3 +113,12 @@ def user_source_line() -> str:
             return f"{os.path.basename(path)}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"
+
+
+def whole_number(value: object, what: str, minimum: int = 1) -> int:
+    """``value`` as an int, or ``ArgumentError`` when it is not a whole number >= ``minimum``
+    (``2.5``, ``True``, ``-3``, ``"4"`` are refused where a count or a size is expected)."""
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not ok or int(value) < minimum:  # type: ignore[call-overload]
+        raise ArgumentError(f"{what} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)  # type: ignore[call-overload]

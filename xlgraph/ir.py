@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from xlgraph.errors import whole_number
 from xlgraph.graph import Graph
 from xlgraph.options import PbIr, SessionOptions
 from xlgraph.replica_grouping import ReplicaGrouping
@@ -54,6 +55,16 @@ class Ir:
 
     def __repr__(self) -> str:
         return f"Ir[id={self.id}]"
+
+    @property
+    def num_host_transfers(self) -> int:
+        """Transfers of every used stream per ``Session.run`` (each stream's host_load or
+        host_store ops must execute this many times per run)."""
+        return self._num_host_transfers
+
+    @num_host_transfers.setter
+    def num_host_transfers(self, value: int) -> None:
+        self._num_host_transfers = whole_number(value, "num_host_transfers")
 
     @property
     def replication_factor(self) -> int:
@@ -148,11 +159,15 @@ class Ir:
             bound = inspect.signature(build).bind(*args, **kwargs)
         except TypeError as exc:
             raise ValueError(f"create_graph({qualname}): {exc}") from exc
-        with graph:
-            call_args, call_kwargs = _replace_specs_with_inputs(bound)
-            result = build(*call_args, **call_kwargs)
-            for out in _as_outputs(result, qualname):
-                graph_output(out)
+        try:
+            with graph:
+                call_args, call_kwargs = _replace_specs_with_inputs(bound)
+                result = build(*call_args, **call_kwargs)
+                for out in _as_outputs(result, qualname):
+                    graph_output(out)
+        except BaseException:
+            self.graphs.remove(graph)  # a half-built graph must not add its streams to runs
+            raise
         return graph
 
     def get_all_h2d_streams(self) -> set[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ import numpy as np
 from xlgraph import context
 from xlgraph.cost import Cost, CostFn, op_cost
 from xlgraph.errors import (
+    ArgumentError,
     DTypeError,
     GraphMismatchError,
     ShapeError,
@@ -22,7 +24,7 @@ from xlgraph.tensor import Tensor, TensorSpec, constant
 if TYPE_CHECKING:
     from xlgraph.graph import Graph
 
-__all__ = ["OpDef", "Op", "Sample", "REGISTRY", "BUILDERS", "register"]
+__all__ = ["OpDef", "Op", "Sample", "REGISTRY", "BUILDERS", "register", "explained"]
 
 Infer = Callable[..., "TensorSpec | tuple[TensorSpec, ...]"]
 
@@ -113,6 +115,39 @@ REGISTRY: dict[str, OpDef] = {}
 BUILDERS: dict[str, Callable[..., Any]] = {}
 
 
+_BUILD_ERRORS = (XlgraphError, TypeError, ValueError, IndexError, KeyError, ZeroDivisionError)
+
+
+def _explained(op_name: str, builder: Callable[..., Any]) -> Callable[..., Any]:
+    """``builder``, whose argument errors name the op and the user's line like ``infer``'s do
+    (an error raised before the op exists: a bad axis, size, dtype name or attribute)."""
+
+    @functools.wraps(builder)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return builder(*args, **kwargs)
+        except _BUILD_ERRORS as exc:
+            if "[created at " in str(exc) or "[at " in str(exc):
+                raise  # already explained (by ``apply``, or by a builder called inside)
+            kind = (type(exc) if isinstance(exc, XlgraphError)
+                    else DTypeError if isinstance(exc, TypeError) else ArgumentError)
+            message = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+            if not message.startswith(f"{op_name}: "):
+                message = f"{op_name}: {message}"
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+            if tensors:
+                message += f" (inputs: {', '.join(f'{t.id} {t.spec}' for t in tensors)})"
+            raise kind(f"{message} [at {user_source_line()}]") from exc
+
+    return checked
+
+
+def explained(op_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for builders of composite ops (not registered): errors name ``op_name`` and
+    the user's line, as for registered builders."""
+    return lambda builder: _explained(op_name, builder)
+
+
 def register(defn: OpDef) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``defn`` and the public builder function decorated with this."""
     if defn.name in REGISTRY:
@@ -120,8 +155,9 @@ def register(defn: OpDef) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     REGISTRY[defn.name] = defn
 
     def wrap(builder: Callable[..., Any]) -> Callable[..., Any]:
-        BUILDERS[defn.name] = builder
-        return builder
+        checked = _explained(defn.name, builder)
+        BUILDERS[defn.name] = checked
+        return checked
 
     return wrap
 
@@ -172,6 +208,12 @@ def check_same_graph(op_name: str, graph: Graph, tensors: Sequence[Tensor], wher
     for t in tensors:
         if not isinstance(t, Tensor):
             raise TypeError(f"{op_name}: expected a Tensor, got {type(t).__name__} [at {where}]")
+        if t.graph is not graph and t.graph.ir is not graph.ir:
+            raise GraphMismatchError(
+                f"{op_name}: tensor {t.id} {t.spec} belongs to graph {t.graph.name!r} of another "
+                f"Ir than graph {graph.name!r}, where the op is being added; build each tensor in "
+                f"the Ir that uses it [created at {where}]"
+            )
         if t.graph is not graph:
             raise GraphMismatchError(
                 f"{op_name}: tensor {t.id} {t.spec} belongs to graph {t.graph.name!r} but the op "

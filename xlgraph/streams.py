@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from xlgraph.context import get_ir
 from xlgraph.dtypes import dtype
+from xlgraph.errors import whole_number
 from xlgraph.tensor import TensorSpec
 
 if TYPE_CHECKING:
@@ -54,6 +55,12 @@ def _unique(streams: list[_Stream], name: str) -> str:
     return f"{name}_{i}"
 
 
+def _stream_spec(shape: tuple[int, ...], dtype: dtype) -> TensorSpec:
+    dims = tuple(whole_number(d, f"stream shape {tuple(shape)}: each dimension", 0)
+                 for d in shape)
+    return TensorSpec(dims, dtype)
+
+
 def h2d_stream(shape: tuple[int, ...], dtype: dtype, name: str | None = None) -> HostToDeviceStream:
     """Create a host-to-device stream in the current Ir (usable from any graph).
 
@@ -65,7 +72,7 @@ def h2d_stream(shape: tuple[int, ...], dtype: dtype, name: str | None = None) ->
     ir = get_ir()
     ir.main_graph.check_mutable()
     stream = HostToDeviceStream(
-        ir, TensorSpec(tuple(shape), dtype), _unique(ir.h2d_streams, name or "h2d_stream")
+        ir, _stream_spec(shape, dtype), _unique(ir.h2d_streams, name or "h2d_stream")
     )
     ir.h2d_streams.append(stream)
     return stream
@@ -76,7 +83,7 @@ def d2h_stream(shape: tuple[int, ...], dtype: dtype, name: str | None = None) ->
     ir = get_ir()
     ir.main_graph.check_mutable()
     stream = DeviceToHostStream(
-        ir, TensorSpec(tuple(shape), dtype), _unique(ir.d2h_streams, name or "d2h_stream")
+        ir, _stream_spec(shape, dtype), _unique(ir.d2h_streams, name or "d2h_stream")
     )
     ir.d2h_streams.append(stream)
     return stream

@@ -54,6 +54,9 @@ def to_numpy(x: Any, dtype: Any = None, downcast: bool = True, copy: bool = True
         arr = np.asarray(data)
     if arr.size == 0 and arr.shape == (0,) and not isinstance(data, np.ndarray):
         raise ValueError("to_numpy: empty data")
+    wrapped = dtypes.out_of_range(arr, dt.as_numpy())
+    if wrapped is not None:
+        raise ValueError(f"to_numpy: {wrapped} does not fit in {dt.name} (it would wrap around)")
     return np.array(arr, dtype=dt.as_numpy(), copy=copy)
 
 

@@ -25,6 +25,7 @@ from xlgraph.lower.liveness import liveness
 from xlgraph.lower.passes import fold_constants, remove_dead, written_alias_slots
 from xlgraph.lower.plan import Plan, Pool, plan_body, swap_writes
 from xlgraph.lower.program import Function, Program, Step, walk
+from xlgraph.lower.transfers import check_host_transfers
 from xlgraph.op import Op
 from xlgraph.tensor import Variable
 
@@ -158,6 +159,7 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
         check_inplace_order(ir)
     depth = check_depth(ir)
     with stack_for(depth):
+        check_host_transfers(ir)
         if ir.replication_factor > 1:
             from xlgraph.lower.replicated import ReplicatedExecutable
 

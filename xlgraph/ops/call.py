@@ -11,9 +11,15 @@ from typing import Any
 import numpy as np
 
 from xlgraph.context import get_current_graph
-from xlgraph.errors import AutodiffError, CallInputError, ShapeError, user_source_line
+from xlgraph.errors import (
+    AutodiffError,
+    CallInputError,
+    ShapeError,
+    user_source_line,
+    whole_number,
+)
 from xlgraph.graph import Graph
-from xlgraph.op import Op, OpDef, apply, register
+from xlgraph.op import Op, OpDef, apply, explained, register
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
 __all__ = ["call", "call_with_info", "repeat", "repeat_with_info", "CallSiteInfo", "CallOutputs"]
@@ -259,6 +265,7 @@ def call_with_info(graph: Graph, *inputs: Any, inputs_dict: Mapping[Tensor, Any]
     return _site(_CALL, graph, inputs, inputs_dict)
 
 
+@explained("call")
 def call(graph: Graph, *inputs: Any,
          inputs_dict: Mapping[Tensor, Any] | None = None) -> tuple[Tensor, ...]:
     """Call ``graph``; returns its outputs in the parent graph (always a tuple)."""
@@ -270,11 +277,11 @@ def repeat_with_info(graph: Graph, repeat_count: int, *inputs: Any,
                      inputs_dict: Mapping[Tensor, Any] | None = None,
                      check_inputs: bool = True) -> CallSiteInfo:
     """Run ``graph`` ``repeat_count`` times; output i of one iteration feeds input i of the next."""
-    if int(repeat_count) < 1:
-        raise ValueError(f"repeat_count must be >= 1, got {repeat_count}")
-    return _site(_REPEAT, graph, inputs, inputs_dict, count=int(repeat_count))
+    count = whole_number(repeat_count, "repeat_count")
+    return _site(_REPEAT, graph, inputs, inputs_dict, count=count)
 
 
+@explained("repeat")
 def repeat(graph: Graph, repeat_count: int, *inputs: Any,
            inputs_dict: Mapping[Tensor, Any] | None = None) -> tuple[Tensor, ...]:
     """``repeat_with_info`` returning the outputs of the last iteration."""

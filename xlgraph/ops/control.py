@@ -16,7 +16,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.graph import Graph
-from xlgraph.op import Op, OpDef, apply, register
+from xlgraph.op import Op, OpDef, apply, explained, register
 from xlgraph.ops.call import SiteInfo, _bind_inputs, site_op
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
@@ -183,6 +183,7 @@ def conditional_with_info(
     return ConditionalSiteInfo(op)
 
 
+@explained("conditional")
 def conditional(
     cond: Any, then_branch: Graph, else_branch: Graph,
     then_inputs: Sequence[Any] | None = None, else_inputs: Sequence[Any] | None = None,

@@ -11,7 +11,7 @@ import numpy as np
 
 from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError
-from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_dtype
+from xlgraph.op import OpDef, Sample, apply, apply1, explained, normalize_axes, register, same_dtype
 from xlgraph.ops.movement import init, slice
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
@@ -241,6 +241,7 @@ def gather(t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: 
     return apply1(_GATHER, [t, as_index_tensor(indices)], attrs, hints=hints)
 
 
+@explained("tied_gather")
 def tied_gather(t: Tensor, indices: Any, axis: int = 0,
                 available_memory_proportion: float | None = None,
                 zero_OOR: bool = False) -> Tensor:  # noqa: N803
@@ -321,6 +322,7 @@ def topk(t: Tensor, k: int, axis: int, largest: bool = True, sorted: bool = True
 
 
 # -- split and subsample (views built from slice) -------------------------------------------
+@explained("split")
 def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:
     """Split ``t`` along ``axis`` into ``splits`` equal parts, or parts of the given sizes."""
     axis = normalize_axes(axis, t.rank)[0]
@@ -337,6 +339,7 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
     return [slice(t, int(a), int(b), axis=axis) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+@explained("subsample")
 def subsample(t: Tensor, strides: Sequence[int]) -> Tensor:
     """Every ``strides[d]``-th element along each axis ``d``, starting from the first."""
     strides = [int(s) for s in strides]

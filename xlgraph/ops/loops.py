@@ -119,12 +119,12 @@ def nll_softmax(probs, labels, loss, grad, scale, count):  # noqa: ANN001, ANN20
     ps, labs, grads = probs.reshape(-1), labels.reshape(-1), grad.reshape(-1)
     total = ps[0] * 0  # replaced by the first term below (there is at least one label)
     for r in range(labs.size):
-        if not -c <= labs[r] < c:
+        if not 0 <= labs[r] < c:  # as the numpy kernel: no label counts from the end
             raise IndexError("a label is out of range for the number of classes")
-        k = r * c + (labs[r] + c if labs[r] < 0 else labs[r])  # negative labels count from the end
+        k = r * c + labs[r]
         total = np.log(ps[k]) if r == 0 else total + np.log(ps[k])
     loss.reshape(1)[0] = -total / count
     for i in range(ps.size):
         grads[i] = ps[i] * scale
     for r in range(labs.size):
-        grads[r * c + (labs[r] + c if labs[r] < 0 else labs[r])] -= scale
+        grads[r * c + labs[r]] -= scale

@@ -11,7 +11,16 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.errors import ShapeError
 from xlgraph.layout import broadcast_layout, index_layout, permuted_layout, same_layout
-from xlgraph.op import OpDef, Sample, apply1, normalize_axes, register, same_dtype, same_spec
+from xlgraph.op import (
+    OpDef,
+    Sample,
+    apply1,
+    explained,
+    normalize_axes,
+    register,
+    same_dtype,
+    same_spec,
+)
 from xlgraph.ops.replicas import aligned, unchanged
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -72,11 +81,13 @@ def reshape_(t: Tensor, shape: Sequence[int]) -> Tensor:
     return apply1(_RESHAPE_, [t], {"shape": _resolve_shape(t.shape, shape)})
 
 
+@explained("flatten")
 def flatten(t: Tensor) -> Tensor:
     """``t`` as a 1-D tensor."""
     return reshape(t, (-1,))
 
 
+@explained("flatten_")
 def flatten_(t: Tensor) -> Tensor:
     """``flatten`` that aliases ``t``."""
     return reshape_(t, (-1,))
@@ -129,6 +140,7 @@ def transpose_(t: Tensor, permutation: Sequence[int] | None = None) -> Tensor:
     return apply1(_TRANSPOSE_, [t], {"permutation": _perm(t, permutation)})
 
 
+@explained("squeeze")
 def squeeze(t: Tensor, axes: Sequence[int] | int | None = None) -> Tensor:
     """Remove size-1 axes (all of them when ``axes`` is None)."""
     if axes is None:
@@ -287,6 +299,7 @@ def concat(ts: Sequence[Tensor], axis: int = 0) -> Tensor:
     return apply1(_CONCAT, ts, {"axis": normalize_axes(axis, ts[0].rank)[0]})
 
 
+@explained("concat_")
 def concat_(ts: Sequence[Tensor], axis: int = 0) -> Tensor:
     """``concat``; xlgraph always produces a new buffer, so this equals ``concat``."""
     return concat(ts, axis)

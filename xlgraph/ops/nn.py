@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.errors import DTypeError, ShapeError
+from xlgraph.errors import DTypeError, ShapeError, whole_number
 from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_spec
 from xlgraph.ops import loops
 from xlgraph.ops.replicas import shift_axes
@@ -75,6 +75,11 @@ def _nll_parts(probs: np.ndarray, labels: np.ndarray, ignore_index: int | None):
     lab = labels.reshape(-1).astype(np.intp)
     keep = None if ignore_index is None else lab != ignore_index
     safe = lab if keep is None else np.where(keep, lab, 0)
+    classes = p.shape[-1]
+    bad = (safe < 0) | (safe >= classes)
+    if bad.any():  # a negative label would silently pick a class from the end
+        raise IndexError(f"label {lab[bad][0]} is out of range for {classes} classes (labels "
+                         f"must be in [0, {classes}) or equal ignore_index={ignore_index})")
     count = lab.size if keep is None else int(keep.sum())
     return p, safe, keep, count
 
@@ -269,4 +274,6 @@ def onehot(t: Tensor, num_classes: Any, values: Any, axis: int = -1) -> Tensor:
         from xlgraph.tensor import constant
 
         values = constant(np.asarray(values, np.float32), dtypes.float32)
-    return apply1(_ONEHOT, [t, values], {"num_classes": int(num_classes), "axis": int(axis)})
+    classes = whole_number(num_classes.item() if isinstance(num_classes, np.ndarray)
+                           else num_classes, "onehot num_classes")
+    return apply1(_ONEHOT, [t, values], {"num_classes": classes, "axis": int(axis)})

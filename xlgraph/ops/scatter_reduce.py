@@ -10,7 +10,7 @@ import numpy as np
 
 from xlgraph import dtypes
 from xlgraph.errors import AutodiffError, DTypeError, ShapeError
-from xlgraph.op import OpDef, Sample, apply1, normalize_axes, register, same_dtype
+from xlgraph.op import OpDef, Sample, apply1, explained, normalize_axes, register, same_dtype
 from xlgraph.ops.indexing import _grid, as_index_tensor, check_int_indices, gather, take_along_axis
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -159,6 +159,7 @@ def scatter_reduce(data: Tensor, indices: Any, reduction: str,
 
 
 # -- groupedgather -----------------------------------------------------------------------------
+@explained("groupedgather")
 def groupedgather(t: Tensor, indices: Any, axis: int = 0, group_size: int = 1,
                   available_memory_proportion: float | None = None,
                   zero_OOR: bool = False) -> Tensor:  # noqa: N803

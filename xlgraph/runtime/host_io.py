@@ -69,6 +69,12 @@ class HostIO:
         missing = [s.name for s in self.expected if id(s) not in given]
         expected_ids = {id(s) for s in self.expected}
         unexpected = [getattr(k, "name", repr(k)) for k in inputs if id(k) not in expected_ids]
+        foreign = sorted(set(missing) & set(unexpected))
+        if foreign:
+            raise StreamInputError(
+                f"run inputs: stream(s) {foreign} given belong to another Ir than this Session's "
+                f"(same name, different stream); pass the streams of the Ir the Session runs"
+            )
         if missing or unexpected:
             raise StreamInputError(
                 f"run inputs do not match the expected streams: missing {missing}, "
@@ -95,6 +101,12 @@ class HostIO:
                 raise StreamInputError(
                     f"stream {stream.name!r} expects dtype {stream.dtype.name} "
                     f"({stream.spec}), got {got} data of shape {arr.shape}"
+                )
+            wrapped = dtypes.out_of_range(arr, want)
+            if wrapped is not None:
+                raise StreamInputError(
+                    f"stream {stream.name!r} ({stream.spec}): the value {wrapped} does not fit "
+                    f"in {stream.dtype.name}; downcasting it would wrap around"
                 )
             arr = arr.astype(want)
         expected = self.host_shape(stream)
