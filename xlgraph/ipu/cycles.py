@@ -6,12 +6,13 @@ tile throughput for its dtype and engine (the AMP matrix units for matmul and co
 64-bit vector unit otherwise), spread over the tiles its operands occupy, and never less than
 its bytes at the tile memory bandwidth. Exchange: an input shaped like the output is mapped like
 it and moves nothing; a broadcast operand of an elementwise op goes whole to every tile; a
-matrix op's operands reach a 2-D grid of output blocks, so each tile receives
-``(A + B) / sqrt(tiles)``; other inputs are redistributed evenly. Host
-transfers move their bytes over the host link, and each run pays one host round trip. Loop
-bodies count once per iteration, a conditional its larger arm, a compiled function once per
-call. Views cost nothing. This is a model, not a measurement: it leaves out instruction
-overheads, bank conflicts, code loading and the host framework (see docs/ipu_model.md).
+matrix op (``C = A @ B``, or a convolution) keeps the largest of ``A``, ``B`` and ``C`` where
+the planner put it and moves the other two over a 2-D grid of tiles, so each tile receives
+their sum over ``sqrt(tiles)``; other inputs are redistributed evenly. Host transfers move
+their bytes over the host link, and each run pays one host round trip. Loop bodies count once
+per iteration, a conditional its larger arm, a compiled function once per call. Views cost
+nothing. This is a model, not a measurement: it leaves out instruction overheads, bank
+conflicts, code loading and the host framework (see docs/ipu_model.md).
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ def step_cycles(model: IPUModel, cost: Cost, ins: list, outs: list, elementwise:
     rate = model.flops_per_cycle(itemsize, cost.matrix)
     compute = cost.flops / (tiles * rate)
     memory = (cost.bytes_read + cost.bytes_written) / (tiles * model.fact("memory_bytes_per_cycle"))
-    if cost.matrix:
-        received = sum(nbytes(s) for s in ins[:2]) / math.sqrt(tiles)
+    if cost.matrix:  # the largest of A, B and C stays put; the other two cross a 2-D grid
+        abc = [nbytes(s) for s in (*ins[:2], *outs[:1])]
+        received = (sum(abc) - max(abc)) / math.sqrt(tiles)
     else:  # an input shaped like the output is mapped like it: already on the right tiles
         out_shape = outs[0].shape if outs else None
         received = sum(nbytes(s) if elementwise else nbytes(s) / tiles

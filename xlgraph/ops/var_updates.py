@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from xlgraph.cost import per_output
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, as_tensor, broadcast_shapes, register, same_dtype
 from xlgraph.ops.indexing import add_rows_at, as_index_tensor, check_int_indices
@@ -67,7 +68,8 @@ _ACCUMULATE = OpDef("accumulate_", _update_infer, _accumulate, inplace_of=0,
                     ref=lambda t, x, f: t + f * x, kernel_out=_accumulate_out, scratch=1,
                     samples=lambda rng: [Sample(_two(rng)[0].args, {"f": 0.3})])
 _COPY_VAR_UPDATE = OpDef("copy_var_update_", _update_infer, _copy_update, inplace_of=0,
-                         ref=lambda t, x: np.broadcast_to(x, t.shape).copy(), samples=_two)
+                         ref=lambda t, x: np.broadcast_to(x, t.shape).copy(), samples=_two,
+                         cost=per_output(0))
 
 
 @register(_ACCUMULATE)
