@@ -383,7 +383,8 @@ def constant(
 
 
 def graph_input(
-    shape: tuple[int, ...], dtype: dtype, name: str | None = None, by_ref: bool = False
+    shape: tuple[int, ...], dtype: dtype, name: str | None = None, by_ref: bool = False,
+    meta_shape: tuple[int, ...] = (),
 ) -> Tensor:
     """Declare a new input of the current graph.
 
@@ -392,8 +393,10 @@ def graph_input(
         dtype: input dtype.
         name: input name; made unique in the graph.
         by_ref: when True, in-place changes made by the graph are seen by every caller.
+        meta_shape: for a replica shard, the shape of the whole tensor.
     """
-    return get_current_graph().add_input(TensorSpec(tuple(shape), dtype), name or "t", by_ref)
+    spec = TensorSpec(tuple(shape), dtype, tuple(meta_shape))
+    return get_current_graph().add_input(spec, name or "t", by_ref)
 
 
 def graph_output(t: Tensor) -> None:

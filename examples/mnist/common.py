@@ -217,3 +217,13 @@ def save_plots(opts: argparse.Namespace, title: str, results: list[EpochResult],
     plots.save_figures(opts.output_dir, title, [r.losses for r in results],
                        [r.accuracy for r in results], matrix, class_names)
     return matrix
+
+
+
+def per_replica(replicas: int, array: np.ndarray, item_rank: int) -> np.ndarray:
+    """Host data ``(..., batch, *item)`` as ``(..., replicas, batch / replicas, *item)``, the
+    layout ``Session.run`` takes for a replicated Ir (``array`` itself for one replica)."""
+    if replicas == 1:
+        return array
+    axis = array.ndim - item_rank - 1
+    return array.reshape(*array.shape[:axis], replicas, -1, *array.shape[axis + 1:])

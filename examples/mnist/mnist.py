@@ -5,6 +5,8 @@ is ``import xlgraph as popxl``; data comes from ``xlgraph.datasets`` (offline) o
 ``--device-iterations N`` runs N training steps per ``Session.run`` in a device loop (PopTorch's
 ``deviceIterations``; the tutorial's one step per run is the default). The training curve and the
 confusion matrix are saved as PNGs in ``--output-dir`` when matplotlib is installed.
+``--replication-factor R`` trains R data-parallel replicas of ``--batch-size`` each, averaging
+their gradients (PopXL's ``mnist_rts.py``); ``--rts`` also shards W0 and W1 over the replicas.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ import xlgraph as popxl
 import xlgraph.ops as ops
 from xlgraph.data import DataLoader
 from xlgraph.datasets import MNIST_MEAN, MNIST_STD, load_mnist, normalize
+from xlgraph.ops.collectives import (
+    replicated_all_gather,
+    replicated_all_reduce,
+    replicated_reduce_scatter,
+)
 from xlgraph.transforms import autodiff
 
 DIGITS = tuple(str(d) for d in range(10))
@@ -66,7 +73,8 @@ def get_mnist_data(opts: argparse.Namespace) -> tuple[DataLoader, DataLoader]:
     count that divides the number of batches); ``--limit-nbatches N`` keeps N batches per split.
     """
     loaders = []
-    for train, batch in ((True, opts.batch_size), (False, opts.test_batch_size)):
+    train_batch = opts.batch_size * opts.replication_factor  # one batch per replica
+    for train, batch in ((True, train_batch), (False, opts.test_batch_size)):
         if opts.data_source == "torchvision":
             images, labels = _torchvision_split(opts.datasets_dir, train)
         else:
@@ -98,13 +106,18 @@ class Linear(popxl.Module):
         return ops.gelu(y)
 
 
-def create_variables() -> dict[str, popxl.Tensor]:
-    """The network's weights, drawn from N(0, 0.02) as in the tutorial."""
-    W0 = popxl.variable(np.random.normal(0, 0.02, (784, 32)), popxl.float32, name="W0")  # noqa: N806
-    b0 = popxl.variable(np.random.normal(0, 0.02, (32,)), popxl.float32, name="b0")
-    W1 = popxl.variable(np.random.normal(0, 0.02, (32, 10)), popxl.float32, name="W1")  # noqa: N806
-    b1 = popxl.variable(np.random.normal(0, 0.02, (10,)), popxl.float32, name="b1")
-    return {"W0": W0, "b0": b0, "W1": W1, "b1": b1}
+def create_variables(sharded: tuple[str, ...] = ()) -> dict[str, popxl.Tensor]:
+    """The network's weights, drawn from N(0, 0.02) as in the tutorial; the ``sharded`` ones
+    are replica-sharded remote variables (``replica_sharded_variable``)."""
+    shapes = {"W0": (784, 32), "b0": (32,), "W1": (32, 10), "b1": (10,)}
+    variables = {}
+    for name, shape in shapes.items():
+        data = np.random.normal(0, 0.02, shape)
+        if name in sharded:
+            variables[name], _ = popxl.replica_sharded_variable(data, popxl.float32, name)
+        else:
+            variables[name] = popxl.variable(data, popxl.float32, name=name)
+    return variables
 
 
 def create_network_graph(ir: popxl.Ir, x: popxl.Tensor, params: dict[str, popxl.Tensor]):
@@ -138,6 +151,8 @@ def build_train_step(ir: popxl.Ir, opts: argparse.Namespace, streams, params, lo
     labels = ops.host_load(label_stream, "labels")
     x = img_t.reshape((-1, 784))
 
+    shards = {n: p for n, p in params.items() if p.meta_shape}  # --rts: gather whole weights
+    params = {**params, **{n: replicated_all_gather(p) for n, p in shards.items()}}
     y, layers = create_network_graph(ir, x, params)
     (linear_0, graph_0, call_0), (_, graph_1, call_1) = layers
     probs = ops.softmax(y, axis=-1)
@@ -161,7 +176,12 @@ def build_train_step(ir: popxl.Ir, opts: argparse.Namespace, streams, params, lo
         params["W0"]: grad_w0,
         params["b0"]: grad_b0,
     }
+    for name, shard in shards.items():  # each replica updates its shard of the mean gradient
+        updates[shard] = replicated_reduce_scatter(
+            updates.pop(params[name]), "mean", configure_output_for_replicated_tensor_sharding=True)
     for param, grad in updates.items():
+        if opts.replication_factor > 1 and not grad.meta_shape:
+            grad = replicated_all_reduce(grad, "mean")
         ops.scaled_add_(param, grad, b=-opts.lr)
     ops.host_store(loss_stream, loss)
 
@@ -173,27 +193,34 @@ def build_train_ir(opts: argparse.Namespace, steps_per_run: int = 1):
     times per ``Session.run`` (``ir.num_host_transfers``); its weight inputs are ``by_ref``, so
     the in-place updates reach the variables.
     """
-    ir = popxl.Ir()
+    ir = popxl.Ir(replication=opts.replication_factor)
     ir.num_host_transfers = steps_per_run
-    ir.replication_factor = 1
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
         label_stream = popxl.h2d_stream((opts.batch_size,), popxl.int32, "labels")
         loss_stream = popxl.d2h_stream((), popxl.float32, "loss_stream")
-        variables = create_variables()
+        variables = create_variables(("W0", "W1") if opts.rts else ())
+        # a sharded variable's shard, loaded from remote memory, stands in for it in the step
+        shards = {n: ops.remote_load(v.remote.buffer, v.remote.offset, n)
+                  for n, v in variables.items() if getattr(v, "remote", None)}
+        variables_or_shards = {**variables, **shards}
     streams = (img_stream, label_stream)
     if steps_per_run == 1:
         with ir.main_graph, popxl.in_sequence():
-            build_train_step(ir, opts, streams, variables, loss_stream)
+            build_train_step(ir, opts, streams, variables_or_shards, loss_stream)
     else:
         step_graph = ir.create_empty_graph("train_step")
         with step_graph, popxl.in_sequence():
-            params = {name: popxl.graph_input(v.shape, v.dtype, name, by_ref=True)
-                      for name, v in variables.items()}
+            params = {name: popxl.graph_input(v.shape, v.dtype, name, by_ref=True,
+                                              meta_shape=v.meta_shape)
+                      for name, v in variables_or_shards.items()}
             build_train_step(ir, opts, streams, params, loss_stream)
         with ir.main_graph:
             ops.repeat(step_graph, steps_per_run,
-                       inputs_dict={params[name]: v for name, v in variables.items()})
+                       inputs_dict={params[name]: v for name, v in variables_or_shards.items()})
+    with ir.main_graph, popxl.in_sequence():
+        for name, shard in shards.items():
+            ops.remote_store(variables[name].remote.buffer, variables[name].remote.offset, shard)
     return ir, streams, variables, loss_stream
 
 
@@ -227,6 +254,8 @@ def train(opts: argparse.Namespace,
             with Timer(f"epoch {epoch}"), common.Progress(
                     nbatches, f"Epoch {epoch}/{opts.epochs}") as progress:
                 for images, labels in train_loader:
+                    images = common.per_replica(opts.replication_factor, images, 2)
+                    labels = common.per_replica(opts.replication_factor, labels, 0)
                     start = time.perf_counter()
                     outputs = session.run({img_stream: images, label_stream: labels})
                     in_steps += time.perf_counter() - start
@@ -273,6 +302,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-source", choices=("xlgraph", "torchvision"), default="xlgraph",
                         help="offline xlgraph.datasets or torchvision")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and shuffling")
+    parser.add_argument("--replication-factor", type=int, default=1,
+                        help="data-parallel replicas, each training on --batch-size samples")
+    parser.add_argument("--rts", action="store_true",
+                        help="replicated tensor sharding: each replica stores a shard of W0 "
+                             "and W1 in remote memory")
     return parser.parse_args(argv)
 
 
