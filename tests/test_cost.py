@@ -86,6 +86,7 @@ def test_hand_counted_costs() -> None:
     assert pool.flops == (2 * 3 * 3 * 3) * 4 and not pool.matrix
     gelu = _single("gelu", (3, 4)).cost()
     assert gelu.flops == 12 * 8  # eight numpy operations per element in its kernel
+    assert _single("gelu_", (3, 4)).cost() == gelu  # in-place variants cost what their base does
     view = _single("transpose", (3, 4)).cost()
     assert view == Cost(0.0, 0, 0)
 

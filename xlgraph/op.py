@@ -347,7 +347,7 @@ def inplace(defn_name: str, doc: str = "") -> Callable[[Tensor], Tensor]:
 
     defn = OpDef(
         defn_name + "_", same_spec, kernel, None, inplace_of=0, samples=base.samples,
-        ref=lambda x: fn(x.copy()),
+        ref=lambda x: fn(x.copy()), cost=base.cost,
     )
     doc = doc or f"In-place {defn_name}: modifies and returns its input."
     return register(defn)(_named(lambda t: apply1(defn, [t]), defn_name + "_", doc))
