@@ -274,3 +274,24 @@ def test_ipu_placement_is_recorded_and_checked() -> None:
             ops.ipu_copy(y, -1)
         with pytest.raises(ValueError, match="non-negative int"):
             popxl.ipu("0")
+
+
+def test_tensor_scope_meta_shape_and_diag(tmp_path) -> None:
+    wide = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tall = wide.T.copy()
+    ir = popxl.Ir()
+    with ir.main_graph:
+        w, t = popxl.variable(wide), popxl.variable(tall)
+        with popxl.name_scope("block"):
+            dw, dt = w.diag(), t.diag()
+        assert (dw.scope, w.scope, dw.meta_shape) == ("block", "", ())
+        streams = [popxl.d2h_stream((3,), F32, n) for n in ("dw", "dt")]
+        for s, d in zip(streams, (dw, dt)):
+            ops.host_store(s, d)
+        with pytest.raises(ValueError, match="2-D"):
+            popxl.variable(np.ones(3, np.float32)).diag()
+    path = ir.dot_checkpoint("after_build", tmp_path / "dots")
+    assert path == tmp_path / "dots" / "after_build.dot" and "digraph" in path.read_text()
+    got = run_once(ir)
+    np.testing.assert_array_equal(got[streams[0]], np.diag(wide))
+    np.testing.assert_array_equal(got[streams[1]], np.diag(tall))

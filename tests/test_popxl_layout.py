@@ -26,6 +26,8 @@ LAYOUT = {
     "ir": ["Ir"],
     "module": ["Module"],
     "random_seed": ["create_seeds", "two_uint32_to_uint64", "uint64_to_two_uint32"],
+    "replica_grouping": ["ReplicaGrouping"],
+    "remote_buffer": ["RemoteBuffer", "remote_buffer"],
     "session": ["Session", "h2dStreamBufferMaps", "d2hStreamBufferMaps"],
     "streams": ["HostToDeviceStream", "DeviceToHostStream", "h2d_stream", "d2h_stream"],
     "tensor": ["Tensor", "Variable", "Constant", "variable", "constant", "graph_input"],
@@ -49,7 +51,8 @@ TOP_LEVEL = ("dtype bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 half 
              "Tensor variable constant graph_input graph_output TensorByRef TensorSpec "
              "TensorStorage TensorLocation ReplicatedTensorSharding TileSet ExecutionContext "
              "Session get_current_graph get_main_graph get_ir gcg gmg gir in_sequence name_scope "
-             "io_tiles").split()
+             "io_tiles ipu ReplicaGrouping RemoteBuffer remote_buffer remote_variable "
+             "replica_sharded_variable").split()
 
 
 @pytest.mark.parametrize("path", sorted(LAYOUT))
@@ -61,6 +64,8 @@ def test_every_popxl_module_path_imports_with_its_names(path: str) -> None:
 
 def test_popxl_top_level_names() -> None:
     assert [n for n in TOP_LEVEL if not hasattr(xlgraph, n)] == []
+    importlib.import_module("xlgraph.remote_buffer")  # the module path and the function coexist
+    assert callable(xlgraph.remote_buffer) and callable(xlgraph.ops.call)
 
 
 def test_importing_xlgraph_pulls_no_extras() -> None:

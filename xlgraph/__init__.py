@@ -62,13 +62,12 @@ from xlgraph.ir import Ir
 from xlgraph.module import Module
 from xlgraph.random_seed import create_seeds
 from xlgraph.remote import (
-    RemoteBuffer,
-    remote_buffer,
     remote_replica_sharded_variable,
     remote_variable,
     replica_sharded_buffer,
     replica_sharded_variable,
 )
+from xlgraph.remote_buffer import RemoteBuffer, remote_buffer  # binds the function over the module
 from xlgraph.replica_grouping import ReplicaGrouping
 from xlgraph.runtime import Session
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream

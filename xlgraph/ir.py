@@ -113,6 +113,14 @@ class Ir:
 
         return format_ir(self)
 
+    def dot_checkpoint(self, name: str, save_dir: str | Path | None = None) -> Path:
+        """Write the Ir's DOT text to ``<save_dir>/<name>.dot`` (PopXL's name for ``to_dot``);
+        returns the path. ``save_dir`` defaults to the current directory."""
+        path = Path(save_dir or ".") / f"{name}.dot"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.to_dot(path)
+        return path
+
     def to_dot(self, path: str | Path | None = None) -> str:
         """Graphviz DOT text of every graph, a cluster each, with dashed edges from call sites
         to their callees; ``path`` is handled as by ``Graph.to_dot``."""

@@ -119,6 +119,25 @@ class Tensor:
         return self.graph.ir
 
     @property
+    def scope(self) -> str:
+        """The ``name_scope`` the tensor was created in (``""`` for none)."""
+        return self.name.rpartition("/")[0]
+
+    def diag(self) -> Tensor:
+        """The diagonal of a 2-D tensor, as a 1-D tensor (a strided slice of its flattening).
+
+        Raises:
+            ValueError: for tensors that are not 2-D.
+        """
+        if self.rank != 2:
+            raise ValueError(f"diag needs a 2-D tensor, {self.id} is {self.spec}")
+        from xlgraph import ops
+
+        n, m = self.shape
+        k = min(n, m)
+        return ops.slice(self.flatten(), 0, (k - 1) * (m + 1) + 1, m + 1)
+
+    @property
     def ipu(self) -> int:
         """The IPU this tensor is on: set by ``xlgraph.ipu(n)`` and ``ops.ipu_copy``, else 0."""
         return self.producer.hints.get("ipu", 0) if self.producer else 0
