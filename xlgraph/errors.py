@@ -24,6 +24,7 @@ __all__ = [
     "OutOfMemoryError",
     "CheckpointError",
     "ArgumentError",
+    "NumericsError",
     "user_source_line",
     "whole_number",
 ]
@@ -102,6 +103,10 @@ class CheckpointError(XlgraphError, ValueError):
 
 class ArgumentError(XlgraphError, ValueError):
     """An op got an invalid non-tensor argument (an axis, a size, a probability, a count)."""
+
+
+class NumericsError(XlgraphError, FloatingPointError):
+    """A value became NaN or Inf while ``Session(..., check_numerics=True)`` was running."""
 
 
 def user_source_line() -> str:

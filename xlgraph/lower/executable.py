@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from xlgraph.errors import ArgumentError
 from xlgraph.ir import Ir
 from xlgraph.lower.alias import plan_copies
 from xlgraph.lower.backends import Backend, get_backend
@@ -22,6 +23,7 @@ from xlgraph.lower.depth import check_compiled_loops, check_depth, stack_for
 from xlgraph.lower.flatten import flatten
 from xlgraph.lower.interpreter import Interpreter
 from xlgraph.lower.liveness import liveness
+from xlgraph.lower.numerics import NumericsInterpreter
 from xlgraph.lower.passes import fold_constants, remove_dead, written_alias_slots
 from xlgraph.lower.plan import Plan, Pool, plan_body, swap_writes
 from xlgraph.lower.program import Function, Program, Step, walk
@@ -129,14 +131,14 @@ class InterpretedExecutable:
     depth = 1
     state = None  # writes go to the variables' arrays: nothing to commit
 
-    def __init__(self, ir: Ir) -> None:
+    def __init__(self, ir: Ir, interpreter: type[Interpreter] = Interpreter) -> None:
         self.ir = ir
         self.variables = list(ir.main_graph.variables)
         self.arrays = _device_arrays(self.variables)
         self.written_variables = list(self.variables)
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
-        self.interpreter = Interpreter(ir)
+        self.interpreter = interpreter(ir)
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         self.interpreter.current_op = None
@@ -151,16 +153,23 @@ class InterpretedExecutable:
 
 
 def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
-          exchange: Any = None) -> CompiledExecutable | InterpretedExecutable:
+          exchange: Any = None, check_numerics: bool = False,
+          ) -> CompiledExecutable | InterpretedExecutable:
     """Check ``ir`` and build its executable: compiled for ``backend`` (see
     ``xlgraph.lower.backends``), interpreted when not ``optimize``, and over a replica axis
-    when the Ir has several replicas (``exchange`` links instances, see ``xlgraph.dist``)."""
+    when the Ir has several replicas (``exchange`` links instances, see ``xlgraph.dist``).
+    ``check_numerics`` interprets it, stopping at the first NaN or Inf
+    (``xlgraph.lower.numerics``)."""
     if ir.session_options.enableInplaceAmbiguityChecking:
         check_inplace_order(ir)
     depth = check_depth(ir)
     with stack_for(depth):
         check_host_transfers(ir)
-        if ir.replication_factor > 1:
+        if check_numerics:
+            if ir.replication_factor > 1:
+                raise ArgumentError("check_numerics runs Irs of one replica")
+            executable = InterpretedExecutable(ir, NumericsInterpreter)
+        elif ir.replication_factor > 1:
             from xlgraph.lower.replicated import ReplicatedExecutable
 
             executable = ReplicatedExecutable(ir, exchange)

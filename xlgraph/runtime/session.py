@@ -71,6 +71,11 @@ class Session:
         ipu_model: the hardware ``"ipu_model"`` models (``xlgraph.IPUModel``; default PopXL's
             4-tile Mk2 IPU). A program that does not fit its tile memory raises
             ``OutOfMemoryError`` here; ``"cpu"`` never checks memory.
+        check_numerics: interpret op by op and raise ``ExecutionError`` at the first NaN or
+            Inf, naming the op and the line that created it (slow; see ``docs/debugging.md``).
+
+    Concurrent calls of ``run`` (and of the weight methods) from several threads are
+    serialised: each takes the Session's lock in turn.
 
     Example:
         >>> with session:
@@ -80,13 +85,13 @@ class Session:
     def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True,
                  optimize: bool = True, blas_threads: int | str | None = "auto",
                  backend: str | None = None, chunk_threads: int | str = "auto",
-                 ipu_model: IPUModel | None = None) -> None:
+                 ipu_model: IPUModel | None = None, check_numerics: bool = False) -> None:
         self.device = make_device(device_desc, ipu_model)
         self.layout = ReplicaLayout(ir)  # checks that the replicas split over the instances
         ir.frozen = True
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
-        self.executable = lower(ir, optimize, backend, _exchange(ir))
+        self.executable = lower(ir, optimize, backend, _exchange(ir), check_numerics)
         model = self.device.model
         self._memory = None if model is None else model_memory(ir, self.executable, model)
         self._report: ProfileReport | None = None
