@@ -187,3 +187,24 @@ def test_a_conditional_runs_when_replicas_agree_and_refuses_when_they_do_not():
         np.testing.assert_array_equal(out, x * 2)
         with pytest.raises(xlgraph.errors.ExecutionError, match="disagree"):
             session.run({s_flag: np.array([True, False]), s_x: x})
+
+
+def test_calls_share_inputs_only_with_graphs_that_cannot_modify_them():
+    """The replicated runtime passes call inputs without copies when the callee has no
+    in-place op; a callee that modifies its by-value input still gets a copy."""
+    ir = xlgraph.Ir(replication=2)
+    with ir.main_graph, xlgraph.in_sequence():
+        s_x = xlgraph.h2d_stream((3,), xlgraph.float32, "x")
+        s_out = xlgraph.d2h_stream((3,), xlgraph.float32, "out")
+        x = ops.host_load(s_x)
+        bump = ir.create_graph(lambda t: ops.scaled_add_(t, t, b=1.0) * 1.0, s_x.spec)
+        same = ir.create_graph(lambda t: t, s_x.spec)
+        (doubled,) = ops.call(bump, x)
+        (alias,) = ops.call(same, x)
+        ops.scaled_add_(x, doubled, b=10.0)
+        ops.host_store(s_out, alias + x)
+    session = xlgraph.Session(ir)
+    data = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    with session:
+        out = session.run({s_x: data})[s_out]
+    np.testing.assert_array_equal(out, data + (data + 20 * data))

@@ -30,6 +30,15 @@ class ReplicatedInterpreter(Interpreter):
         self.ctx = ctx
         self.single_replica = ctx.local == 1
 
+    def _enter(self, op: Op, args: list[Any]) -> dict[Tensor, Any]:
+        """Call inputs bound without copies when the callee modifies nothing in place (the
+        copies cost a replica axis of every weight per call)."""
+        graph = op.attrs["graph"]
+        passes_through = any(t in graph.inputs for t in graph.outputs)
+        if op.defn.kind == "call" and not passes_through and not _modifies_inputs(graph, set()):
+            return dict(zip(graph.inputs, args))
+        return super()._enter(op, args)
+
     def constant(self, c: Tensor) -> np.ndarray:
         return np.repeat(c.data[None], self.ctx.local, axis=0)
 
@@ -65,6 +74,15 @@ class ReplicatedInterpreter(Interpreter):
         if defn.inplace_of is not None:
             outs[0] = args[defn.inplace_of]
         return outs
+
+
+def _modifies_inputs(graph: Any, seen: set[int]) -> bool:
+    """Whether any op of ``graph`` or of the graphs it calls works in place."""
+    if id(graph) in seen:
+        return False
+    seen.add(id(graph))
+    return any(op.defn.inplace_of is not None or op.attrs.get("modified")
+               or any(_modifies_inputs(g, seen) for g in op.called_graphs) for op in graph.ops)
 
 
 class ReplicatedExecutable(InterpretedExecutable):

@@ -50,16 +50,21 @@ class ReplicaContext:
         returns one result per member (or one broadcast to all). Returns the local replicas'."""
         everyone = self.gather(x)
         mine = range(self.offset, self.offset + self.local)
-        out: list[Any] = [None] * self.local
+        out: np.ndarray | None = None
         for members in self.grouping(group).groups:
             if not any(r in mine for r in members):
                 continue
             stacked = everyone[list(members)] if len(members) < self.total else everyone
             result = combine(stacked)
+            if out is None:
+                out = np.empty((self.local, *result.shape[1:]), result.dtype)
+            if len(members) == self.total and len(result) == 1:
+                out[...] = result[0]  # one group, one result: broadcast it
+                break
             for i, r in enumerate(members):
                 if r in mine:
                     out[r - self.offset] = result[i] if len(result) > 1 else result[0]
-        return np.stack(out)
+        return out
 
     def positions(self, group: ReplicaGrouping | None) -> list[tuple[int, int]]:
         """``(index within its group, group size)`` for each local replica."""
