@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 
@@ -83,9 +84,7 @@ def test_options_chain_freeze_and_check_types():
     assert clone.deviceIterations(2).device_iterations == 2
 
 
-def test_replicas_and_inference_accumulation_are_refused_clearly():
-    with pytest.raises(poptorch.Error, match="replicas are not available"):
-        poptorch.trainingModel(Small(), poptorch.Options().replicationFactor(2))
+def test_inference_accumulation_is_refused():
     opts = poptorch.Options()
     opts.Training.gradientAccumulation(2)
     with pytest.raises(poptorch.Error, match="gradientAccumulation"):
@@ -221,3 +220,25 @@ def test_import_without_torch_names_the_extra():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert "xlgraph[torch]" in out and len(out.strip().splitlines()) == 1
+
+
+def test_replicas_average_gradients_like_one_step_on_the_concatenation():
+    torch.manual_seed(0)
+    model = Small()
+    reference = copy.deepcopy(model)
+    opts = poptorch.Options().deviceIterations(2).replicationFactor(2)
+    training = poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), 0.5))
+    x, y = _data(12)  # 2 iterations x 2 replicas x batch 3
+    preds, losses = training(x, y)
+    assert preds.shape == (6, 3) and losses.shape == (2,)  # Final: one micro-batch per replica
+    opt = torch.optim.SGD(reference.parameters(), 0.5)
+    for rows in (slice(0, 6), slice(6, 12)):
+        opt.zero_grad()
+        out, loss = reference(x[rows], y[rows])
+        loss.backward()
+        opt.step()
+    torch.testing.assert_close(preds, out.detach(), rtol=1e-5, atol=1e-5)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6)
+    inference = poptorch.inferenceModel(model, poptorch.Options().replicationFactor(2))
+    torch.testing.assert_close(inference(x[:4]), model(x[:4]).detach())

@@ -28,6 +28,7 @@ from xlgraph.context import in_sequence
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
 from xlgraph.nn import Layer
+from xlgraph.ops.collectives import replicated_all_reduce
 from xlgraph.ops.random import create_seeds
 from xlgraph.ops.var_updates import copy_var_update_
 from xlgraph.optim import Optimizer
@@ -202,9 +203,10 @@ def build_train_step(
         frozen: names of variables the forward reads but the optimiser leaves alone.
         updates: ``{forward output index: variable name}``: after each step the variable takes
             that output's value (e.g. BatchNorm running statistics; name them in ``frozen``).
-        accumulation: micro-batches per optimiser step: their gradients are summed (and
-            divided by ``accumulation`` for ``accumulation_reduction="mean"``); each run then
-            takes ``num_host_transfers * accumulation`` batches and returns as many losses.
+        accumulation: micro-batches per optimiser step: their gradients are summed, over the
+            replicas too when ``ir.replication_factor > 1`` (and divided by accumulation x
+            replicas for ``accumulation_reduction="mean"``); each run then takes
+            ``num_host_transfers * accumulation`` batches per replica and returns as many losses.
 
     Returns:
         A ``TrainStep``; ``step.run(session, *arrays)`` trains and returns the losses.
@@ -270,8 +272,11 @@ def build_train_step(
             ops.host_store(loss_stream, step_loss)
             for s, t in zip(out_streams, step_outs):
                 ops.host_store(s, t)
-        if accumulation > 1 and accumulation_reduction == "mean":
-            total = [g * (1.0 / accumulation) for g in total]
+        if ir.replication_factor > 1:  # data parallel: every replica gets the summed gradient
+            total = [replicated_all_reduce(g, "add") for g in total]
+        count = accumulation * ir.replication_factor
+        if count > 1 and accumulation_reduction == "mean":
+            total = [g * (1.0 / count) for g in total]
         optimizer.update({k: local[k] for k in names}, dict(zip(names, total)),
                          {k: local[k] for k in state})
     _loop(ir, body, n, wiring)

@@ -53,20 +53,24 @@ def _compile_bar() -> tqdm:
                 bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
 
 
-def _apply_output_mode(array: np.ndarray, steps: int, mode: OutputMode,
+def _apply_output_mode(array: np.ndarray, steps: int, replicas: int, mode: OutputMode,
                        period: int) -> np.ndarray:
-    """One output of ``steps`` micro-batches (leading axis if steps > 1), as PopTorch returns it."""
-    per_step = array.reshape((steps,) + array.shape[(1 if steps > 1 else 0):])
+    """One output of ``steps`` micro-batches on ``replicas`` replicas (stream data: leading
+    steps and replica dims, each only when > 1) as PopTorch returns it."""
+    lead = sum(n > 1 for n in (steps, replicas))
+    grid = array.reshape((steps, replicas) + array.shape[lead:])
     if mode == OutputMode.Final:
-        return per_step[-1]
-    if mode == OutputMode.Sum:
-        return per_step.sum(axis=0)
-    chosen = per_step[period - 1::period] if mode == OutputMode.EveryN else per_step
-    if len(chosen) == 1:
-        return chosen[0]
-    if chosen.ndim == 1:
-        return chosen
-    return chosen.reshape((-1,) + chosen.shape[2:])
+        grid = grid[-1:]
+    elif mode == OutputMode.Sum:
+        grid = grid.sum(axis=0, keepdims=True)
+    elif mode == OutputMode.EveryN:
+        grid = grid[period - 1::period]
+    count = grid.shape[0] * grid.shape[1]
+    if count == 1:
+        return grid[0, 0]
+    if grid.ndim == 2:  # a scalar per micro-batch becomes a vector
+        return grid.reshape(count)
+    return grid.reshape((count * grid.shape[2],) + grid.shape[3:])
 
 
 def _to_torch(array: np.ndarray) -> torch.Tensor:
@@ -81,9 +85,6 @@ class PoplarExecutor:
         options = options if options is not None else Options()
         options.freeze()
         self.options = options.clone()
-        if self.options.replication_factor != 1:
-            raise Error(f"replicationFactor({self.options.replication_factor}): replicas are not "
-                        f"available through xlgraph.poptorch yet; use replicationFactor(1)")
         if not training and self.options.Training.gradient_accumulation != 1:
             raise Error("inferenceModel needs Training.gradientAccumulation(1)")
         self.training = training
@@ -102,8 +103,16 @@ class PoplarExecutor:
     # -- compilation -------------------------------------------------------------------------
     @property
     def _steps(self) -> int:
-        """Micro-batches per call (device iterations x gradient accumulation)."""
+        """Micro-batches per call and replica (device iterations x gradient accumulation)."""
         return self.options.device_iterations * self.options.Training.gradient_accumulation
+
+    @property
+    def _replicas(self) -> int:
+        return self.options.replication_factor
+
+    def _lead(self) -> tuple[int, ...]:
+        """The leading dims of stream data: transfers, then replicas (each only when > 1)."""
+        return tuple(n for n in (self._steps, self._replicas) if n > 1)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         bound = self._signature.bind(*args, **kwargs)
@@ -120,7 +129,7 @@ class PoplarExecutor:
         self._compile(self._bind(args, kwargs))
 
     def _micro_batch(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        steps = self._steps
+        steps = self._steps * self._replicas
         size = t.shape[0] if t.dim() else "none"
         assert t.dim() > 0 and t.shape[0] % steps == 0 and t.shape[0] >= steps, (
             f"Invalid batch dimension: in the input {name}, the batch dimension ({size}) must "
@@ -132,7 +141,7 @@ class PoplarExecutor:
         bar = _compile_bar()
         sample = {k: self._micro_batch(k, v) if isinstance(v, torch.Tensor) else v
                   for k, v in args.items()}
-        ir = Ir()
+        ir = Ir(replication=self._replicas)
         lowered = lower_module(ir, self.model, sample, self.training)
         bar.update(40)
         tensors = named_tensors(self.model)
@@ -196,18 +205,16 @@ class PoplarExecutor:
         if not self.training:
             weights.download_all()
         compiled.sync.upload_changed()
-        steps = self._steps
-        feeds = {}
-        for stream, t in zip(compiled.streams, tensors):
-            array = torch_to_numpy(t)
-            feeds[stream] = array.reshape(((steps,) if steps > 1 else ()) + stream.shape)
+        lead = self._lead()
+        feeds = {stream: torch_to_numpy(t).reshape(lead + stream.shape)
+                 for stream, t in zip(compiled.streams, tensors)}
         out = compiled.session.run(feeds)
         if self.training:
             compiled.sync.host_stale = True
         mode = self.options.resolved_output_mode(self.training)
         period = self.options.output_return_period
-        results = [_to_torch(_apply_output_mode(out[s], steps, mode, period))
-                   for s in compiled.output_streams]
+        results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,
+                                                period)) for s in compiled.output_streams]
         return pytree.tree_unflatten(results, compiled.lowered.out_spec)
 
     # -- weights and device ------------------------------------------------------------------
