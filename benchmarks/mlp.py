@@ -1,5 +1,6 @@
 """Benchmark: the PopXL MNIST tutorial MLP in xlgraph vs hand-written numpy, PyTorch eager, JAX jit.
 
+``xlgraph`` is the default backend (numba when installed), ``xlgraph_numpy`` the numpy one.
 Training steps at batch 8 and 256, inference at batch 80, and the batch-8 training step in a
 device loop of 50 steps per call (``train_b8_loop``: xlgraph's ``num_host_transfers`` loop
 against a jitted ``lax.scan``), all in one process on synthetic MNIST-shaped data. JAX runs as
@@ -91,12 +92,13 @@ def first_session_ms(backend: str) -> dict[str, float]:
     return out
 
 
-def xlgraph_step(mode: str, batch: int, data: list,
-                 blas: int | str | None = None) -> tuple[Step, Any]:
-    """A Session step; ``blas=None`` leaves the BLAS setting of the caller in place. Mode
-    ``loop`` runs ``LOOP`` training steps per ``run`` (``data`` holds stacked batches)."""
+def xlgraph_step(mode: str, batch: int, data: list, blas: int | str | None = None,
+                 backend: str | None = None) -> tuple[Step, Any]:
+    """A Session step on ``backend`` (None: the default, numba when installed); ``blas=None``
+    leaves the BLAS setting of the caller in place. Mode ``loop`` runs ``LOOP`` training steps
+    per ``run`` (``data`` holds stacked batches)."""
     m = build_mlp(batch, train=mode != "infer", loop=LOOP if mode == "loop" else 1)
-    session = popxl.Session(m.ir, blas_threads=blas)
+    session = popxl.Session(m.ir, blas_threads=blas, backend=backend)
     session.__enter__()
     if mode == "infer":
         feeds = [{m.images: x} for x, _ in data]
@@ -220,8 +222,13 @@ def jax_sync_step(mode: str, batch: int, data: list) -> tuple[Step, Any]:
     return jax_step(mode, batch, data, sync=True)
 
 
-CONTENDERS = {"xlgraph": xlgraph_step, "numpy": numpy_step, "torch": torch_step,
-              "jax": jax_step, "jax_sync": jax_sync_step}
+def xlgraph_numpy_step(mode: str, batch: int, data: list) -> tuple[Step, Any]:
+    """xlgraph on its reference numpy backend (what ``xlgraph`` was before the numba one)."""
+    return xlgraph_step(mode, batch, data, backend="numpy")
+
+
+CONTENDERS = {"xlgraph": xlgraph_step, "xlgraph_numpy": xlgraph_numpy_step, "numpy": numpy_step,
+              "torch": torch_step, "jax": jax_step, "jax_sync": jax_sync_step}
 
 
 def config_key(mode: str, batch: int) -> str:
