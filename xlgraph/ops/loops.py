@@ -64,9 +64,10 @@ def gelu_grad(dy, x, out, a, b, one, c, d, top):  # noqa: ANN001, ANN201
 
 
 def scaled_add(x, y, out, a, b):  # noqa: ANN001, ANN201
-    """``out = a x``, then ``out += b y``, element by element (``out`` and ``y`` may be ``x``:
-    then ``y`` is read after scaling, as in the numpy kernel; ``x * 1`` is exact). The in-place
-    case has its own loop over one array, which the compiler can vectorise."""
+    """``a x + b y`` into ``out``: ``x`` itself, or a spare array of its shape (which ``y``
+    cannot be). In place, ``x`` is scaled before ``y`` is read, as in the numpy kernel (this
+    matters when ``y`` is ``x``); ``x * 1`` is exact. Each case is one loop that the compiler
+    can vectorise."""
     xs, ys = x.reshape(-1), y.reshape(-1)
     if out.ctypes.data == x.ctypes.data:
         for i in range(xs.size):
@@ -75,8 +76,7 @@ def scaled_add(x, y, out, a, b):  # noqa: ANN001, ANN201
     else:
         outs = out.reshape(-1)
         for i in range(xs.size):
-            t = outs[i] = xs[i] * a
-            outs[i] = t + ys[i] * b
+            outs[i] = xs[i] * a + ys[i] * b
 
 
 def sum_leading(x, out, outer):  # noqa: ANN001, ANN201
