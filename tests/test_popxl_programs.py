@@ -348,6 +348,91 @@ program("graph_hooks_and_by_ref", """
 """)
 
 
+program("mnist_tutorial_structure", """
+    # The PopXL MNIST tutorial's program (popxl-reference.md section 1), on synthetic data:
+    # Linear modules as subgraphs, call_with_info, two autodiff idioms, in-place SGD, and a
+    # separate test Ir that receives the trained weights by name.
+    import numpy as np
+    import popxl
+    import popxl.ops as ops
+    import popxl.transforms as transforms
+
+    class Linear(popxl.Module):
+        def __init__(self):
+            self.W = None
+            self.b = None
+
+        def build(self, x, out_features, bias=True):
+            self.W = popxl.graph_input((x.shape[-1], out_features), popxl.float32, "W")
+            self.b = popxl.graph_input((out_features,), popxl.float32, "b") if bias else None
+            y = ops.matmul(x, self.W)
+            return ops.gelu(y + self.b if bias else y)
+
+    rng = np.random.default_rng(0)
+    n_in, hidden, classes, batch, lr = 12, 8, 3, 16, 0.5
+    centres = rng.normal(size=(classes, n_in)) * 2
+
+    def batch_data(size):
+        labels = rng.integers(0, classes, size)
+        return (centres[labels] + rng.normal(size=(size, n_in))).astype(np.float32), labels
+
+    def create_network(x):
+        params = {name: popxl.variable(rng.normal(0, 0.5, shape).astype(np.float32), name=name)
+                  for name, shape in (("W0", (n_in, hidden)), ("b0", (hidden,)),
+                                      ("W1", (hidden, classes)), ("b1", (classes,)))}
+        lin0, lin1 = Linear(), Linear()
+        g0 = ir.create_graph(lin0, x, out_features=hidden)
+        info0 = ops.call_with_info(g0, x, inputs_dict={lin0.W: params["W0"], lin0.b: params["b0"]})
+        x1 = info0.outputs[0]
+        g1 = ir.create_graph(lin1, x1, out_features=classes)
+        info1 = ops.call_with_info(g1, x1,
+                                   inputs_dict={lin1.W: params["W1"], lin1.b: params["b1"]})
+        return params, (lin0, g0, info0), (lin1, g1, info1)
+
+    ir = popxl.Ir()
+    ir.num_host_transfers = 1
+    with ir.main_graph, popxl.in_sequence():
+        img = popxl.h2d_stream((batch, n_in), popxl.float32, "img")
+        lab = popxl.h2d_stream((batch,), popxl.int32, "labels")
+        x, labels = ops.host_load(img, "x"), ops.host_load(lab, "labels")
+        params, (lin0, g0, info0), (lin1, g1, info1) = create_network(x)
+        probs = ops.softmax(info1.outputs[0], axis=-1)
+        loss, dy = ops.nll_loss_with_softmax_grad(probs, labels)
+        bwd1 = transforms.autodiff(g1)
+        grad_call1 = ops.call_with_info(bwd1.graph, dy, inputs_dict=bwd1.inputs_dict(info1))
+        grads1 = bwd1.fwd_parent_ins_to_grad_parent_outs(info1, grad_call1)
+        bwd0 = transforms.autodiff(g0, grads_required=[lin0.W, lin0.b])
+        dW0, db0 = ops.call(bwd0.graph, grads1[info0.outputs[0]],
+                            inputs_dict=bwd0.inputs_dict(info0))
+        for p, g in ((params["W0"], dW0), (params["b0"], db0),
+                     (params["W1"], grads1[params["W1"]]), (params["b1"], grads1[params["b1"]])):
+            ops.scaled_add_(p, g, b=-lr)
+        loss_stream = popxl.d2h_stream(loss.shape, loss.dtype, "loss_stream")
+        ops.host_store(loss_stream, loss)
+    train = popxl.Session(ir, "ipu_model")
+    losses = []
+    with train:
+        for _ in range(60):
+            xs, ys = batch_data(batch)
+            losses.append(float(train.run({img: xs, lab: ys.astype(np.int32)})[loss_stream]))
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
+    trained = train.get_tensors_data(list(params.values()))
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        test_img = popxl.h2d_stream((64, n_in), popxl.float32, "test_img")
+        test_params, _, (_, _, out_info) = create_network(ops.host_load(test_img))
+        out_stream = popxl.d2h_stream((64, classes), popxl.float32, "out")
+        ops.host_store(out_stream, out_info.outputs[0])
+    test = popxl.Session(ir, "ipu_model")
+    by_name = {v.name: data for v, data in trained.items()}
+    test.write_variables_data({v: by_name[v.name] for v in test_params.values()})
+    xs, ys = batch_data(64)
+    with test:
+        accuracy = np.mean(np.argmax(test.run({test_img: xs})[out_stream], -1) == ys)
+    assert accuracy > 0.8, accuracy
+""")
+
 @pytest.fixture
 def popxl_alias():
     popxl_compat.install()
