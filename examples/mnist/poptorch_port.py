@@ -4,8 +4,11 @@ The seed shows this script as diffs against ``pytorch_gpu.py``; it is assembled 
 ``ClassificationModel`` (with its ``LogSoftmax(dim=0)``), the ``ModelwithLoss`` wrapper,
 ``poptorch.Options``, ``poptorch.DataLoader`` (batch 16, shuffled), ``poptorch.optim.SGD``
 (lr 0.001, momentum 0.9), five epochs with a ``[Epoch NN]`` progress bar showing the loss, then
-an ``inferenceModel`` evaluation printing ``Eval accuracy``. Only the import lines differ from
-PopTorch: ``xlgraph.poptorch`` and, without torchvision, ``xlgraph.vision``.
+an ``inferenceModel`` evaluation printing ``Eval accuracy``. The diffs do not show the test
+loader; it takes batches of 32 as in the PopTorch introduction (seed 001) whose model this is.
+The batch size matters here: ``LogSoftmax(dim=0)`` normalises each class over the batch. Only
+the import lines differ from PopTorch: ``xlgraph.poptorch`` and, without torchvision,
+``xlgraph.vision``.
 Data: ``../datasets/FashionMNIST/raw`` relative to the working directory, as in the seed.
 """
 
@@ -72,7 +75,7 @@ if __name__ == "__main__":
                                            train_dataset,
                                            batch_size=16,
                                            shuffle=True)
-    test_dataloader = poptorch.DataLoader(opts, test_dataset, batch_size=16)
+    test_dataloader = poptorch.DataLoader(opts, test_dataset, batch_size=32)
 
     criterion = nn.CrossEntropyLoss()
     model = ClassificationModel()

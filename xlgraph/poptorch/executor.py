@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,8 +123,6 @@ class PoplarExecutor:
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """Trace and compile for these arguments, then attach (the first call does it too)."""
         if self._compiled is not None:
-            import warnings
-
             warnings.warn("compile(): the model is already compiled", stacklevel=2)
             return
         self._compile(self._bind(args, kwargs))
