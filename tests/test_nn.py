@@ -150,6 +150,7 @@ def test_default_init_is_torch_uniform(layer, fan_in):
 @pytest.mark.parametrize("make", [lambda m: m.Linear(300, 200), lambda m: m.Conv2d(8, 300, 5)])
 def test_init_spread_matches_torch(make):
     torch = pytest.importorskip("torch")
+    torch.manual_seed(0)  # a statistical comparison: fixed draws keep it from flaking
     ours = make(nn)
     ir = xlgraph.Ir()
     with ir.main_graph:
