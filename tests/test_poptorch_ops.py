@@ -136,6 +136,16 @@ FUNCTIONS = {
     "F.max_pool2d": lambda x: F.max_pool2d(x.view(4, 1, 2, 3), (2, 1)),
     "F.linear": lambda x: F.linear(x, x[:2], None),
     "operator.getitem": lambda x: operator.getitem(x, (slice(None), slice(1, 4))),
+    "torch.sqrt-log": lambda x: torch.sqrt(x * x + 1) + torch.log(x * x + 2),
+    "sub-div": lambda x: torch.div(torch.sub(x, x * 0.5, alpha=2), x * x + 1),
+    "float-to": lambda x: x.float().to(torch.float32).contiguous().clone(),
+    "torch.permute": lambda x: torch.permute(x.view(2, 2, 6), (2, 0, 1)),
+    "torch.transpose": lambda x: torch.transpose(x, 0, 1).t(),
+    "torch.squeeze": lambda x: torch.squeeze(torch.unsqueeze(x, 0), 0),
+    "torch.concat": lambda x: torch.concat([x, -x], 0),
+    "F.avg_pool2d": lambda x: F.avg_pool2d(x.view(4, 1, 2, 3), (2, 1)),
+    "F.layer_norm": lambda x: F.layer_norm(x, (6,)),
+    "F.group_norm": lambda x: F.group_norm(x.view(4, 6, 1), 2),
 }
 
 
@@ -214,3 +224,24 @@ def test_loss_matches_torch(name):
     torch.optim.SGD(reference.parameters(), 0.5).step()
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-5)
+
+
+class ArgMax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return torch.argmax(y, dim=1), y.argmax(), torch.max(y, 1).indices, y.max(1)[0]
+
+
+def test_argmax_and_max_indices_match_torch():
+    torch.manual_seed(0)
+    model = ArgMax()
+    x = torch.randn(6, 5)
+    got = poptorch.inferenceModel(model)(x)
+    expected = model(x)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape
+        torch.testing.assert_close(g.to(e.dtype), e.detach())

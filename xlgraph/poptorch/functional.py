@@ -8,6 +8,7 @@ conversion table in ``xlgraph.poptorch.table`` maps torch targets to these funct
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
@@ -299,6 +300,9 @@ mean = _reduction(ops.mean)
 sum_ = _reduction(ops.sum)
 
 
+MaxResult = namedtuple("MaxResult", ["values", "indices"])  # torch.return_types.max's fields
+
+
 def max_(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
     """``torch.max``: the overall max, ``(values, indices)`` along ``dim``, or elementwise."""
     if isinstance(dim, Tensor):
@@ -306,7 +310,7 @@ def max_(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
     if dim is None:
         return ops.max(x)
     d = _dim(dim, x.rank)
-    return ops.max(x, d, keepdims=keepdim), ops.argmax(x, d, keepdim)
+    return MaxResult(ops.max(x, d, keepdims=keepdim), ops.argmax(x, d, keepdim))
 
 
 def argmax(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
