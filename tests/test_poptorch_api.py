@@ -127,6 +127,10 @@ def test_weights_sync_to_the_torch_module_and_back(tmp_path):
     inference = poptorch.inferenceModel(model)
     latest = inference(x)
     torch.testing.assert_close(latest, model.fc(x).detach())
+    torch.save(model, tmp_path / "whole.pth")  # the whole module pickles as a plain Small
+    whole = torch.load(tmp_path / "whole.pth", weights_only=False)
+    assert type(whole) is Small
+    torch.testing.assert_close(whole.fc.weight, model.fc.weight)
     torch.save(model.state_dict(), tmp_path / "w.pth")
     assert not torch.allclose(torch.load(tmp_path / "w.pth")["fc.weight"], trained)
     # host writes reach the device: load weights, and both models use them

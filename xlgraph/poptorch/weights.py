@@ -102,6 +102,21 @@ class _SyncOnRead:
                 clone.__dict__[key] = copy.deepcopy(value, memo)
         return clone
 
+    def __copy__(self) -> Any:
+        """A shallow copy (parameters shared), as ``copy.copy`` of any module."""
+        clone = type(self).__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickle (``torch.save(model)``) as the plain module class with the trained values."""
+        return _unpickled, (copy.deepcopy(self),)
+
+
+def _unpickled(module: torch.nn.Module) -> torch.nn.Module:
+    """Unpickling a synced module gives the plain copy it was pickled as."""
+    return module
+
 
 _CLASSES: dict[type, type] = {}
 
