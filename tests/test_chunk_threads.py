@@ -72,10 +72,14 @@ def test_chunks_run_on_the_pool_threads_only_while_asked() -> None:
     previous = window.CHUNK_THREADS.set(2)
     try:
         starts = window.map_chunks(record, 12, 1024)
+        assert starts == sorted(starts) and len(starts) == 6  # results in chunk order
+        assert all(name.startswith("xlgraph-chunks") for name in seen)
+        seen.clear()
+        few = 2 * (window.MIN_THREADED_CHUNKS - 1)  # items: 2 per chunk
+        window.map_chunks(record, few, 1024)  # too few chunks to be worth the threads
+        assert seen == [threading.current_thread().name] * (few // 2)
     finally:
         window.CHUNK_THREADS.set(previous)
-    assert starts == sorted(starts) and len(starts) == 6  # results in chunk order
-    assert all(name.startswith("xlgraph-chunks") for name in seen)
     seen.clear()
     window.map_chunks(record, 12, 1024)
     assert seen == [threading.current_thread().name] * 6
