@@ -109,7 +109,7 @@ def test_memory_uses_the_plans_liveness_and_counts_every_live_value() -> None:
     np.testing.assert_array_equal(again.curve, memory.curve)
     live = plan.live
     for pos in range(1, live.end + 1):  # curve = bytes of storage roots live there (+ scratch)
-        expect = sum(size for start, end, size, _, _ in memory.live_roots if start <= pos <= end)
+        expect = sum(size for start, end, size, *_ in memory.live_roots if start <= pos <= end)
         step = memory.steps[pos - 1]
         if step in plan.use_out and step.defn.scratch:
             expect += step.defn.scratch * nbytes(ex.program.specs[step.outs[0]])

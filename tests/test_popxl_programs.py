@@ -221,7 +221,7 @@ program("io_tiles", """
 
     ir = popxl.Ir()
     opts = ir._pb_ir.getSessionOptions()
-    opts.numIOTiles = 32
+    opts.numIOTiles = 2  # of the ipu_model's 4 tiles
     with ir.main_graph:
         x_h2d = popxl.h2d_stream((4,), popxl.float32, "x")
         y_d2h = popxl.d2h_stream((4,), popxl.float32, "y")

@@ -9,8 +9,9 @@ Every documented option name is accepted and recorded with PopART's default; unk
   in-place ops at Session creation (ops then run in creation order).
 
 The rest only describe hardware behaviour (tiles, engine, memory placement, rounding): they are
-recorded for the ipu_model (``numIOTiles``, ``partialsTypeMatMuls``, ``convolutionOptions``,
-``matmulOptions``) or accepted and ignored. ``docs/popxl-compat.md`` lists them.
+honoured by the ipu_model (``numIOTiles`` reserves IO tiles), recorded for it
+(``partialsTypeMatMuls``, ``convolutionOptions``, ``matmulOptions``) or accepted and ignored.
+``docs/popxl-compat.md`` lists them.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 
 from xlgraph.ipu.cycles import estimate_cycles
 from xlgraph.ipu.hardware import HARDWARE, IPUModel
+from xlgraph.ipu.mapping import tile_sets
 from xlgraph.ipu.memory import MemoryProfile, check_fits, profile_memory
 from xlgraph.ipu.report import ProfileReport
 from xlgraph.ir import Ir
@@ -34,12 +35,13 @@ def model_memory(ir: Ir, executable: Any, model: IPUModel) -> MemoryProfile:
     does not fit ``model``."""
     lowered = _lowered(ir, executable)
     streams = [*ir.h2d_streams, *ir.d2h_streams]
-    profile = profile_memory(lowered.program, lowered.plans, streams, model)
+    sets = tile_sets(model, ir.session_options.numIOTiles)
+    profile = profile_memory(lowered.program, lowered.plans, streams, model, sets)
     check_fits(profile)
     return profile
 
 
 def make_report(ir: Ir, memory: MemoryProfile) -> ProfileReport:
     """The profile report: ``memory`` with the cycle estimate of the same program."""
-    cycles = estimate_cycles(memory.program, memory.model)
+    cycles = estimate_cycles(memory.program, memory.model, memory.tile_sets)
     return ProfileReport(memory, cycles, ir.num_host_transfers)

@@ -1,18 +1,20 @@
 """Estimated cycles per op of a lowered program on the modelled IPU.
 
 Every kernel step is one bulk-synchronous superstep: a sync (``sync_cycles``), an exchange of the
-bytes its operands must receive, then compute. Compute takes the op's declared flops at the
-tile throughput for its dtype and engine (the AMP matrix units for matmul and convolution, the
-64-bit vector unit otherwise), spread over the tiles its operands occupy, and never less than
-its bytes at the tile memory bandwidth. Exchange: an input shaped like the output is mapped like
-it and moves nothing; a broadcast operand of an elementwise op goes whole to every tile; a
-matrix op (``C = A @ B``, or a convolution) keeps the largest of ``A``, ``B`` and ``C`` where
-the planner put it and moves the other two over a 2-D grid of tiles, so each tile receives
-their sum over ``sqrt(tiles)``; other inputs are redistributed evenly. Host transfers move
-their bytes over the host link, and each run pays one host round trip. Loop bodies count once
-per iteration, a conditional its larger arm, a compiled function once per call. Views cost
-nothing. This is a model, not a measurement: it leaves out instruction overheads, bank
-conflicts, code loading and the host framework (see docs/ipu_model.md).
+bytes its operands must receive, then compute. The steps of one ``merge_exchange()`` scope share
+one sync (the group's first step pays it). A step runs on its op's tile set: the compute tiles, or
+the ``numIOTiles`` IO tiles for ops created under ``io_tiles()``. Compute takes the op's declared
+flops at the tile throughput for its dtype and engine (the AMP matrix units for matmul and
+convolution, the 64-bit vector unit otherwise), spread over the tiles its operands occupy, and
+never less than its bytes at the tile memory bandwidth. Exchange: an input shaped like the output
+is mapped like it and moves nothing; a broadcast operand of an elementwise op goes whole to every
+tile; a matrix op (``C = A @ B``, or a convolution) keeps the largest of ``A``, ``B`` and ``C``
+where the planner put it and moves the other two over a 2-D grid of tiles, so each tile receives
+their sum over ``sqrt(tiles)``; other inputs are redistributed evenly. Host transfers move their
+bytes over the host link, and each run pays one host round trip. Loop bodies count once per
+iteration, a conditional its larger arm, a compiled function once per call. Views cost nothing.
+This is a model, not a measurement: it leaves out instruction overheads, bank conflicts, code
+loading and the host framework (see docs/ipu_model.md).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import numpy as np
 
 from xlgraph.cost import Cost, nbytes, op_cost
 from xlgraph.ipu.hardware import IPUModel
-from xlgraph.ipu.mapping import tiles_spanned
+from xlgraph.ipu.mapping import TileRange, tile_sets, tiles_spanned
+from xlgraph.ipu.memory import tile_set_of
 from xlgraph.lower.program import Program, Step
 
 __all__ = ["OpRow", "CycleEstimate", "estimate_cycles"]
@@ -62,11 +65,12 @@ class CycleEstimate:
         return self.device_cycles + self.host_cycles
 
 
-def step_cycles(model: IPUModel, cost: Cost, ins: list, outs: list, elementwise: bool) -> tuple[
-        float, int]:
-    """(cycles, tiles used) of one kernel execution with ``cost`` on specs ``ins``/``outs``."""
+def step_cycles(model: IPUModel, cost: Cost, ins: list, outs: list, elementwise: bool,
+                tile_count: int | None = None, sync: bool = True) -> tuple[float, int]:
+    """(cycles, tiles used) of one kernel execution with ``cost`` on specs ``ins``/``outs``,
+    spread over at most ``tile_count`` tiles (default all), paying a sync when ``sync``."""
     sizes = [nbytes(s) for s in (*ins, *outs)]
-    tiles = tiles_spanned(max(sizes, default=0), model)
+    tiles = tiles_spanned(max(sizes, default=0), model, tile_count)
     if cost.flops == 0 and cost.bytes_read == 0 and cost.bytes_written == 0:
         return 0.0, tiles
     itemsize = max((np.dtype(s.dtype.as_numpy()).itemsize for s in (*outs, *ins)), default=4)
@@ -81,13 +85,14 @@ def step_cycles(model: IPUModel, cost: Cost, ins: list, outs: list, elementwise:
         received = sum(nbytes(s) if elementwise else nbytes(s) / tiles
                        for s in ins if s.shape != out_shape)
     exchange = received / model.exchange_bytes_per_cycle
-    return model.sync_cycles + exchange + max(compute, memory), tiles
+    return model.sync_cycles * sync + exchange + max(compute, memory), tiles
 
 
 class _Estimator:
-    def __init__(self, program: Program, model: IPUModel) -> None:
+    def __init__(self, program: Program, model: IPUModel, sets: dict[str, TileRange]) -> None:
         self.program = program
         self.model = model
+        self.sets = sets
         self.rows: dict[object, OpRow] = {}
         self.host_bytes = 0
         self.link_bytes_per_cycle = model.host_bytes_per_second / model.tile_clock_frequency
@@ -105,6 +110,7 @@ class _Estimator:
     def body(self, steps: list[Step], times: int) -> float:
         total = 0.0
         specs = self.program.specs
+        synced_groups: set[object] = set()  # merge_exchange groups whose sync is paid
         for s in steps:
             if s.kind == "loop":
                 total += self.body(s.body, times * s.count) * s.count
@@ -122,7 +128,11 @@ class _Estimator:
             elif s.kind == "kernel":
                 ins, outs = [specs[x] for x in s.ins], [specs[x] for x in s.outs]
                 cost = op_cost(s.defn, ins, outs, s.attrs)
-                cycles, tiles = step_cycles(self.model, cost, ins, outs, s.defn.elementwise)
+                group = s.op.hints.get("exchange_group") if s.op is not None else None
+                sync = group is None or group not in synced_groups
+                synced_groups.add(group)
+                cycles, tiles = step_cycles(self.model, cost, ins, outs, s.defn.elementwise,
+                                            self.sets[tile_set_of(s)][1], sync)
                 row = self.row(s)
                 row.flops += cost.flops * times
                 row.bytes += (cost.bytes_read + cost.bytes_written) * times
@@ -133,9 +143,11 @@ class _Estimator:
         return total
 
 
-def estimate_cycles(program: Program, model: IPUModel) -> CycleEstimate:
-    """The cycle estimate of one run of ``program`` on ``model``."""
-    est = _Estimator(program, model)
+def estimate_cycles(program: Program, model: IPUModel,
+                    sets: dict[str, TileRange] | None = None) -> CycleEstimate:
+    """The cycle estimate of one run of ``program`` on ``model`` with the compute and IO tile
+    ``sets`` (default: every tile computes)."""
+    est = _Estimator(program, model, sets or tile_sets(model))
     device = est.body(program.steps, 1)
     link = est.host_bytes / est.link_bytes_per_cycle
     host = model.host_sync_seconds * model.tile_clock_frequency + link

@@ -5,7 +5,9 @@ stream, and modelled code and exchange overheads (``code_bytes_per_op`` per op o
 uses, ``exchange_buffer_bytes`` per tile). *Not-always-live* memory is every other value, from
 the step that makes its storage to its last use, as the shared liveness analysis and the buffer
 plan give them (views cost nothing, scratch arrays count during their step, a compiled
-function's peak counts at its call). Every tensor sits on tiles by the linear mapping.
+function's peak counts at its call). Every tensor sits on tiles by the linear mapping: values
+made by ops on the IO tile set (``popxl.io_tiles()``) on the ``numIOTiles`` reserved IO tiles,
+everything else on the compute tiles.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from xlgraph.cost import nbytes
 from xlgraph.errors import OutOfMemoryError
 from xlgraph.ipu.hardware import IPUModel
-from xlgraph.ipu.mapping import bytes_per_tile, tiles_spanned
+from xlgraph.ipu.mapping import TileRange, bytes_per_tile, tile_sets, tiles_spanned
 from xlgraph.lower.plan import Plan
 from xlgraph.lower.program import Function, Program, Step, walk
 
@@ -36,9 +38,10 @@ class MemoryProfile:
     always_live: dict[str, np.ndarray]
     curve: np.ndarray
     steps: list[Step]  # steps[p - 1] is the step at position p
-    live_roots: list[tuple[int, int, int, str, str]]  # (start, end, bytes, name, spec)
+    live_roots: list[tuple[int, int, int, str, str, str]]  # (start, end, bytes, name, spec, set)
     plan: Plan
     program: Program
+    tile_sets: dict[str, TileRange]  # "compute" and "io": (first tile, number of tiles)
 
     @property
     def always_live_total(self) -> np.ndarray:
@@ -51,8 +54,9 @@ class MemoryProfile:
 
     def largest_at(self, position: int, tile: int, count: int = 5) -> list[tuple[str, str, int]]:
         """(name, spec, bytes on ``tile``) of the largest values live at ``position``."""
-        live = [(int(bytes_per_tile(size, self.model)[tile]), name, spec)
-                for start, end, size, name, spec in self.live_roots if start <= position <= end]
+        live = [(int(bytes_per_tile(size, self.model, self.tile_sets[where])[tile]), name, spec)
+                for start, end, size, name, spec, where in self.live_roots
+                if start <= position <= end]
         live.sort(reverse=True)
         return [(name, spec, size) for size, name, spec in live[:count] if size]
 
@@ -66,20 +70,29 @@ def _slot_names(program: Program) -> dict[int, str]:
     return names
 
 
+def tile_set_of(step: Step) -> str:
+    """``"io"`` for a step whose op was created under ``io_tiles()``, else ``"compute"``."""
+    return step.op.hints.get("tile_set", "compute") if step.op is not None else "compute"
+
+
 class _Builder:
     def __init__(self, program: Program, plans: dict[Program | Function, Plan],
-                 model: IPUModel) -> None:
+                 model: IPUModel, sets: dict[str, TileRange]) -> None:
         self.program = program
         self.plans = plans
         self.model = model
+        self.sets = sets
         self.names = _slot_names(program)
         self.function_peaks: dict[Function, np.ndarray] = {}
+        bodies = [program.steps] + [fn.steps for fn in program.functions]
+        self.io_slots = {o for body in bodies for s in walk(body) if tile_set_of(s) == "io"
+                         for o in s.outs}
 
-    def tiles(self, size: int) -> np.ndarray:
-        return bytes_per_tile(size, self.model)
+    def tiles(self, size: int, where: str = "compute") -> np.ndarray:
+        return bytes_per_tile(size, self.model, self.sets[where])
 
     def body_curve(self, body: Program | Function, steps: list[Step], entry: set[int],
-                   roots_out: list[tuple[int, int, int, str, str]] | None) -> np.ndarray:
+                   roots_out: list[tuple[int, int, int, str, str, str]] | None) -> np.ndarray:
         """Not-always-live bytes per position and tile of one body."""
         plan, specs = self.plans[body], self.program.specs
         live = plan.live
@@ -90,16 +103,17 @@ class _Builder:
                 continue
             end = min(max(plan.last_use.get(root, start), start), live.end)
             size = nbytes(specs[root])
-            vec = self.tiles(size)
+            where = "io" if root in self.io_slots else "compute"
+            vec = self.tiles(size, where)
             delta[start] += vec
             delta[end + 1] -= vec
             if roots_out is not None:
                 roots_out.append((start, end, size, self.names.get(root, f"%{root}"),
-                                  str(specs[root])))
+                                  str(specs[root]), where))
         for s, pos in live.positions.items():
             extra = np.zeros(self.model.tiles, np.int64)
             if s.defn is not None and s.defn.scratch and s in plan.use_out:
-                extra += self.tiles(nbytes(specs[s.outs[0]])) * s.defn.scratch
+                extra += self.tiles(nbytes(specs[s.outs[0]]), tile_set_of(s)) * s.defn.scratch
             if s.kind == "func":
                 extra += self.function_peaks[s.func]
             if extra.any():
@@ -114,7 +128,8 @@ class _Builder:
         bodies = [program.steps] + [fn.steps for fn in program.functions]
         for s in (s for body in bodies for s in walk(body) if s.kind == "kernel"):
             size = max((nbytes(program.specs[o]) for o in s.outs), default=0)
-            code[:tiles_spanned(size, self.model)] += per_op
+            first, count = self.sets[tile_set_of(s)]
+            code[first:first + tiles_spanned(size, self.model, count)] += per_op
         return {
             "variables": sum((self.tiles(nbytes(v.spec)) for v in
                               program.variable_slots.values()), zeros),
@@ -127,17 +142,20 @@ class _Builder:
 
 
 def profile_memory(program: Program, plans: dict[Program | Function, Plan], streams: list,
-                   model: IPUModel) -> MemoryProfile:
-    """The memory profile of ``program`` (its ``plans`` from the lowering) on ``model``."""
-    builder = _Builder(program, plans, model)
+                   model: IPUModel, sets: dict[str, TileRange] | None = None) -> MemoryProfile:
+    """The memory profile of ``program`` (its ``plans`` from the lowering) on ``model``, with
+    the compute and IO tile ``sets`` (default: every tile computes)."""
+    sets = sets or tile_sets(model)
+    builder = _Builder(program, plans, model, sets)
     for fn in program.functions:  # callees first
         builder.function_peaks[fn] = builder.body_curve(fn, fn.steps, set(fn.params),
                                                         None).max(axis=0)
-    roots: list[tuple[int, int, int, str, str]] = []
+    roots: list[tuple[int, int, int, str, str, str]] = []
     curve = builder.body_curve(program, program.steps, set(program.variable_slots), roots)
     plan = plans[program]
     steps = sorted(plan.live.positions, key=plan.live.positions.__getitem__)
-    return MemoryProfile(model, builder.always_live(streams), curve, steps, roots, plan, program)
+    return MemoryProfile(model, builder.always_live(streams), curve, steps, roots, plan, program,
+                         sets)
 
 
 def check_fits(profile: MemoryProfile) -> None:
