@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -20,8 +21,10 @@ def time_per_call(fn: Callable[[int], Any], calls: int, repeats: int = 7,
 def interleaved(fns: dict[str, Callable[[int], Any]], calls: int, rounds: int = 7,
                 warmup: int = 3) -> dict[str, dict[str, float]]:
     """Time several step functions in interleaved rounds (one loop of ``calls`` each per round),
-    so that load from other processes hits them alike. Returns, per name, the median and the
-    minimum over rounds of the mean microseconds per step.
+    so that load from other processes hits them alike. Each round runs them in another
+    (seeded, shuffled) order, so that none always follows the same one: the loop right after
+    torch's or JAX's runs while their worker threads still spin on the cores. Returns, per
+    name, the median and the minimum over rounds of the mean microseconds per step.
 
     A step function may carry two attributes: ``finish()``, called once at the end of each
     timed loop and timed with it (an asynchronous contender waits there for its queued work),
@@ -38,8 +41,11 @@ def interleaved(fns: dict[str, Callable[[int], Any]], calls: int, rounds: int = 
             fn(i)
         finish(fn)
     loops: dict[str, list[float]] = {name: [] for name in fns}
+    names, order = list(fns), random.Random(0)
     for _ in range(rounds):
-        for name, fn in fns.items():
+        order.shuffle(names)
+        for name in names:
+            fn = fns[name]
             start = time.perf_counter()
             for i in range(calls):
                 fn(i)

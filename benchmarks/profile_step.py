@@ -34,7 +34,7 @@ def line_times(batch: int, backend: str, number: int = 2000) -> tuple[list[tuple
         session.run(feed)
         ex = session.executable
         names = dict(ex.compiled.fn.__globals__)
-        names.update(IN=[x, y], OUT=[np.zeros((), np.float32)], V=ex.arrays, N=ex.spares)
+        names.update(IN=[x, y], OUT=[np.zeros((), np.float32)], V=ex.state[0], N=ex.state[1])
         rows = []
         for line in ex.source.splitlines():
             code = line.strip().split("  #")[0]

@@ -153,3 +153,34 @@ def test_large_gelu_stays_with_numpys_simd_exp() -> None:
             ops.host_store(popxl.d2h_stream(t.shape, t.dtype, f"o{i}"), t)
     source = popxl.Session(ir, backend="numba").source
     assert source.count("j_gelu(") == 1 and source.count("o_gelu(") == 1
+
+
+def test_gelu_grad_loop_only_up_to_its_declared_size() -> None:
+    """At ``EXP_GRAD_LOOP_MAX`` elements the step calls the loop; one row more runs numpy's
+    kernel instead, with the same results as the numpy backend."""
+    from xlgraph.ops.elementwise import gelu_grad
+    from xlgraph.ops.loops import EXP_GRAD_LOOP_MAX
+
+    rows = EXP_GRAD_LOOP_MAX // 32
+    ir = popxl.Ir()
+    with ir.main_graph:
+        streams, outs = [], []
+        for i, shape in enumerate(((rows, 32), (rows + 1, 32))):
+            dy, x = (popxl.h2d_stream(shape, popxl.float32, f"{n}{i}") for n in "dx")
+            t = gelu_grad(ops.host_load(dy), ops.host_load(x))
+            outs.append(popxl.d2h_stream(t.shape, t.dtype, f"o{i}"))
+            ops.host_store(outs[-1], t)
+            streams += [dy, x]
+    rng = np.random.default_rng(5)
+    feed = {s: rng.normal(size=s.shape).astype(np.float32) for s in streams}
+    got = {}
+    for backend in ("numba", "numpy"):
+        session = popxl.Session(ir, backend=backend)
+        with session:
+            got[backend] = session.run(feed)
+        if backend == "numba":
+            assert session.source.count("j_gelu_grad(") == 1
+            assert session.source.count("o_gelu_grad(") == 1
+            assert "o_gelu_grad" in session.source.split("j_gelu_grad(")[1]  # the larger one
+    for o in outs:
+        np.testing.assert_allclose(got["numba"][o], got["numpy"][o], **TOLERANCE["float32"])

@@ -175,7 +175,7 @@ def _loop_with(fn: Any, consts: tuple[float, ...], max_elements: int) -> Any:
 
 _GELU_GRAD = OpDef("gelu_grad", same_spec, _gelu_grad, elementwise=True,
                    samples=_grad_samples((-3.0, 3.0)), kernel_out=_gelu_grad_out,
-                   loop=_loop_with(loops.gelu_grad, _GELU_GRAD_C, 4 * loops.EXP_LOOP_MAX),
+                   loop=_loop_with(loops.gelu_grad, _GELU_GRAD_C, loops.EXP_GRAD_LOOP_MAX),
                    scratch=2, cost=per_output(_GELU_GRAD_FLOPS))
 gelu_grad = register(_GELU_GRAD)(lambda dy, x: apply1(_GELU_GRAD, [dy, x]))
 gelu = unary("gelu", _gelu, grad=lambda g, dy: (gelu_grad(dy, g.x(0)),),

@@ -23,11 +23,13 @@ import numpy as np
 from xlgraph.tensor import TensorSpec
 
 # The compiled loops call the C library's ``exp`` once per element, while numpy's ``exp`` is
-# SIMD code several times faster per element: past this many elements numpy's separate passes
-# over ``gelu`` win again (measured on float32 arrays of 32 columns: at 256 elements the loop
-# takes 1.2 us against numpy's 2.8, at 2048 about the same, at 8192 elements 26 us against 13;
-# ``gelu_grad``, with twice the other arithmetic, breaks even near 8192).
+# SIMD code several times faster per element: past these many elements numpy's separate passes
+# win again. Measured on float32 arrays of 32 columns: ``gelu`` at 256 elements takes 1.2 us in
+# the loop against numpy's 2.8, at 2048 about the same, at 8192 26 against 13; ``gelu_grad``,
+# with more arithmetic per exp, 11.2 against 12.2 us at 4096, even at 5120-6144 and 22.3
+# against 18.7 at 8192 (the MLP's batch-256 gradient).
 EXP_LOOP_MAX = 2048
+EXP_GRAD_LOOP_MAX = 4096
 
 
 def float_only(spec: TensorSpec, fn: Callable[..., None], consts: tuple[Any, ...] = (),

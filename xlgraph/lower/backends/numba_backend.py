@@ -1,7 +1,7 @@
 """The ``numba`` backend: ops' loop forms compiled to machine code, cached on disk.
 
-Each loop form is compiled once per process and argument types (``nopython``, ``nogil``, no
-fast-math, so float operations keep their IEEE order) and numba's on-disk cache keeps the
+Each loop form is compiled once per process and argument types (``nopython``, no fast-math,
+so float operations keep their IEEE order) and numba's on-disk cache keeps the
 machine code between processes: it is keyed by the loop form's source (file and function) and
 the argument types, so a second process loads instead of compiling. The cache lives where numba
 puts it (``__pycache__`` beside ``xlgraph/ops/loops.py``, or ``NUMBA_CACHE_DIR``).
@@ -23,12 +23,17 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 _JITTED: dict[Callable[..., Any], Any] = {}  # loop form -> its numba dispatcher (per process)
 
+# The loops keep the GIL (no ``nogil``): they take microseconds, and a call that releases it
+# must win it back afterwards, which can wait when another Python thread wants it (JAX's or
+# torch's threads, a data loader). With both in the process, MLP steps in us, releasing vs
+# keeping it: inference b80 47.5 vs 46.1, training b8 30.8 vs 29.9, b256 293 vs 282 (medians).
+
 
 def jitted(fn: Callable[..., Any]) -> Any:
     """The numba dispatcher of a loop form (made once per process)."""
     found = _JITTED.get(fn)
     if found is None:
-        found = _JITTED[fn] = numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
+        found = _JITTED[fn] = numba.njit(cache=True, error_model="numpy")(fn)
     return found
 
 
