@@ -14,6 +14,12 @@ from torch import nn  # noqa: E402
 import xlgraph.poptorch as poptorch  # noqa: E402
 
 
+def assert_same_parameters(model, reference, rtol: float, atol: float) -> None:
+    """Every parameter of ``model`` equals the matching one of ``reference``."""
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=rtol, atol=atol)
+
+
 class Block(nn.Module):
     def __init__(self, in_channels, num_filters, kernel_size, pool_size):
         super().__init__()
@@ -84,8 +90,7 @@ def test_seed_000_network_follows_torch_for_20_steps():
                           [(x[4 * i:4 * i + 4], y[4 * i:4 * i + 4]) for i in range(20)])
     np.testing.assert_allclose(ours, eager, rtol=2e-4, atol=2e-5)
     assert eager[-1] != eager[0]
-    for p, q in zip(net.parameters(), reference.parameters()):  # 20 steps of float32 rounding
-        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-3, atol=2e-4)
+    assert_same_parameters(net, reference, rtol=1e-3, atol=2e-4)  # 20 steps of float32 rounding
 
 
 class Small(nn.Module):
@@ -137,8 +142,7 @@ def test_optimizer_matches_torch(name):
     batches = [(x[3 * i:3 * i + 3], y[3 * i:3 * i + 3]) for i in range(3)]
     batches += [(x[3 + 3 * i:6 + 3 * i], y[3 + 3 * i:6 + 3 * i]) for i in range(3)]
     _eager_losses(reference, theirs(reference.parameters()), batches)
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-4, atol=1e-5)
+    assert_same_parameters(model, reference, rtol=1e-4, atol=1e-5)
 
 
 def _torch_lamb(params, grads, state, lr, betas, eps, wd, step):
@@ -168,8 +172,7 @@ def test_lamb_matches_its_definition():
         with torch.no_grad():
             _torch_lamb(params, [p.grad for p in params], state, 0.01, (0.9, 0.999), 1e-8, 0.1,
                         step)
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-4, atol=1e-5)
+    assert_same_parameters(model, reference, rtol=1e-4, atol=1e-5)
 
 
 def test_gradient_accumulation_equals_one_step_on_the_concatenation():
@@ -186,8 +189,7 @@ def test_gradient_accumulation_equals_one_step_on_the_concatenation():
     _, full = reference(x, y)
     full.backward()
     opt.step()
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6)
+    assert_same_parameters(model, reference, rtol=1e-5, atol=1e-6)
 
 
 def test_set_optimizer_changes_the_learning_rate():
@@ -206,8 +208,7 @@ def test_set_optimizer_changes_the_learning_rate():
         scheduler.step()
         eager_scheduler.step()
         training.setOptimizer(optimizer)
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6)
+    assert_same_parameters(model, reference, rtol=1e-5, atol=1e-6)
     with pytest.raises(poptorch.Error, match="momentum"):
         training.setOptimizer(poptorch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5))
 
