@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,11 @@ class Ir:
 
     def dot_checkpoint(self, name: str, save_dir: str | Path | None = None) -> Path:
         """Write the Ir's DOT text to ``<save_dir>/<name>.dot`` (PopXL's name for ``to_dot``);
-        returns the path. ``save_dir`` defaults to the current directory."""
-        path = Path(save_dir or ".") / f"{name}.dot"
+        returns the path. ``save_dir`` defaults to the current directory. ``name`` is data, not a
+        path: characters other than letters, digits and ``_.+=-`` become ``_``, so the file stays
+        in ``save_dir``."""
+        safe = re.sub(r"[^0-9A-Za-z_.+=-]", "_", str(name))
+        path = Path(save_dir or ".") / f"{safe}.dot"
         path.parent.mkdir(parents=True, exist_ok=True)
         self.to_dot(path)
         return path

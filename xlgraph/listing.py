@@ -23,9 +23,19 @@ if TYPE_CHECKING:
     from xlgraph.op import Op
     from xlgraph.tensor import Tensor
 
-__all__ = ["format_listing", "format_ir", "modified_inputs", "graph_dot", "ir_dot", "write_dot"]
+__all__ = ["printable", "format_listing", "format_ir", "modified_inputs", "graph_dot", "ir_dot",
+           "write_dot"]
 
 _SITE_ATTRS = ("graph", "then_graph", "else_graph", "modified", "n_then")
+
+
+def printable(text: str) -> str:
+    """``text`` on one line: characters that are not printable (newlines, NUL, line separators)
+    become their ``repr`` escapes. Names are user text; this is how they reach generated source
+    comments and DOT files as data."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def callee_sites(op: Op) -> Iterator[tuple[Graph, int, set[int]]]:
@@ -130,6 +140,9 @@ def format_ir(ir: Ir) -> str:
 
 # -- Graphviz DOT ------------------------------------------------------------------------------
 def _quote(text: str) -> str:
+    """A DOT string that shows ``text`` as written (see ``printable``), quotes and backslashes
+    escaped."""
+    text = printable(text)
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

@@ -16,11 +16,17 @@ import numpy as np
 
 from xlgraph.ipu.cycles import CycleEstimate
 from xlgraph.ipu.memory import MemoryProfile
+from xlgraph.listing import printable
 
 __all__ = ["ProfileReport"]
 
 _NOTE = ("estimates of the xlgraph IPU model (not measurements: no instruction overheads, "
          "bank conflicts, code loading or host framework time)")
+
+
+def _label(name: str) -> str:
+    """A plot label showing a (user) name as written: one line, ``$`` not read as mathtext."""
+    return printable(name).replace("$", r"\$")
 
 
 class ProfileReport:
@@ -144,7 +150,7 @@ class ProfileReport:
         ax_live.set(title="Liveness: not-always-live bytes (all tiles) per program step",
                     xlabel="step", ylabel="bytes")
         rows = self.cycles.rows[:15][::-1]
-        ax_ops.barh([f"{r.name}" for r in rows], [r.cycles for r in rows])
+        ax_ops.barh([_label(r.name) for r in rows], [r.cycles for r in rows])
         ax_ops.set(title="Estimated cycles per run by op (top 15)", xlabel="cycles")
         ax_ops.tick_params(axis="y", labelsize=7)
         fig.suptitle(f"{self.model.describe()} - estimates, not measurements", fontsize=10)

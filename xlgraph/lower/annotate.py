@@ -1,14 +1,25 @@
 """Comments that make generated source readable: each line's op in the listing's notation, and
-a header that says what the constant and view globals hold."""
+a header that says what the constant and view globals hold.
+
+Names are user text (a variable, a graph, a stream), so they are data here, never code: every
+comment goes through ``comment``, which escapes what is not printable (newlines, NUL, line
+separators) as ``repr`` does (``listing.printable``). The real names stay on the ops
+(``CompiledStep.line_ops``), which errors and listings use.
+"""
 
 from __future__ import annotations
 
 import re
 
-from xlgraph.listing import op_text
+from xlgraph.listing import op_text, printable
 from xlgraph.op import Op
 
-__all__ = ["op_comment", "tensor_text", "header"]
+__all__ = ["comment", "op_comment", "tensor_text", "header"]
+
+
+def comment(text: str) -> str:
+    """``# text`` with every non-printable character escaped: one line whatever ``text`` holds."""
+    return f"# {printable(text)}"
 
 
 def _where(op: Op) -> str:
@@ -36,5 +47,5 @@ def header(lines: list[str], globals_made: dict[str, str]) -> list[str]:
     used = set(re.findall(r"\b[cv]\d+\b", "\n".join(lines)))
     for name in sorted(used & set(globals_made), key=lambda n: (n[0], int(n[1:]))):
         kind = "constant" if name[0] == "c" else "view"
-        out.append(f"# {kind} {name} = {globals_made[name]}")
+        out.append(comment(f"{kind} {name} = {globals_made[name]}"))
     return [*out, ""]

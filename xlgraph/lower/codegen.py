@@ -9,10 +9,16 @@ steps whose source is a global emit no code at all.
 The source explains itself: a line that runs an op ends with a comment naming the op and its IR
 tensors (``# %y:f32[8,32] = matmul %x %W``, prefixed by the subgraph's name when the op was
 inlined from one), and a header lists the constants and the views of fixed arrays it uses.
+
+User text never becomes code: names reach the source only inside comments, escaped by
+``annotate.comment``; string attributes appear as ``repr`` literals; attribute names that are not
+plain identifiers are passed as a bound dict. No line of the source may hold a character that is
+not printable (checked before it is compiled), so a name can never end a line and start code.
 """
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,16 +97,19 @@ class _Writer:
         self.globals_made: dict[str, str] = {}  # constant and view globals -> what they hold
 
     # -- naming --------------------------------------------------------------------------------
-    def emit(self, indent: int, text: str, op: Op | None = None) -> None:
-        if op is not None:
-            text = f"{text}  # {annotate.op_comment(op)}"
+    def emit(self, indent: int, text: str, op: Op | None = None, note: str | None = None) -> None:
+        """Append a line; its comment is ``note`` or else ``op``'s listing line (escaped)."""
+        if note is None and op is not None:
+            note = annotate.op_comment(op)
+        if note is not None:
+            text = f"{text}  {annotate.comment(note)}"
         self.lines.append("    " * indent + text)
         if op is not None:
             self.line_ops[len(self.lines)] = op
 
     def bind_global(self, prefix: str, value: Any) -> str:
         """A deterministic global name for ``value`` (functions are shared by name)."""
-        base = re.sub(r"\W", "_", prefix)
+        base = re.sub(r"[^0-9A-Za-z_]", "_", prefix)
         name, i = base, 0
         while name in self.namespace and self.namespace[name] is not value:
             i += 1
@@ -109,6 +118,8 @@ class _Writer:
         return name
 
     def attr_text(self, attrs: dict[str, Any]) -> str:
+        if not all(k.isidentifier() and k.isascii() and not keyword.iskeyword(k) for k in attrs):
+            return f", **{self.bind_global('attrs', attrs)}"
         parts = []
         for k, v in attrs.items():
             text = repr(v) if _is_literal(v) else self.bind_global(f"a_{k}", v)
@@ -381,7 +392,8 @@ class _Writer:
         self.emit(0, "def step(IN, OUT, V, N):")
         if self.program.variable_slots:
             names = ", ".join(f"%{v.name}" for v in self.program.variable_slots.values())
-            self.emit(1, f"{''.join(f'w{v}, ' for v in self.program.variable_slots)}= V  # {names}")
+            slots = "".join(f"w{v}, " for v in self.program.variable_slots)
+            self.emit(1, f"{slots}= V", note=names)
         if self.swaps:
             self.emit(1, f"{''.join(f'n{v}, ' for v in sorted(self.swaps.values()))}= N")
         for counter in self.counters:
@@ -391,6 +403,9 @@ class _Writer:
         self.emit(1, "return None")
         header = annotate.header(self.lines, self.globals_made)
         self.line_ops = {line + len(header): op for line, op in self.line_ops.items()}
+        if not all(line.isprintable() for line in header + self.lines):
+            raise AssertionError("a generated line holds a line break or another non-printable "
+                                 "character: a name reached it unescaped (please report this)")
         return "\n".join(header + self.lines) + "\n"
 
 
@@ -410,7 +425,7 @@ def generate(program: Program, plans: dict[Program | Function, Plan],
     source = writer.source()
     code = compile(source, _FILENAME, "exec")
     namespace = writer.namespace
-    exec(code, namespace)  # noqa: S102 - the source is generated from the Ir, not user text
+    exec(code, namespace)  # noqa: S102 - generated from the Ir; names only in escaped comments
     return CompiledStep(namespace["step"], source, writer.line_ops)
 
 
