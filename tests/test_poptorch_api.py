@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -105,11 +107,27 @@ def test_dataloader_batch_arithmetic():
 
 def test_wrong_batch_sizes_are_refused():
     model = poptorch.inferenceModel(Small(), poptorch.Options().deviceIterations(4))
-    with pytest.raises(AssertionError, match="Invalid batch dimension"):
+    with pytest.raises(poptorch.Error, match="Invalid batch dimension"):
         model(torch.randn(6, 6))
     model(torch.randn(8, 6))
     with pytest.raises(poptorch.Error, match="Shape mismatch"):
         model(torch.randn(12, 6))
+
+
+def test_batch_checks_hold_under_python_optimise():
+    """The checks are real checks: ``python -O`` (which drops asserts) keeps them."""
+    code = ("import torch, xlgraph.poptorch as poptorch\n"
+            "m = poptorch.inferenceModel(torch.nn.Linear(6, 2), poptorch.Options()"
+            ".deviceIterations(4))\n"
+            "for call in (lambda: m(torch.randn(6, 6)), lambda: poptorch.DataLoader(None, [])):\n"
+            "    try:\n        call()\n    except (poptorch.Error, TypeError) as e:\n"
+            "        print(type(e).__name__, e)\n")
+    result = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith("Error Invalid batch dimension")
+    assert lines[1].startswith("TypeError poptorch.DataLoader needs a poptorch.Options")
 
 
 def test_weights_sync_to_the_torch_module_and_back(tmp_path):

@@ -52,8 +52,9 @@ class Network(nn.Layer):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = common.make_parser("PopTorch MNIST CNN demo in xlgraph", "cnn")
-    common.add_arguments(parser, batch_size=8, lr=0.03, epochs=10)
+    parser = common.make_parser("PopTorch MNIST CNN demo in xlgraph", "cnn", epochs=10,
+                                batch_size=8)
+    common.add_arguments(parser, lr=0.03)
     return parser.parse_args(argv)
 
 

@@ -7,30 +7,29 @@ import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import cli
 import numpy as np
 import plots
-from tqdm import tqdm
 
 import xlgraph
 from xlgraph import checkpoint, nn, training
 from xlgraph.data import DataLoader
 from xlgraph.datasets import normalize
 from xlgraph.optim import Optimizer
+from xlgraph.progress import tqdm
 
 IMAGE = (1, 28, 28)
 IPU = xlgraph.IPUModel.full()  # the CNNs' activations need a whole chip, not 4 tiles
 
 
-def make_parser(description: str, example: str) -> argparse.ArgumentParser:
-    """A parser whose ``--help`` shows defaults, with ``--output-dir`` (``runs/<example>``)."""
-    parser = argparse.ArgumentParser(description=description,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--output-dir", type=Path, default=Path("runs") / example,
-                        help="where the plots (and saved weights) are written")
+def make_parser(description: str, example: str, *, epochs: int,
+                batch_size: int) -> argparse.ArgumentParser:
+    """The shared command line (``cli.make_parser``) plus ``--test-batch-size`` and ``--report``."""
+    parser = cli.make_parser(example, description, epochs=epochs, batch_size=batch_size)
+    parser.add_argument("--test-batch-size", type=int, default=80, help="test batch size")
     parser.add_argument("--report", action="store_true",
                         help="print the IPU model's memory and cycle estimates of the training "
                              "program at the end")
@@ -54,14 +53,15 @@ def require(module: str, what: str, install: str) -> ModuleType:
 class Progress:
     """A tqdm bar over batches that redraws at most twice a second.
 
-    It stays silent when stderr is not a terminal (``disable=None``), so a redirected run logs
-    no redraws, and ``advance`` averages the loss shown only when the bar is about to redraw.
+    It stays silent when stderr is not a terminal or ``XLGRAPH_PROGRESS=0``
+    (``xlgraph.progress``), so a redirected run logs no redraws, and ``advance`` averages the
+    loss shown only when the bar is about to redraw.
     """
 
     INTERVAL = 0.5
 
     def __init__(self, total_batches: int, desc: str) -> None:
-        self.bar = tqdm(total=total_batches, desc=desc, unit="batch", disable=None,
+        self.bar = tqdm(total=total_batches, desc=desc, unit="batch",
                         mininterval=self.INTERVAL)
         self._next_postfix = 0.0
         self._last: np.ndarray | None = None
@@ -88,27 +88,20 @@ class Progress:
         self.bar.close()
 
 
-def add_arguments(parser: argparse.ArgumentParser, *, batch_size: int, lr: float,
-                  epochs: int) -> None:
-    """The flags both examples share, with each example's defaults."""
-    parser.add_argument("--batch-size", type=int, default=batch_size, help="training batch size")
-    parser.add_argument("--test-batch-size", type=int, default=80, help="test batch size")
-    parser.add_argument("--epochs", type=int, default=epochs, help="training epochs")
+def add_arguments(parser: argparse.ArgumentParser, *, lr: float) -> None:
+    """The flags both CNN examples share, with each example's learning rate."""
     parser.add_argument("--lr", type=float, default=lr, help="SGD learning rate")
     parser.add_argument("--device-iterations", type=int, default=50,
                         help="training steps per Session.run (ir.num_host_transfers)")
     parser.add_argument("--limit-nbatches", type=int, default=None,
                         help="use only this many batches for training and for testing")
-    parser.add_argument("--datasets-dir", default=None,
-                        help="where the IDX files are (unset: $XLGRAPH_DATASETS or "
-                             "~/.torch/datasets)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, shuffling, dropout")
 
 
 def load_split(load: Callable[..., tuple[np.ndarray, np.ndarray]], mean: float, std: float,
                opts: argparse.Namespace, train: bool) -> tuple[np.ndarray, np.ndarray]:
     """Normalised ``(N, 1, 28, 28)`` float32 images and int32 labels of one split."""
-    images, labels = load(opts.datasets_dir, train=train)
+    images, labels = load(opts.data_dir, train=train)
     if opts.limit_nbatches:
         keep = opts.limit_nbatches * (opts.batch_size if train else opts.test_batch_size)
         images, labels = images[:keep], labels[:keep]

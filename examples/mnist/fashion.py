@@ -68,6 +68,8 @@ def report(matrix: np.ndarray) -> str:
 def load_image(path: str | Path) -> np.ndarray:
     """A grayscale 28x28 uint8 image, inverted when its background is light (needs Pillow)."""
     common.require("PIL", "--predict", "pip install 'xlgraph[image]'")
+    if not Path(path).is_file():
+        raise SystemExit(f"no image at {path}: pass --predict an image file")
     from PIL import Image, ImageOps
     img = Image.open(path).convert("L").resize((28, 28))
     pixels = np.asarray(img)
@@ -94,8 +96,9 @@ def predict(image_path: str | Path, weights: str | Path) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = common.make_parser("Introduction to PopTorch, in xlgraph", "fashion")
-    common.add_arguments(parser, batch_size=16, lr=0.001, epochs=5)
+    parser = common.make_parser("Introduction to PopTorch, in xlgraph", "fashion", epochs=5,
+                                batch_size=16)
+    common.add_arguments(parser, lr=0.001)
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     parser.add_argument("--weights", default=None,
                         help="weights for --predict (unset: OUTPUT_DIR/fashion_weights.npz)")

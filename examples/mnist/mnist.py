@@ -57,11 +57,10 @@ class Timer:
         return timed
 
 
-def _torchvision_split(datasets_dir: str, train: bool) -> tuple[np.ndarray, np.ndarray]:
+def _torchvision_split(data_dir: str, train: bool) -> tuple[np.ndarray, np.ndarray]:
     torchvision = common.require("torchvision", "--data-source torchvision",
                                  "pip install torchvision, or use --data-source xlgraph")
-    root = datasets_dir or os.path.expanduser("~/.torch/datasets")
-    ds = torchvision.datasets.MNIST(root, train=train, download=True)
+    ds = torchvision.datasets.MNIST(os.path.expanduser(data_dir), train=train, download=True)
     return ds.data.numpy(), ds.targets.numpy()
 
 
@@ -76,9 +75,9 @@ def get_mnist_data(opts: argparse.Namespace) -> tuple[DataLoader, DataLoader]:
     train_batch = opts.batch_size * opts.replication_factor  # one batch per replica
     for train, batch in ((True, train_batch), (False, opts.test_batch_size)):
         if opts.data_source == "torchvision":
-            images, labels = _torchvision_split(opts.datasets_dir, train)
+            images, labels = _torchvision_split(opts.data_dir, train)
         else:
-            images, labels = load_mnist(opts.datasets_dir, train=train)
+            images, labels = load_mnist(opts.data_dir, train=train)
         if opts.limit_nbatches:
             keep = batch * opts.limit_nbatches
             images, labels = images[:keep], labels[:keep]
@@ -286,19 +285,14 @@ def test(opts: argparse.Namespace, test_loader: DataLoader,
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = common.make_parser("MNIST training in xlgraph (PopXL tutorial)", "mnist")
-    parser.add_argument("--batch-size", type=int, default=8, help="training batch size")
-    parser.add_argument("--test-batch-size", type=int, default=80, help="test batch size")
-    parser.add_argument("--epochs", type=int, default=1, help="training epochs")
+    parser = common.make_parser("MNIST training in xlgraph (PopXL tutorial)", "mnist", epochs=1,
+                                batch_size=8)
     parser.add_argument("--lr", type=float, default=0.005, help="SGD learning rate")
     parser.add_argument("--device-iterations", type=int, default=1,
                         help="training steps per Session.run (ir.num_host_transfers, a device "
                              "loop; seed 000 uses 50)")
     parser.add_argument("--limit-nbatches", type=int, default=None,
                         help="use only this many batches for training and for testing")
-    parser.add_argument("--datasets-dir", default=None,
-                        help="where the MNIST IDX files are (unset: $XLGRAPH_DATASETS or "
-                             "~/.torch/datasets)")
     parser.add_argument("--data-source", choices=("xlgraph", "torchvision"), default="xlgraph",
                         help="offline xlgraph.datasets or torchvision")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and shuffling")

@@ -1,12 +1,28 @@
 # ruff: noqa  (the tutorial's code is kept verbatim)
-"""The "Introduction to PopTorch" Fashion-MNIST walkthrough (seed 001), unchanged but for imports.
+"""The "Introduction to PopTorch" Fashion-MNIST walkthrough (seed 001), unchanged but for its
+imports, its command line and where it writes.
 
 ``import poptorch`` became ``import xlgraph.poptorch as poptorch``; ``torchvision`` and
 ``sklearn.metrics`` fall back to ``xlgraph.vision`` and ``xlgraph.vision.metrics`` when they are
-not installed. Run it in a directory with ``images/trousers.jpg`` (the tutorial's own image);
-it writes ``sample_images.png``, ``classifier.pth``, ``confusion_matrix.png`` and
-``image_before_after.png`` there. Data: ``~/.torch/datasets/FashionMNIST/raw``.
+not installed, and tqdm comes from ``xlgraph.progress`` (bars only on a terminal). The files the
+tutorial writes in the working directory (``sample_images.png``, ``classifier.pth``,
+``confusion_matrix.png``, ``image_before_after.png``) go to ``--output-dir``. The last part
+classifies the tutorial's own photo, ``--image`` (``images/trousers.jpg``); when that file is
+absent it is skipped with one line. Run: ``python examples/mnist/poptorch_fashion.py``.
 """
+
+import os
+
+import cli
+
+parser = cli.make_parser("poptorch_fashion",
+                         "Introduction to PopTorch (Fashion-MNIST) on xlgraph.poptorch",
+                         epochs=5, batch_size=16)
+parser.add_argument("--image", default=os.path.join("images", "trousers.jpg"),
+                    help="photo to classify after training (skipped when absent)")
+args = parser.parse_args()
+os.makedirs(args.output_dir, exist_ok=True)
+output_dir = str(args.output_dir)
 
 import torch
 import xlgraph.poptorch as poptorch
@@ -16,7 +32,7 @@ except ImportError:  # torchvision is not installed: xlgraph's stand-in
     import xlgraph.vision as torchvision
 import torch.nn as nn
 import matplotlib.pyplot as plt
-from tqdm import tqdm
+from xlgraph.progress import tqdm
 
 # Set torch random seed for reproducibility
 torch.manual_seed(42)
@@ -29,11 +45,11 @@ transform = torchvision.transforms.Compose(
 )
 
 train_dataset = torchvision.datasets.FashionMNIST(
-    "~/.torch/datasets", transform=transform, download=True, train=True
+    args.data_dir, transform=transform, download=True, train=True
 )
 
 test_dataset = torchvision.datasets.FashionMNIST(
-    "~/.torch/datasets", transform=transform, download=True, train=False
+    args.data_dir, transform=transform, download=True, train=False
 )
 
 classes = (
@@ -58,7 +74,7 @@ for i, (image, label) in enumerate(train_dataset):
     ax.set_title(classes[label])
     plt.imshow(image[0])
 
-plt.savefig("sample_images.png")
+plt.savefig(os.path.join(output_dir, "sample_images.png"))
 
 class ClassificationModel(nn.Module):
     def __init__(self):
@@ -92,14 +108,14 @@ model.train()
 opts = poptorch.Options()
 
 train_dataloader = poptorch.DataLoader(
-    opts, train_dataset, batch_size=16, shuffle=True, num_workers=20
+    opts, train_dataset, batch_size=args.batch_size, shuffle=True, num_workers=20
 )
 
 optimizer = poptorch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
 
 poptorch_model = poptorch.trainingModel(model, options=opts, optimizer=optimizer)
 
-epochs = 5
+epochs = args.epochs
 for epoch in tqdm(range(epochs), desc="epochs"):
     total_loss = 0.0
     for data, labels in tqdm(train_dataloader, desc="batches", leave=False):
@@ -108,7 +124,7 @@ for epoch in tqdm(range(epochs), desc="epochs"):
 
 poptorch_model.detachFromDevice()
 
-torch.save(model.state_dict(), "classifier.pth")
+torch.save(model.state_dict(), os.path.join(output_dir, "classifier.pth"))
 
 model = model.eval()
 
@@ -134,17 +150,21 @@ cm_plot = ConfusionMatrixDisplay(cm, display_labels=classes).plot(
     xticks_rotation="vertical"
 )
 
-cm_plot.figure_.savefig("confusion_matrix.png")
+cm_plot.figure_.savefig(os.path.join(output_dir, "confusion_matrix.png"))
 
 model = ClassificationModel()
-model.load_state_dict(torch.load("classifier.pth"))
+model.load_state_dict(torch.load(os.path.join(output_dir, "classifier.pth")))
 model.eval()
 
 poptorch_model = poptorch.inferenceModel(model, options=poptorch.Options())
 
 from PIL import Image, ImageOps
 
-img = Image.open("images/trousers.jpg").resize((28, 28))
+if not os.path.isfile(args.image):
+    print(f"{args.image} not found: skipped classifying it (pass --image PATH)")
+    raise SystemExit(0)
+
+img = Image.open(args.image).resize((28, 28))
 img = ImageOps.grayscale(img)
 
 if img.getpixel((1, 1)) > 200:
@@ -160,13 +180,13 @@ transform = torchvision.transforms.Compose(
 img_tensor = transform(img)
 
 f, ax = plt.subplots(1, 2)
-ax[0].imshow(Image.open("images/trousers.jpg"))
+ax[0].imshow(Image.open(args.image))
 ax[0].set_title("Original image")
 img_transform = torchvision.transforms.ToPILImage()
 ax[1].imshow((img_transform(img_tensor)).convert("RGBA"))
 ax[1].set_title("Transformed image")
 
-plt.savefig("image_before_after.png")
+plt.savefig(os.path.join(output_dir, "image_before_after.png"))
 
 img_tensor = img_tensor.unsqueeze(0)
 
@@ -180,7 +200,7 @@ poptorch_model.detachFromDevice()
 print("IPU predicted class:", classes[prediction_idx])
 
 model = ClassificationModel()
-model.load_state_dict(torch.load("classifier.pth"))
+model.load_state_dict(torch.load(os.path.join(output_dir, "classifier.pth")))
 model.eval()
 
 output = model(img_tensor)

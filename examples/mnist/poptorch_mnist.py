@@ -1,32 +1,44 @@
 # ruff: noqa  (the tutorial's code is kept verbatim)
-"""The PopTorch MNIST training demo (seed 000), unchanged but for its import lines.
+"""The PopTorch MNIST training demo (seed 000), unchanged but for its import lines and its
+command line.
 
-``import poptorch`` became ``import xlgraph.poptorch as poptorch``, and ``torchvision`` falls back
-to ``xlgraph.vision`` when it is not installed. The code cells follow in the tutorial's order;
-the notebook's bare expression ``print(model_with_loss)`` is kept.
-Run: ``python examples/mnist/poptorch_mnist.py`` (data in ``~/.torch/datasets/MNIST/raw``).
+``import poptorch`` became ``import xlgraph.poptorch as poptorch``, ``torchvision`` falls back
+to ``xlgraph.vision`` when it is not installed, and tqdm comes from ``xlgraph.progress`` (bars
+only on a terminal). The tutorial's settings are flags (``--help`` lists them with their
+defaults); the code cells follow in the tutorial's order, and the notebook's bare expression
+``print(model_with_loss)`` is kept. Run: ``python examples/mnist/poptorch_mnist.py``.
 """
 
+import cli
+
+parser = cli.make_parser("poptorch_mnist", "The PopTorch MNIST training demo on xlgraph.poptorch",
+                         epochs=10, batch_size=8)
+parser.add_argument("--learning-rate", type=float, default=0.03, help="SGD learning rate")
+parser.add_argument("--test-batch-size", type=int, default=80, help="test batch size")
+parser.add_argument("--device-iterations", type=int, default=50,
+                    help="batches per step (each DataLoader item holds batch-size x this)")
+args = parser.parse_args()
+
 # Learning rate.
-learning_rate = 0.03
+learning_rate = args.learning_rate
 
 # Number of epochs to train.
-epochs = 10
+epochs = args.epochs
 
 # Batch size for training.
-batch_size = 8
+batch_size = args.batch_size
 
 # Batch size for testing.
-test_batch_size = 80
+test_batch_size = args.test_batch_size
 
 # Device iteration - batches per step. Number of iterations the device should
 # run over the data before returning to the user.
 # This is equivalent to running the IPU in a loop over that the specified
 # number of iterations, with a new batch of data each time. However, increasing
 # deviceIterations is more efficient because the loop runs on the IPU directly.
-device_iterations = 50
+device_iterations = args.device_iterations
 
-from tqdm.auto import tqdm
+from xlgraph.progress import tqdm
 import torch
 import torch.nn as nn
 try:
@@ -36,7 +48,7 @@ except ImportError:  # torchvision is not installed: xlgraph's stand-in
 import xlgraph.poptorch as poptorch
 import torch.optim as optim
 
-local_dataset_path = '~/.torch/datasets'
+local_dataset_path = args.data_dir
 
 transform_mnist = torchvision.transforms.Compose(
     [

@@ -7,16 +7,18 @@ The seed shows this script as diffs against ``pytorch_gpu.py``; it is assembled 
 an ``inferenceModel`` evaluation printing ``Eval accuracy``. The diffs do not show the test
 loader; it takes batches of 32 as in the PopTorch introduction (seed 001) whose model this is.
 The batch size matters here: ``LogSoftmax(dim=0)`` normalises each class over the batch. Only
-the import lines differ from PopTorch: ``xlgraph.poptorch`` and, without torchvision,
-``xlgraph.vision``.
-Data: ``../datasets/FashionMNIST/raw`` relative to the working directory, as in the seed.
+the import lines differ from PopTorch: ``xlgraph.poptorch``, without torchvision
+``xlgraph.vision``, and tqdm from ``xlgraph.progress`` (bars only on a terminal); and the
+settings are flags (``--help``). The seed reads ``../datasets``; ``--data-dir`` defaults to the
+root every example shares. The script writes no file.
 """
 
+import cli
 import torch
 import torch.nn as nn
-from tqdm import tqdm
 
 import xlgraph.poptorch as poptorch
+from xlgraph.progress import tqdm
 
 try:
     import torchvision
@@ -61,6 +63,11 @@ class ModelwithLoss(nn.Module):
 
 
 if __name__ == "__main__":
+    parser = cli.make_parser("poptorch_port", "Running PyTorch on IPU: the ported GPU script",
+                             epochs=5, batch_size=16)
+    parser.add_argument("--test-batch-size", type=int, default=32, help="test batch size")
+    args = parser.parse_args()
+
     opts = poptorch.Options()
 
     transform = torchvision.transforms.Compose([
@@ -68,14 +75,14 @@ if __name__ == "__main__":
         torchvision.transforms.Normalize((0.5,), (0.5,)),
     ])
     train_dataset = torchvision.datasets.FashionMNIST(
-        "../datasets", transform=transform, download=True, train=True)
+        args.data_dir, transform=transform, download=True, train=True)
     test_dataset = torchvision.datasets.FashionMNIST(
-        "../datasets", transform=transform, download=True, train=False)
+        args.data_dir, transform=transform, download=True, train=False)
     train_dataloader = poptorch.DataLoader(opts,
                                            train_dataset,
-                                           batch_size=16,
+                                           batch_size=args.batch_size,
                                            shuffle=True)
-    test_dataloader = poptorch.DataLoader(opts, test_dataset, batch_size=32)
+    test_dataloader = poptorch.DataLoader(opts, test_dataset, batch_size=args.test_batch_size)
 
     criterion = nn.CrossEntropyLoss()
     model = ClassificationModel()
@@ -86,7 +93,7 @@ if __name__ == "__main__":
                                             options=opts,
                                             optimizer=optimizer)
 
-    epochs = 5
+    epochs = args.epochs
     for epoch in range(1, epochs + 1):
         bar = tqdm(train_dataloader, desc=f"[Epoch {epoch:02d}]")
         for data, labels in bar:

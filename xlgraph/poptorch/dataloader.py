@@ -31,7 +31,9 @@ class DataLoader(torch.utils.data.DataLoader):
                  auto_distributed_partitioning: bool = True,
                  mode: DataLoaderMode = DataLoaderMode.Sync, async_options: Any = None,
                  rebatched_worker_size: int | None = None, **kwargs: Any) -> None:
-        assert isinstance(options, Options), "poptorch.DataLoader needs a poptorch.Options"
+        if not isinstance(options, Options):
+            raise TypeError(f"poptorch.DataLoader needs a poptorch.Options as its first argument, "
+                            f"got {type(options).__name__}")
         options.freeze()
         self.options = options
         self.combinedBatchSize = (batch_size * options.device_iterations  # noqa: N815

@@ -130,10 +130,11 @@ class PoplarExecutor:
     def _micro_batch(self, name: str, t: torch.Tensor) -> torch.Tensor:
         steps = self._steps * self._replicas
         size = t.shape[0] if t.dim() else "none"
-        assert t.dim() > 0 and t.shape[0] % steps == 0 and t.shape[0] >= steps, (
-            f"Invalid batch dimension: in the input {name}, the batch dimension ({size}) must "
-            f"be a multiple of device iterations x replication factor x gradient accumulation "
-            f"({steps})")
+        if not (t.dim() > 0 and t.shape[0] % steps == 0 and t.shape[0] >= steps):
+            raise Error(
+                f"Invalid batch dimension: in the input {name}, the batch dimension ({size}) must "
+                f"be a multiple of device iterations x replication factor x gradient accumulation "
+                f"({steps})")
         return t[: t.shape[0] // steps]
 
     def _compile(self, args: dict[str, Any]) -> None:
@@ -210,6 +211,9 @@ class PoplarExecutor:
         out = compiled.session.run(feeds)
         if self.training:
             compiled.sync.host_stale = True
+            # the device stepped the optimizer: flag it as optimizer.step() does, so torch's LR
+            # schedulers know the step came before theirs
+            self._optimizer._opt_called = True
         mode = self.options.resolved_output_mode(self.training)
         period = self.options.output_return_period
         results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,

@@ -7,7 +7,7 @@ from typing import Any
 
 from xlgraph.errors import AutodiffError
 from xlgraph.graph import Graph
-from xlgraph.op import Op
+from xlgraph.op import REGISTRY, Op
 from xlgraph.ops.call import CallSiteInfo, call, call_with_info
 from xlgraph.ops.control import branch_of, conditional
 from xlgraph.tensor import Constant, Tensor, constant, graph_input, graph_output
@@ -176,8 +176,19 @@ def _check_differentiable(graph: Graph) -> None:
         if op.defn.modifies_input:
             raise AutodiffError(
                 f"The graph {graph.name!r} contains a modifying op {op.describe()}; autodiff "
-                f"cannot differentiate graphs that modify tensors in place"
+                f"cannot differentiate graphs that modify tensors in place. Fix: {_fix(op)}"
             )
+
+
+def _fix(op: Op) -> str:
+    """How to avoid the in-place ``op`` (its out-of-place twin when there is one)."""
+    name = op.defn.name
+    twin = name.rstrip("_")
+    use = (f"use ops.{twin}(...), which returns a new tensor, instead of ops.{name}(...)"
+           if twin != name and twin in REGISTRY and not REGISTRY[twin].modifies_input
+           else "compute a new tensor instead of changing one in place")
+    return (f"{use} inside the graph you differentiate, and apply in-place updates (such as "
+            f"optimiser steps) in the calling graph, after the gradient call")
 
 
 def _add_forward_output(graph: Graph, t: Tensor) -> None:
