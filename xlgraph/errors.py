@@ -12,6 +12,7 @@ __all__ = [
     "DTypeError",
     "GraphMismatchError",
     "CallInputError",
+    "CallCycleError",
     "StreamInputError",
     "NotAttachedError",
     "UnsupportedDeviceError",
@@ -50,6 +51,10 @@ class GraphMismatchError(XlgraphError, ValueError):
 
 class CallInputError(XlgraphError, ValueError):
     """A call site gave missing, duplicate, unknown or foreign inputs."""
+
+
+class CallCycleError(XlgraphError, ValueError):
+    """A call, repeat or conditional would make a graph call itself (directly or through others)."""
 
 
 class StreamInputError(XlgraphError, ValueError):

@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from xlgraph.errors import LimitError
+from xlgraph.errors import CallCycleError, LimitError
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
 from xlgraph.lower.program import Step
@@ -33,6 +33,7 @@ _saved_limit = 0
 def graph_depth(ir: Ir) -> int:
     """Levels of graphs below and including the main graph (1 when nothing is called)."""
     depth: dict[Graph, int] = {}
+    path: list[Graph] = []  # the graphs being measured, each calling the next
     stack: list[tuple[Graph, bool]] = [(ir.main_graph, False)]
     while stack:
         graph, callees_done = stack.pop()
@@ -41,10 +42,22 @@ def graph_depth(ir: Ir) -> int:
         callees = [g for op in graph.ops for g in op.called_graphs]
         if callees_done:
             depth[graph] = 1 + max((depth[g] for g in callees), default=0)
+            path.pop()
+        elif graph in path:  # ``ops.call`` refuses cycles; this catches ops built otherwise
+            cycle = [*path[path.index(graph):], graph]
+            hops = "; ".join(_hop(a, b) for a, b in zip(cycle, cycle[1:]))
+            raise CallCycleError(f"the program's graphs call each other in a cycle: {hops}. A "
+                                 f"graph cannot call itself, directly or through other graphs")
         else:
+            path.append(graph)
             stack.append((graph, True))
             stack.extend((g, False) for g in callees if g not in depth)
     return depth[ir.main_graph]
+
+
+def _hop(caller: Graph, callee: Graph) -> str:
+    op = next(op for op in caller.ops if callee in op.called_graphs)
+    return f"{caller.name!r} calls {callee.name!r} ({op.defn.name} at {op.created_at})"
 
 
 def check_depth(ir: Ir) -> int:

@@ -13,7 +13,9 @@ import numpy as np
 from xlgraph.context import get_current_graph
 from xlgraph.errors import (
     AutodiffError,
+    CallCycleError,
     CallInputError,
+    GraphMismatchError,
     ShapeError,
     user_source_line,
     whole_number,
@@ -238,10 +240,59 @@ def _bind_inputs(graph: Graph, inputs: Sequence[Any],
     return bound
 
 
+def _call_path(top: Graph, bottom: Graph) -> list[Op] | None:
+    """The call sites by which ``top`` reaches ``bottom`` (``[]`` when they are one graph), or
+    None. Walks up from ``bottom`` through ``call_sites``, which is short while graphs are built
+    bottom-up (a new graph has no callers yet)."""
+    if top is bottom:
+        return []
+    via: dict[Graph, tuple[Op, Graph]] = {}
+    stack = [bottom]
+    while stack:
+        g = stack.pop()
+        for op in g.call_sites:
+            caller = op.graph
+            if caller in via or caller is bottom:
+                continue
+            via[caller] = (op, g)
+            if caller is top:
+                path, cur = [], top
+                while cur is not bottom:
+                    op, cur = via[cur]
+                    path.append(op)
+                return path
+            stack.append(caller)
+    return None
+
+
+def check_callees(op_name: str, callees: Sequence[Graph]) -> None:
+    """Refuse a call site in the current graph of a graph of another Ir, or of a graph that
+    calls the current graph (a cycle would never end): the error names the cycle's graphs and
+    the user lines of its call sites."""
+    parent, where = get_current_graph(), user_source_line()
+    for callee in callees:
+        if callee.ir is not parent.ir:
+            raise GraphMismatchError(
+                f"{op_name} of {callee.name!r}: that graph belongs to another Ir than the calling "
+                f"graph {parent.name!r}; build the graphs of one program in one Ir [at {where}]")
+        path = _call_path(callee, parent)
+        if path is not None:
+            steps = [f"{parent.name!r} calls {callee.name!r} here"]
+            for i, op in enumerate(path):
+                target = path[i + 1].graph if i + 1 < len(path) else parent
+                steps.append(f"{op.graph.name!r} calls {target.name!r} ({op.defn.name} at "
+                             f"{op.created_at})")
+            raise CallCycleError(
+                f"{op_name} of {callee.name!r} in graph {parent.name!r} would make a call cycle: "
+                f"{'; '.join(steps)}. A graph cannot call itself, directly or through other "
+                f"graphs [at {where}]")
+
+
 def _site(defn: OpDef, graph: Graph, inputs: Sequence[Any],
           inputs_dict: Mapping[Tensor, Any] | None, **attrs: Any) -> CallSiteInfo:
     if not isinstance(graph, Graph) or graph.is_main:
         raise TypeError(f"{defn.name} expects a subgraph, got {graph!r}")
+    check_callees(defn.name, [graph])
     bound = _bind_inputs(graph, inputs, inputs_dict)
     op = site_op(apply(defn, bound, {"graph": graph, **attrs, "modified": set()}))
     graph.call_sites.append(op)

@@ -17,7 +17,7 @@ from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.graph import Graph
 from xlgraph.op import Op, OpDef, apply, explained, register
-from xlgraph.ops.call import SiteInfo, _bind_inputs, site_op
+from xlgraph.ops.call import SiteInfo, _bind_inputs, check_callees, site_op
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
 __all__ = ["conditional", "conditional_with_info", "ConditionalSiteInfo"]
@@ -171,6 +171,7 @@ def conditional_with_info(
     """
     then_branch = _check_branch(then_branch, "then_branch")
     else_branch = _check_branch(else_branch, "else_branch")
+    check_callees("conditional", [then_branch, else_branch])
     if not isinstance(cond, Tensor):
         cond = constant(np.asarray(cond, np.bool_), dtypes.bool)
     then_bound = _bind_inputs(then_branch, then_inputs or (), then_inputs_dict)
