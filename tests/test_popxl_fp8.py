@@ -77,9 +77,10 @@ def _fp8_program(dt, scale: int, nan_on_overflow: bool):
         f8_s = popxl.d2h_stream((6,), dt, "f8")
         back_s = popxl.d2h_stream((6,), popxl.float32, "back")
         log2 = popxl.variable(np.int32(scale), name="log2_scale")
-        f8 = ops.pow2scale_cast_to_fp8(ops.host_load(x_s), dt, log2, nan_on_overflow)
+        f8 = ops.pow2scale_cast_to_fp8(ops.host_load(x_s), log2, dt,
+                                       nan_on_overflow=nan_on_overflow)
         ops.host_store(f8_s, f8)
-        ops.host_store(back_s, ops.pow2scale_cast_from_fp8(f8, popxl.float32, -log2))
+        ops.host_store(back_s, ops.pow2scale_cast_from_fp8(f8, -log2, popxl.float32))
     return ir, x_s, f8_s, back_s
 
 

@@ -86,15 +86,15 @@ gir = get_ir
 
 
 @contextlib.contextmanager
-def in_sequence(enabled: bool = True) -> Iterator[None]:
+def in_sequence(mode: bool | str = True) -> Iterator[None]:
     """Ops created inside run in creation order.
 
     Without it only data dependencies order ops, and two unordered in-place ops touching one tensor
     are reported when the Session is created.
     """
-    if enabled is None or not isinstance(enabled, bool | str):
-        raise TypeError(f"in_sequence expects True, False or 'pass', got {enabled!r}")
-    _ctx.sequence.append((enabled, next(_region_ids)))
+    if mode is None or not isinstance(mode, bool | str):
+        raise TypeError(f"in_sequence expects True, False or 'pass', got {mode!r}")
+    _ctx.sequence.append((mode, next(_region_ids)))
     try:
         yield
     finally:

@@ -119,6 +119,11 @@ class dtype:  # noqa: N801 - PopXL's public name
             raise ValueError(f"unknown dtype name {name!r}; known: {sorted(cls._by_name)}")
         return cls._by_name[name]
 
+    @classmethod
+    def as_dtype(cls, type_value: Any) -> dtype:
+        """``popxl.dtype.as_dtype(np.float32)``: the module function ``as_dtype``."""
+        return as_dtype(type_value)
+
     def __repr__(self) -> str:
         return f"xlgraph.dtypes.{self.name}"
 

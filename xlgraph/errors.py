@@ -26,6 +26,7 @@ __all__ = [
     "CheckpointError",
     "ArgumentError",
     "NumericsError",
+    "UndefinedValue",
     "user_source_line",
     "whole_number",
 ]
@@ -108,6 +109,10 @@ class CheckpointError(XlgraphError, ValueError):
 
 class ArgumentError(XlgraphError, ValueError):
     """An op got an invalid non-tensor argument (an axis, a size, a probability, a count)."""
+
+
+class UndefinedValue(XlgraphError, ValueError):  # noqa: N818 - PopXL's public name
+    """A value was asked for that is not defined (PopXL's name)."""
 
 
 class NumericsError(XlgraphError, FloatingPointError):

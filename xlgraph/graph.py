@@ -86,8 +86,8 @@ class Graph:
     def main_graph(self) -> Graph:
         return self.ir.main_graph
 
-    def get_tensor(self, name: str) -> Tensor:
-        return self._tensors[name]
+    def get_tensor(self, tensor_id: str) -> Tensor:
+        return self._tensors[tensor_id]
 
     def __contains__(self, t: object) -> bool:
         if not isinstance(t, Tensor):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -114,13 +115,19 @@ class Ir:
 
         return format_ir(self)
 
-    def dot_checkpoint(self, name: str, save_dir: str | Path | None = None) -> Path:
-        """Write the Ir's DOT text to ``<save_dir>/<name>.dot`` (PopXL's name for ``to_dot``);
-        returns the path. ``save_dir`` defaults to the current directory. ``name`` is data, not a
-        path: characters other than letters, digits and ``_.+=-`` become ``_``, so the file stays
-        in ``save_dir``."""
-        safe = re.sub(r"[^0-9A-Za-z_.+=-]", "_", str(name))
-        path = Path(save_dir or ".") / f"{safe}.dot"
+    def dot_checkpoint(self, check: str, save_dir: str | Path | None = None) -> Path | None:
+        """Write the Ir's DOT text to ``<save_dir>/<check>.dot`` when the session option
+        ``dotChecks`` (or the ``POPART_DOT_CHECKS`` variable, ``:``-separated) names ``check``
+        or ``"ALL"``, as PopXL does; otherwise do nothing. Returns the path written, or None.
+        ``save_dir`` defaults to the ``logDir`` option, then the current directory. ``check``
+        is data, not a path: characters other than letters, digits and ``_.+=-`` become ``_``,
+        so the file stays in ``save_dir``."""
+        options = self.session_options
+        wanted = {*options.dotChecks, *os.environ.get("POPART_DOT_CHECKS", "").split(":")}
+        if check not in wanted and "ALL" not in wanted:
+            return None
+        safe = re.sub(r"[^0-9A-Za-z_.+=-]", "_", str(check))
+        path = Path(save_dir or options.logDir or ".") / f"{safe}.dot"
         path.parent.mkdir(parents=True, exist_ok=True)
         self.to_dot(path)
         return path
@@ -139,7 +146,8 @@ class Ir:
             return f"{base}_subgraph({n})"
         return base if n == 0 else f"{base}_{n}"
 
-    def create_empty_graph(self, name: str | None = None, unique_suffix: bool = True) -> Graph:
+    def create_empty_graph(self, name: str | None = None, *, unique_suffix: bool = True
+                           ) -> Graph:
         """Create a new graph with no inputs or ops."""
         self.main_graph.check_mutable()
         g = Graph(self, self._unique_graph_name(name or "graph", unique_suffix))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -367,9 +368,10 @@ _BINARY_SHAPES = [[(3, 4), (3, 4)], [(2, 3, 4), (4,)], [(3, 1), (1, 4)]]
 def binary(
     name: str, kernel: Callable[..., Any], grad: Callable[..., Any] | None = None, *,
     domain: tuple[float, float] = (-2.0, 2.0), out_dtype: Any = None, doc: str = "",
-    **flags: Any,
+    operands: tuple[str, str] = ("lhs", "rhs"), **flags: Any,
 ) -> Callable[[Any, Any], Tensor]:
-    """Register a broadcasting two-input op; returns its builder ``f(lhs, rhs)``.
+    """Register a broadcasting two-input op; returns its builder ``f(lhs, rhs)`` (with the
+    parameter names ``operands``, PopXL's where they differ: ``pow(t, e)``).
 
     A non-Tensor operand becomes a constant of the other operand's dtype.
     """
@@ -382,7 +384,21 @@ def binary(
         rhs = as_tensor(rhs, lhs)
         return apply1(defn, [lhs, rhs])
 
+    if operands != ("lhs", "rhs"):
+        builder = _with_parameters(builder, operands)
     return register(defn)(_named(builder, name, doc or f"Elementwise {name} with broadcasting."))
+
+
+def _with_parameters(fn: Callable[..., Tensor], names: Sequence[str]) -> Callable[..., Tensor]:
+    """``fn`` taking its positional parameters under ``names`` (as keywords too)."""
+    signature = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
+
+    def renamed(*args: Any, **kwargs: Any) -> Tensor:
+        return fn(*signature.bind(*args, **kwargs).args)
+
+    renamed.__signature__ = signature  # type: ignore[attr-defined]
+    return renamed
 
 
 def _reduce_infer(t: TensorSpec, axis: tuple[int, ...], keepdims: bool) -> TensorSpec:

@@ -63,8 +63,8 @@ _DEFAULTS: dict[str, Any] = {
 }
 _DICTS = ("engineOptions", "gclOptions", "convolutionOptions", "lstmOptions", "matmulOptions",
           "reportOptions", "bufferingDepthMap", "prefetchBufferingDepthMap")
-_LISTS = ("hardwareInstrumentations", "virtualGraphSplitRatios", "updatableNamedBuffers",
-          "customCodelets")
+_LISTS = ("dotChecks", "hardwareInstrumentations", "virtualGraphSplitRatios",
+          "updatableNamedBuffers", "customCodelets")
 # Nested settings records: PopART structs whose fields are set one by one.
 _SETTINGS = {
     "executionPhaseSettings": {"phases": 0, "stages": 2, "weightIOSchedule": 0,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["ReplicaGrouping"]
+__all__ = ["ReplicaGrouping", "CommGroupType", "CommGroup"]
 
 
 class ReplicaGrouping:
@@ -65,6 +67,16 @@ class ReplicaGrouping:
         members = self.members(0)
         return members[1] - members[0] if len(members) > 1 else 1
 
+    @property
+    def is_const(self) -> bool:
+        """Whether a stride and a group size describe the grouping (``ir.replica_grouping``
+        makes such groupings; ``replica_grouping_from_assignments`` may not)."""
+        block = self.stride * self.group_size
+        if self.num_replicas % block:
+            return False
+        return self.assignment == tuple((r // block) * self.stride + r % self.stride
+                                        for r in range(self.num_replicas))
+
     def members(self, group: int) -> tuple[int, ...]:
         """The replicas of ``group``, in order."""
         return tuple(r for r, g in enumerate(self.assignment) if g == group)
@@ -87,3 +99,34 @@ class ReplicaGrouping:
     def __repr__(self) -> str:
         return (f"ReplicaGrouping(num_replicas={self.num_replicas}, stride={self.stride}, "
                 f"group_size={self.group_size}, num_groups={self.num_groups})")
+
+
+class CommGroupType(enum.Enum):
+    """PopART's older way to name replica groups (``popxl.ops.collectives.CommGroupType``)."""
+
+    All = 0  # noqa: A003 - PopART's name
+    Consecutive = 1
+    Orthogonal = 2
+    Ungrouped = 3
+
+
+@dataclass(frozen=True)
+class CommGroup:
+    """A ``CommGroupType`` with PopART's ``replicaGroupSize`` (its meaning depends on the type:
+    the size of each consecutive group, or the number of orthogonal groups)."""
+
+    type: CommGroupType = CommGroupType.All  # noqa: A003 - PopART's name
+    replicaGroupSize: int = 0  # noqa: N815 - PopART's name
+
+    def to_replica_grouping(self, num_replicas: int) -> ReplicaGrouping:
+        """The same groups as a ``ReplicaGrouping`` of ``num_replicas`` replicas."""
+        size = self.replicaGroupSize
+        if self.type is CommGroupType.All:
+            return ReplicaGrouping.from_stride(num_replicas)
+        if self.type is CommGroupType.Ungrouped:
+            return ReplicaGrouping.from_stride(num_replicas, 1, 1)
+        if size < 1 or num_replicas % size:
+            raise ValueError(f"{self}: replicaGroupSize must divide {num_replicas} replicas")
+        if self.type is CommGroupType.Consecutive:
+            return ReplicaGrouping.from_stride(num_replicas, 1, size)
+        return ReplicaGrouping.from_stride(num_replicas, size, num_replicas // size)

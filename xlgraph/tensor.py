@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from xlgraph.graph import Graph
     from xlgraph.op import Op
     from xlgraph.replica_grouping import ReplicaGrouping
+    from xlgraph.tensorlocation import TensorLocation
 
 __all__ = [
     "TensorSpec",
@@ -122,6 +123,35 @@ class Tensor:
     def scope(self) -> str:
         """The ``name_scope`` the tensor was created in (``""`` for none)."""
         return self.name.rpartition("/")[0]
+
+    def strides(self, shape: tuple[int, ...] | None = None) -> list[int]:
+        """Bytes between consecutive elements along each axis of the row-major layout of
+        ``shape`` (default: the tensor's), as ``numpy.ndarray.strides``."""
+        dims = self.shape if shape is None else tuple(shape)
+        out, step = [], self.dtype.as_numpy().itemsize
+        for d in reversed(dims):
+            out.append(step)
+            step *= int(d)
+        return out[::-1]
+
+    @property
+    def location_info(self) -> TensorLocation:
+        """Where the tensor is stored: off chip for remote variables, sharded over replicas for
+        replica-sharded ones."""
+        from xlgraph.tensorlocation import ReplicatedTensorSharding, TensorLocation, TensorStorage
+
+        remote = getattr(self, "remote", None)
+        if remote is None:
+            return TensorLocation()
+        sharding = ReplicatedTensorSharding.On if remote.sharded else ReplicatedTensorSharding.Off
+        return TensorLocation(TensorStorage.OffChip, sharding)
+
+    @property
+    def in_sync_with_ipu(self) -> bool:
+        """False from a run of the Session that owns the Ir until ``weights_to_host``."""
+        owner = getattr(self.ir, "session_ref", None)  # set by Session
+        session = owner() if owner is not None else None
+        return session is None or not session._host_stale
 
     def diag(self) -> Tensor:
         """The diagonal of a 2-D tensor, as a 1-D tensor (a strided slice of its flattening).
@@ -340,8 +370,8 @@ class Constant(Tensor):
 
 def variable(
     data: Any, dtype: dtype | None = None, name: str | None = None, downcast: bool = True,
-    log2_scale: int | None = None, nan_on_overflow: bool | None = None,
     replica_grouping: ReplicaGrouping | None = None, retrieval_mode: str | None = None,
+    log2_scale: int | None = None, nan_on_overflow: bool | None = None,
 ) -> Variable:
     """Create a variable in the main graph, initialised with ``data``.
 
@@ -350,14 +380,14 @@ def variable(
         dtype: element type; inferred from ``data`` when None (64-bit downcast to 32-bit).
         name: tensor name; made unique in the graph.
         downcast: when inferring, store float64/int64/uint64 data as 32-bit.
-        log2_scale: for fp8 ``dtype`` and float data: scale by ``2**log2_scale`` before the
-            cast (fp8 arrays and ``uint8`` bits are taken as they are).
-        nan_on_overflow: for fp8 ``dtype``: values out of range become NaN (default) or
-            saturate (False).
         replica_grouping: replicas in one group share a value; with several groups ``data``
             has a leading dimension with one value per group. Default: one group of all.
         retrieval_mode: what ``Session.get_tensor_data`` returns: ``"one_per_group"``
             (default) or ``"all_replicas"`` (a leading replica dimension).
+        log2_scale: for fp8 ``dtype`` and float data: scale by ``2**log2_scale`` before the
+            cast (fp8 arrays and ``uint8`` bits are taken as they are).
+        nan_on_overflow: for fp8 ``dtype``: values out of range become NaN (default) or
+            saturate (False).
 
     Returns:
         The new Variable.
@@ -403,7 +433,7 @@ def constant(
 
 def graph_input(
     shape: tuple[int, ...], dtype: dtype, name: str | None = None, by_ref: bool = False,
-    meta_shape: tuple[int, ...] = (),
+    meta_shape: tuple[int, ...] | None = None,
 ) -> Tensor:
     """Declare a new input of the current graph.
 
@@ -414,7 +444,7 @@ def graph_input(
         by_ref: when True, in-place changes made by the graph are seen by every caller.
         meta_shape: for a replica shard, the shape of the whole tensor.
     """
-    spec = TensorSpec(tuple(shape), dtype, tuple(meta_shape))
+    spec = TensorSpec(tuple(shape), dtype, tuple(meta_shape or ()))
     return get_current_graph().add_input(spec, name or "t", by_ref)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from xlgraph.tensor import Tensor
 
-__all__ = ["TensorByRef", "is_by_ref_annotation"]
+__all__ = ["TensorByRef", "NewAliasAnnotation", "is_by_ref_annotation"]
 
 
 class TensorByRef(Tensor):
@@ -22,6 +22,12 @@ class TensorByRef(Tensor):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("TensorByRef is an annotation for create_graph parameters, not a tensor")
+
+
+def NewAliasAnnotation(name: str, tp: type) -> Any:  # noqa: N802 - PopXL's public name
+    """A new annotation type ``name`` that stands for ``tp`` (``TensorByRef`` is one for
+    ``Tensor``); only ``TensorByRef`` changes how ``create_graph`` builds inputs."""
+    return typing.NewType(name, tp)
 
 
 def is_by_ref_annotation(annotation: Any) -> bool:

@@ -8,8 +8,10 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
+from xlgraph.fp8_utils import host_pow2scale_cast_from_fp8, host_pow2scale_cast_to_fp8
 
-__all__ = ["to_numpy", "table_to_string", "from_torch"]
+__all__ = ["to_numpy", "table_to_string", "from_torch", "host_pow2scale_cast_to_fp8",
+           "host_pow2scale_cast_from_fp8"]
 
 
 def from_torch(data: Any) -> Any:
@@ -62,7 +64,7 @@ def to_numpy(x: Any, dtype: Any = None, downcast: bool = True, copy: bool = True
 
 def _to_fp8(data: Any, dt: dtypes.dtype, log2_scale: int | None, nan_on_overflow: bool | None,
             copy: bool) -> np.ndarray:
-    from xlgraph.fp8_utils import as_fp8_array, host_pow2scale_cast_to_fp8
+    from xlgraph.fp8_utils import as_fp8_array
 
     arr = as_fp8_array(data, dt)
     if arr is not None:

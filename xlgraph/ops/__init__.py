@@ -5,7 +5,7 @@ from xlgraph.ops import collectives, var_updates
 from xlgraph.ops.activations import log_softmax, logsumexp, sigmoid, swish, swish_
 from xlgraph.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_with_info
 from xlgraph.ops.control import ConditionalSiteInfo, conditional, conditional_with_info
-from xlgraph.ops.conv import conv, conv_transpose
+from xlgraph.ops.conv import PadType, conv, conv_transpose
 from xlgraph.ops.debug import print_tensor
 from xlgraph.ops.dynamic import dynamic_slice, dynamic_update, dynamic_update_
 from xlgraph.ops.elementwise import (
@@ -110,7 +110,7 @@ from xlgraph.ops.roi import roi_align
 from xlgraph.ops.scatter_reduce import groupedgather, histogram, scatter_reduce
 
 __all__ = [
-    "BUILDERS", "REGISTRY", "OpDef", "CallSiteInfo", "collectives", "var_updates",
+    "BUILDERS", "REGISTRY", "OpDef", "CallSiteInfo", "PadType", "collectives", "var_updates",
     "abs", "add", "add_", "argmax", "argmin", "call", "call_with_info", "cast", "concat",
     "concat_", "detach", "detach_", "div", "equal", "exp", "exp_", "expand", "flatten",
     "flatten_", "gelu", "gelu_", "geluerf", "geluerf_", "greater", "host_load", "host_store",

@@ -52,8 +52,8 @@ _REPEAT = OpDef("repeat", _repeat_infer, None, kind="repeat")
 class SiteInfo:
     """What every call-like site shares: its op, parent inputs and outputs, modified inputs."""
 
-    def __init__(self, op: Op) -> None:
-        self.op = op
+    def __init__(self, subgraph_op: Op) -> None:
+        self.op = subgraph_op
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:

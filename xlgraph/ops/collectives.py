@@ -16,13 +16,13 @@ import numpy as np
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_spec
 from xlgraph.ops.replicas import ReplicaContext
-from xlgraph.replica_grouping import ReplicaGrouping
+from xlgraph.replica_grouping import CommGroup, CommGroupType, ReplicaGrouping
 from xlgraph.tensor import Tensor, TensorSpec
 
 __all__ = ["replicated_all_reduce", "replicated_all_reduce_", "replicated_all_gather",
            "replicated_reduce_scatter", "replicated_slice", "replica_sharded_slice",
            "all_reduce", "all_reduce_identical_inputs", "all_reduce_identical_grad_inputs",
-           "CollectiveOps"]
+           "CollectiveOps", "CommGroup", "CommGroupType"]
 
 CollectiveOps = ("add", "mean", "mul", "min", "max", "and", "or", "square_add")
 

@@ -14,7 +14,7 @@ the result (col2im), channels-last so that each add runs over long rows.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -36,6 +36,8 @@ from xlgraph.ops.window import (
     windows,
 )
 from xlgraph.tensor import Tensor, TensorSpec
+
+PadType = Literal["not_set", "same_upper", "same_lower", "valid"]  # pad_type values
 
 
 # -- numpy kernels -----------------------------------------------------------------------------

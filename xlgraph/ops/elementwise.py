@@ -44,7 +44,7 @@ div = binary(
 pow = binary(  # noqa: A001 - PopXL's public name
     "pow", np.power,
     grad=lambda g, dy: (dy * g.x(1) * g.x(0) ** (g.x(1) - 1.0), dy * g.y(0) * log(g.x(0))),
-    domain=(0.5, 2.0), kernel_out=np.power,
+    domain=(0.5, 2.0), kernel_out=np.power, operands=("t", "e"),
 )
 negate = unary("negate", np.negative, grad=lambda g, dy: (-dy,), kernel_out=np.negative)
 
@@ -205,7 +205,7 @@ geluerf_ = inplace("geluerf")
 equal = binary("equal", np.equal, out_dtype=dtypes.bool,
                samples=lambda rng: [Sample((rng.integers(0, 3, (3, 4)).astype(float),
                                             rng.integers(0, 3, (3, 4)).astype(float)))])
-greater = binary("greater", np.greater, out_dtype=dtypes.bool)
+greater = binary("greater", np.greater, out_dtype=dtypes.bool, operands=("input", "other"))
 
 
 def _where_infer(cond: TensorSpec, lhs: TensorSpec, rhs: TensorSpec) -> TensorSpec:

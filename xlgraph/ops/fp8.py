@@ -117,10 +117,10 @@ def _nearest_fp8_ref(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype,
 def _to_fp8_samples(rng: np.random.Generator) -> list[Sample]:
     big = rng.normal(size=(4, 5)) * 300  # saturates float8_143; NaN overflow: test_popxl_fp8
     return [
-        Sample((rng.normal(size=(3, 4)), dtypes.float8_143, np.array(0))),
-        Sample((big, dtypes.float8_143, np.array(-2))),
-        Sample((big, dtypes.float8_143, np.array(0)), {"nan_on_overflow": False}),
-        Sample((rng.normal(size=(2, 6)) * 1e4, dtypes.float8_152, np.array(-3))),
+        Sample((rng.normal(size=(3, 4)), np.array(0), dtypes.float8_143)),
+        Sample((big, np.array(-2), dtypes.float8_143)),
+        Sample((big, np.array(0), dtypes.float8_143), {"nan_on_overflow": False}),
+        Sample((rng.normal(size=(2, 6)) * 1e4, np.array(-3), dtypes.float8_152)),
     ]
 
 
@@ -129,10 +129,10 @@ _TO_FP8 = OpDef("pow2scale_cast_to_fp8", _to_fp8_infer, _to_fp8, ref=_nearest_fp
 
 
 @register(_TO_FP8)
-def pow2scale_cast_to_fp8(X: Tensor, data_type: dtypes.dtype = dtypes.float8_143,  # noqa: N803
-                          log2_scale: Tensor | int | None = None,
+def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor | int | None = None,
+                          data_type: dtypes.dtype = dtypes.float8_143, *,
                           nan_on_overflow: bool = True) -> Tensor:
-    """``cast(X * 2**log2_scale, data_type)``: float16/float32 data to fp8.
+    """``cast(t * 2**log2_scale, data_type)``: float16/float32 data to fp8.
 
     Rounds to nearest even. Values beyond the format's largest (240 for float8_143, 57344 for
     float8_152) become NaN, or saturate with ``nan_on_overflow=False``. ``log2_scale`` is an
@@ -142,7 +142,7 @@ def pow2scale_cast_to_fp8(X: Tensor, data_type: dtypes.dtype = dtypes.float8_143
     if dt not in _FP8:
         raise DTypeError(f"pow2scale_cast_to_fp8: data_type must be an fp8 dtype, got {dt!r}")
     attrs = {"dtype": dt, "nan_on_overflow": bool(nan_on_overflow)}
-    return apply1(_TO_FP8, [X, _log2_scale_tensor(log2_scale)], attrs)
+    return apply1(_TO_FP8, [t, _log2_scale_tensor(log2_scale)], attrs)
 
 
 def _from_fp8_infer(x: TensorSpec, log2_scale: TensorSpec, dtype: dtypes.dtype) -> TensorSpec:
@@ -171,10 +171,10 @@ def _from_fp8_ref(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype) ->
 
 def _from_fp8_samples(rng: np.random.Generator) -> list[Sample]:
     every = np.arange(256, dtype=np.uint8)
-    return [Sample((every.view(dtypes.float8_143.as_numpy()), dtypes.float32, np.array(0))),
-            Sample((every.view(dtypes.float8_152.as_numpy()), dtypes.float32, np.array(-3))),
-            Sample((_to_fp8_values(rng, (3, 4), dtypes.float8_143), dtypes.float16,
-                    np.array(5)))]
+    return [Sample((every.view(dtypes.float8_143.as_numpy()), np.array(0), dtypes.float32)),
+            Sample((every.view(dtypes.float8_152.as_numpy()), np.array(-3), dtypes.float32)),
+            Sample((_to_fp8_values(rng, (3, 4), dtypes.float8_143), np.array(5),
+                    dtypes.float16))]
 
 
 _FROM_FP8 = OpDef("pow2scale_cast_from_fp8", _from_fp8_infer, _from_fp8, ref=_from_fp8_ref,
@@ -182,9 +182,9 @@ _FROM_FP8 = OpDef("pow2scale_cast_from_fp8", _from_fp8_infer, _from_fp8, ref=_fr
 
 
 @register(_FROM_FP8)
-def pow2scale_cast_from_fp8(X: Tensor, data_type: dtypes.dtype = dtypes.float16,  # noqa: N803
-                            log2_scale: Tensor | int | None = None) -> Tensor:
-    """``cast(X, data_type) * 2**log2_scale``: fp8 data to float16 (default) or float32.
+def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int | None = None,
+                            data_type: dtypes.dtype = dtypes.float16) -> Tensor:
+    """``cast(t, data_type) * 2**log2_scale``: fp8 data to float16 (default) or float32.
 
     To undo ``pow2scale_cast_to_fp8`` with scale ``s``, pass ``-s``.
     """
@@ -192,7 +192,7 @@ def pow2scale_cast_from_fp8(X: Tensor, data_type: dtypes.dtype = dtypes.float16,
     if dt not in (dtypes.float16, dtypes.float32):
         raise DTypeError(f"pow2scale_cast_from_fp8: data_type must be float16 or float32, "
                          f"got {dt!r}")
-    return apply1(_FROM_FP8, [X, _log2_scale_tensor(log2_scale)], {"dtype": dt})
+    return apply1(_FROM_FP8, [t, _log2_scale_tensor(log2_scale)], {"dtype": dt})
 
 
 # -- matmul and conv ---------------------------------------------------------------------------
@@ -283,8 +283,8 @@ def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor | int, stride:
                     padding: Any = (0, 0, 0, 0), dilation: Any = (1, 1), groups: int = 1,
                     pad_type: str = "not_set",
                     available_memory_proportions: list[float] | None = None,
-                    partials_types: list[str] | None = None,
-                    enable_conv_dithering: list[int] | None = None) -> Tensor:
+                    enable_conv_dithering: list[int] | None = None, *,
+                    partials_types: list[str] | None = None) -> Tensor:
     """``conv(t, weight) * 2**log2_scale`` for fp8 data and weight, in float16.
 
     Geometry arguments as for ``ops.conv``; the planning arguments are recorded in
@@ -302,8 +302,8 @@ def conv_transpose_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor | in
                               dilation: Any = (1, 1), groups: int = 1, pad_type: str = "not_set",
                               output_padding: Any = (), output_shape: Any = (),
                               available_memory_proportions: list[float] | None = None,
-                              partials_types: list[str] | None = None,
-                              enable_conv_dithering: list[int] | None = None) -> Tensor:
+                              enable_conv_dithering: list[int] | None = None, *,
+                              partials_types: list[str] | None = None) -> Tensor:
     """``conv_transpose(t, weight) * 2**log2_scale`` for fp8 data and weight, in float16.
 
     Arguments as for ``ops.conv_transpose``; the planning arguments go to ``op.hints``.

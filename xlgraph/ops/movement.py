@@ -370,13 +370,15 @@ def expand(t: Tensor, shape: Sequence[int]) -> Tensor:
     return apply1(_EXPAND, [t], {"shape": tuple(int(d) for d in shape)})
 
 
-def _init_infer(shape: tuple[int, ...], dtype: dtypes.dtype, init_type: str) -> TensorSpec:
+def _init_infer(shape: tuple[int, ...], dtype: dtypes.dtype, init_type: str,
+                meta_shape: tuple[int, ...] = ()) -> TensorSpec:
     if init_type not in ("zero", "undef"):
         raise ValueError(f"init_type must be 'zero' or 'undef', got {init_type!r}")
-    return TensorSpec(shape, dtype)
+    return TensorSpec(shape, dtype, meta_shape)
 
 
-def _init(shape: tuple[int, ...], dtype: dtypes.dtype, init_type: str) -> np.ndarray:
+def _init(shape: tuple[int, ...], dtype: dtypes.dtype, init_type: str,
+          meta_shape: tuple[int, ...] = ()) -> np.ndarray:
     return np.zeros(shape, dtype.as_numpy())
 
 
@@ -386,8 +388,11 @@ _INIT = OpDef("init", _init_infer, _init,
 
 @register(_INIT)
 def init(shape: Sequence[int], dtype: dtypes.dtype, name: str | None = None,
-         init_type: str = "zero") -> Tensor:
-    """A new tensor of ``shape`` filled with zeros (``undef`` also gives zeros here)."""
+         init_type: str = "zero", meta_shape: Sequence[int] | None = None) -> Tensor:
+    """A new tensor of ``shape`` filled with zeros (``undef`` also gives zeros here);
+    ``meta_shape`` is the whole tensor's shape when this is a replica shard."""
     attrs = {"shape": tuple(int(d) for d in shape), "dtype": dtypes.as_dtype(dtype),
              "init_type": init_type}
+    if meta_shape:
+        attrs["meta_shape"] = tuple(int(d) for d in meta_shape)
     return apply1(_INIT, [], attrs, name=name)

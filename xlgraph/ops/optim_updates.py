@@ -166,7 +166,7 @@ def lamb_updater(acc_first_order: Tensor, acc_second_order: Tensor,
 @register(_ADAMAX_UPDATER)
 def adamax_updater(acc_first_order: Tensor, acc_second_order: Tensor,
                    weight: Tensor | None = None, time_step: Tensor | None = None,
-                   weight_decay: Any = None, beta1: Any = None,
+                   weight_decay: Any = None, beta1: Any = 0.9,
                    epsilon: Any = 1e-07) -> Tensor:
     """The AdaMax update term ``m / (1 - beta1**t) / (u + epsilon) + weight_decay * weight``,
     ``u`` being the infinity-norm accumulator ``max(beta2 u, |g|)``. ``time_step`` is required

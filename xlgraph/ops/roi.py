@@ -188,7 +188,7 @@ def roi_align_grad(dy: Tensor, t: Tensor, rois: Tensor, batch_index: Tensor,
 
 @register(_ROI_ALIGN)
 def roi_align(t: Tensor, rois: Tensor, batch_index: Any, output_size: Sequence[int],
-              spatial_scale: float, sampling_ratio: int, aligned: bool = True) -> Tensor:
+              spatial_scale: float, sampling_ratio: int, *, aligned: bool = True) -> Tensor:
     """Pool each region of interest of ``t`` into ``output_size`` bins (ONNX RoiAlign, 'avg').
 
     Args:

@@ -129,9 +129,8 @@ _SCATTER_REDUCE = OpDef("scatter_reduce", _scatter_reduce_infer, _scatter_reduce
 @register(_SCATTER_REDUCE)
 def scatter_reduce(data: Tensor, indices: Any, reduction: str,
                    initial_values: Tensor | None = None, axis: int = 0,
-                   axis_size: int | None = None,
-                   available_memory_proportion: float | None = None,
-                   enable_index_broadcast: bool = True) -> Tensor:
+                   axis_size: int | None = None, enable_index_broadcast: bool = True,
+                   available_memory_proportion: float | None = None) -> Tensor:
     """Reduce the slices of ``data`` into an output whose ``axis`` has ``axis_size`` entries:
     ``data[p]`` goes to the output position ``p`` with the axis coordinate replaced by
     ``indices[p]``, combined by ``reduction`` ('sum', 'max', 'min', 'mul', or 'none': the last

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -83,12 +84,13 @@ class Session:
     """
 
     def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True,
-                 optimize: bool = True, blas_threads: int | str | None = "auto",
+                 *, optimize: bool = True, blas_threads: int | str | None = "auto",
                  backend: str | None = None, chunk_threads: int | str = "auto",
                  ipu_model: IPUModel | None = None, check_numerics: bool = False) -> None:
         self.device = make_device(device_desc, ipu_model)
         self.layout = ReplicaLayout(ir)  # checks that the replicas split over the instances
         ir.frozen = True
+        ir.session_ref = weakref.ref(self)  # for Tensor.in_sync_with_ipu
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
         self.executable = lower(ir, optimize, backend, _exchange(ir), check_numerics)
@@ -201,12 +203,15 @@ class Session:
         self._execute(in_arrays, list(outputs.values()))
         return outputs
 
-    def run_with_outputs(self, inputs: Mapping[HostToDeviceStream, Any] | None,
-                         outputs: Mapping[DeviceToHostStream, np.ndarray],
+    def run_with_outputs(self, inputs: Mapping[HostToDeviceStream, Any] | None = None,
+                         outputs: Mapping[DeviceToHostStream, np.ndarray] | None = None,
                          downcast_inputs: bool = True) -> None:
-        """``run``, writing into caller-provided output arrays."""
+        """``run``, writing into caller-provided output arrays (``outputs``: one per d2h
+        stream; with None, the outputs are dropped)."""
         self._require_attached("run")
         in_arrays = self.io.check_inputs(inputs or {}, downcast_inputs)
+        if outputs is None:
+            outputs = self.create_host_outputs()
         self._execute(in_arrays, self.io.check_outputs(outputs))
 
     @_serialised
@@ -307,9 +312,9 @@ class Session:
         if self._attached:
             np.copyto(self._device[tensor], self._host[tensor])
 
-    def write_variables_data(self, data: Mapping[Variable, Any]) -> None:
-        """``write_variable_data`` for several variables."""
-        for t, value in data.items():
+    def write_variables_data(self, tensors: Mapping[Variable, Any]) -> None:
+        """``write_variable_data`` for several variables: ``{variable: data}``."""
+        for t, value in tensors.items():
             self.write_variable_data(t, value)
 
     def _check_variable(self, tensor: Any) -> None:
