@@ -1,9 +1,11 @@
-"""Replicas: N in-process replicas of batch b against one replica of batch N*b (MLP and CNN),
-and 2 instances x 1 replica (xlgraph-run, MPI) against 1 instance x 2 replicas.
+"""Replicas: N in-process replicas of batch b against one replica of batch N*b (MLP and CNN,
+N = 2, 4, 8, on the numpy and the numba backend), and 2 instances x 1 replica (xlgraph-run,
+MPI) against 1 instance x 2 replicas.
 
 Prints JSON. In-process contenders are timed in interleaved rounds in one process; the
 instance comparison runs each layout as its own job, alternating, and reports per-sample
-times measured by instance 0. Run ``python benchmarks/replicas.py [--quick]``.
+times measured by instance 0. Run ``python benchmarks/replicas.py [--quick] [--no-instances]
+[--backend numpy|numba]``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ MODELS = {
 }
 
 
-def build(model: str, replicas: int | str, batch: int) -> tuple[xlgraph.Session, Any, Any]:
+def build(model: str, replicas: int | str, batch: int,
+          backend: str | None = None) -> tuple[xlgraph.Session, Any, Any]:
     """A training step (SGD, gradients averaged over replicas) and its streams."""
     fn, item, shapes = MODELS[model]
     ir = xlgraph.Ir(replication=replicas)
@@ -61,7 +64,7 @@ def build(model: str, replicas: int | str, batch: int) -> tuple[xlgraph.Session,
         for p in params:
             g = replicated_all_reduce(grads[p], "mean") if ir.replication_factor > 1 else grads[p]
             ops.scaled_add_(p, g, b=-LR)
-    return xlgraph.Session(ir), s_x, s_y
+    return xlgraph.Session(ir, backend=backend), s_x, s_y
 
 
 def _data(replicas: int, batch: int, item: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -71,25 +74,29 @@ def _data(replicas: int, batch: int, item: tuple[int, ...]) -> tuple[np.ndarray,
             rng.integers(0, 10, (*lead, batch)).astype(np.int32))
 
 
-def step_fn(model: str, replicas: int, batch: int) -> Any:
-    session, s_x, s_y = build(model, replicas, batch)
+def step_fn(model: str, replicas: int, batch: int, backend: str) -> Any:
+    session, s_x, s_y = build(model, replicas, batch, backend)
     x, y = _data(replicas, batch, MODELS[model][1])
     session.__enter__()
     feed = {s_x: x, s_y: y}
     return lambda i: session.run(feed)
 
 
-def in_process(quick: bool) -> dict[str, Any]:
-    configs = [("mlp", 2, 16), ("mlp", 4, 16), ("mlp", 2, 128), ("cnn", 2, 8), ("cnn", 4, 8),
-               ("cnn", 2, 32)]
+CONFIGS = [("mlp", 2, 16), ("mlp", 4, 16), ("mlp", 8, 16), ("mlp", 2, 128), ("cnn", 2, 8),
+           ("cnn", 4, 8), ("cnn", 8, 8), ("cnn", 2, 32)]
+
+
+def in_process(quick: bool, backends: list[str]) -> dict[str, Any]:
     out = {}
-    for model, n, b in configs:
-        calls = 5 if quick else (40 if model == "mlp" else 10)
-        times = interleaved({"replicas": step_fn(model, n, b), "single": step_fn(model, 1, n * b)},
-                            calls, rounds=3 if quick else 7)
-        out[f"{model} {n}x{b} vs 1x{n * b}"] = {
-            **times, "ratio_median": round(times["replicas"]["median"]
-                                           / times["single"]["median"], 3)}
+    for backend in backends:
+        for model, n, b in CONFIGS:
+            calls = 5 if quick else (40 if model == "mlp" else 10)
+            times = interleaved({"replicas": step_fn(model, n, b, backend),
+                                 "single": step_fn(model, 1, n * b, backend)},
+                                calls, rounds=3 if quick else 7)
+            out[f"{backend} {model} {n}x{b} vs 1x{n * b}"] = {
+                **times, "ratio_median": round(times["replicas"]["median"]
+                                               / times["single"]["median"], 3)}
     return out
 
 
@@ -138,14 +145,21 @@ def instances(quick: bool, batch: int = 128) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter timing loops")
+    parser.add_argument("--no-instances", action="store_true",
+                        help="skip the MPI instance comparison")
+    parser.add_argument("--backend", choices=("numpy", "numba"), action="append",
+                        help="backend(s) to time (default: both)")
     parser.add_argument("--instance-job", nargs=2, type=int, metavar=("BATCH", "STEPS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.instance_job:
         instance_job(*args.instance_job)
         return
-    result = {"benchmark": "replicas", "machine": machine(), "in_process": in_process(args.quick),
-              "instances": instances(args.quick)}
+    backends = args.backend or ["numpy", "numba"]
+    result = {"benchmark": "replicas", "machine": machine(),
+              "in_process": in_process(args.quick, backends)}
+    if not args.no_instances:
+        result["instances"] = instances(args.quick)
     result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, indent=1))
 

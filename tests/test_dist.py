@@ -74,7 +74,10 @@ def _job(instances: int, *args: str) -> list[str]:
             "--timeout", "3", sys.executable, str(PROGRAM), *args]
 
 
-def test_two_instances_train_like_one_process_bit_for_bit(mpi, tmp_path):
+def test_two_instances_train_like_one_process(mpi, tmp_path):
+    """Equal up to float32 rounding: one process of 2 replicas sums each weight gradient over
+    both replicas in one product (``xlgraph.lower.replicas``), each instance computes its own
+    and the all-reduce adds the two (measured: 6e-8 apart after 6 steps)."""
     one, _ = _run([sys.executable, str(PROGRAM), str(tmp_path / "one"), "--replicas", "2"])
     assert one.returncode == 0, one.stderr
     two, _ = _run(_job(2, str(tmp_path / "two")))
@@ -82,9 +85,10 @@ def test_two_instances_train_like_one_process_bit_for_bit(mpi, tmp_path):
     single = np.load(tmp_path / "one.0.npz")
     for instance in (0, 1):
         part = np.load(tmp_path / f"two.{instance}.npz")
-        np.testing.assert_array_equal(part["loss"][:, 0], single["loss"][:, instance])
+        np.testing.assert_allclose(part["loss"][:, 0], single["loss"][:, instance],
+                                   rtol=1e-6, atol=1e-7)
         for name in ("w0", "w1"):
-            np.testing.assert_array_equal(part[name], single[name])
+            np.testing.assert_allclose(part[name], single[name], rtol=1e-6, atol=1e-7)
     assert np.isfinite(single["loss"]).all() and single["loss"][-1, 0] != single["loss"][0, 0]
 
 

@@ -22,8 +22,9 @@ __all__ = ["HARDWARE", "IPUModel", "MemoryProfile", "ProfileReport", "model_memo
 
 
 def _lowered(ir: Ir, executable: Any) -> Any:
-    """The compiled plan of ``ir`` (built for the model when the Session interprets)."""
-    if hasattr(executable, "plans"):
+    """The compiled plan of one replica of ``ir`` (built for the model when the Session
+    interprets, or runs several replicas at once)."""
+    if hasattr(executable, "plans") and executable.ctx is None:
         return executable
     from xlgraph.lower.executable import CompiledExecutable
 

@@ -1,5 +1,8 @@
 """Executables: the compiled plan and the reference interpreter behind one interface.
 
+With several replicas both run this instance's replicas at once over a leading replica axis
+(``xlgraph.lower.replicas``); ``held_once`` lists the variables without that axis.
+
 Both own the device arrays of the variables (``arrays``, one per entry of ``variables``); ``run``
 updates them. ``written_variables`` are the ones a failed run may have changed: the Session
 snapshots those. The compiled plan writes some variables into spare arrays instead and swaps
@@ -13,7 +16,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from xlgraph.errors import ArgumentError
 from xlgraph.ir import Ir
 from xlgraph.lower.alias import plan_copies
 from xlgraph.lower.backends import Backend, get_backend
@@ -27,8 +29,10 @@ from xlgraph.lower.numerics import NumericsInterpreter
 from xlgraph.lower.passes import fold_constants, remove_dead, written_alias_slots
 from xlgraph.lower.plan import Plan, Pool, plan_body, swap_writes
 from xlgraph.lower.program import Function, Program, Step, walk
+from xlgraph.lower.replicas import ReplicaContext, replicate
 from xlgraph.lower.transfers import check_host_transfers
 from xlgraph.op import Op
+from xlgraph.ops.replicas import Exchange
 from xlgraph.tensor import Variable
 
 
@@ -41,14 +45,33 @@ class Executable(Protocol):
     written_variables: list[Variable]
     state: object  # rebound, in one assignment, exactly when a run commits its results
     depth: int  # graph nesting depth (see ``xlgraph.lower.depth``)
+    held_once: set[Variable]  # replicated Irs: variables without the replica axis
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None: ...
 
     def failing_op(self, exc: BaseException) -> Op | None: ...
 
 
-def _device_arrays(variables: list[Variable]) -> list[np.ndarray]:
-    return [np.zeros(v.shape, v.dtype.as_numpy()) for v in variables]
+def _device_arrays(variables: list[Variable], local: int | None,
+                   held_once: set[Variable] = frozenset()) -> list[np.ndarray]:
+    """Zeroed device arrays; with ``local`` replicas a leading axis on those not held once."""
+    return [np.zeros(v.shape if local is None or v in held_once else (local, *v.shape),
+                     v.dtype.as_numpy()) for v in variables]
+
+
+def replica_context(ir: Ir, exchange: Exchange | None = None) -> ReplicaContext | None:
+    """The replicas this instance runs, or None for an Ir of one replica."""
+    if ir.replication_factor == 1:
+        return None
+    return ReplicaContext(ir.instance_replication_factor, ir.replication_factor,
+                          ir.replica_offset, exchange)
+
+
+def _with_replica_axis(arrays: list[np.ndarray | None], transfers: int) -> list[Any]:
+    """Host arrays of an instance that runs one replica of several, with that replica's axis
+    (the host leaves it out) after the transfer axis: views, so stores write through."""
+    index = (slice(None), None) if transfers > 1 else (None,)
+    return [None if a is None else a[index] for a in arrays]
 
 
 def optimise(steps: list[Step], program: Program, needed: list[int]) -> list[Step]:
@@ -74,8 +97,11 @@ class CompiledExecutable:
 
     depth = 1
 
-    def __init__(self, ir: Ir, backend: Backend | None = None) -> None:
+    def __init__(self, ir: Ir, backend: Backend | None = None,
+                 ctx: ReplicaContext | None = None) -> None:
         program = flatten(ir)
+        self.ctx = ctx
+        varying = set() if ctx is None else replicate(program, ctx)
         pool = Pool()
         plans: dict[Program | Function, Plan] = {}
         program.steps = optimise(program.steps, program, [])
@@ -93,7 +119,11 @@ class CompiledExecutable:
         plans[program] = plan = plan_body(program.steps, live, slots, [], program.specs, pool, "C")
         swaps = swap_writes(program.steps, slots, plan)
         self.variables = list(program.variable_slots.values())
-        arrays = _device_arrays(self.variables)
+        self.held_once = {v for s, v in program.variable_slots.items() if s not in varying}
+        arrays = _device_arrays(self.variables, None if ctx is None else ctx.local,
+                                self.held_once)
+        self.single_replica = ctx is not None and ctx.local == 1
+        self.transfers = ir.num_host_transfers
         self.swapped = [slots.index(v) for v in sorted(swaps.values())]
         self.state = (arrays, [np.empty_like(arrays[i]) for i in self.swapped])
         self.h2d = list(ir.h2d_streams)
@@ -109,6 +139,9 @@ class CompiledExecutable:
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         arrays, spares = self.state
+        if self.single_replica:
+            inputs = _with_replica_axis(inputs, self.transfers)
+            outputs = _with_replica_axis(outputs, self.transfers)
         with stack_for(self.depth):  # compiled functions may call each other that deep
             self.compiled.fn(inputs, outputs, arrays, spares)
         new_arrays, new_spares = list(arrays), list(spares)
@@ -131,14 +164,16 @@ class InterpretedExecutable:
     depth = 1
     state = None  # writes go to the variables' arrays: nothing to commit
 
-    def __init__(self, ir: Ir, interpreter: type[Interpreter] = Interpreter) -> None:
+    def __init__(self, ir: Ir, interpreter: type[Interpreter] = Interpreter,
+                 ctx: ReplicaContext | None = None) -> None:
         self.ir = ir
         self.variables = list(ir.main_graph.variables)
-        self.arrays = _device_arrays(self.variables)
+        self.held_once: set[Variable] = set()
+        self.arrays = _device_arrays(self.variables, None if ctx is None else ctx.local)
         self.written_variables = list(self.variables)
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
-        self.interpreter = interpreter(ir)
+        self.interpreter = interpreter(ir, ctx)
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         self.interpreter.current_op = None
@@ -159,23 +194,23 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
     ``xlgraph.lower.backends``), interpreted when not ``optimize``, and over a replica axis
     when the Ir has several replicas (``exchange`` links instances, see ``xlgraph.dist``).
     ``check_numerics`` interprets it, stopping at the first NaN or Inf
-    (``xlgraph.lower.numerics``)."""
+    (``xlgraph.lower.numerics``). Under ``enableFloatingPointChecks`` the compiled plan keeps
+    to numpy's kernels, whose floating-point traps the Session turns on: compiled loops
+    report no IEEE flags."""
     if ir.session_options.enableInplaceAmbiguityChecking:
         check_inplace_order(ir)
     depth = check_depth(ir)
+    ctx = replica_context(ir, exchange)
     with stack_for(depth):
         check_host_transfers(ir)
         if check_numerics:
-            if ir.replication_factor > 1:
-                raise ArgumentError("check_numerics runs Irs of one replica")
-            executable = InterpretedExecutable(ir, NumericsInterpreter)
-        elif ir.replication_factor > 1:
-            from xlgraph.lower.replicated import ReplicatedExecutable
-
-            executable = ReplicatedExecutable(ir, exchange)
+            executable = InterpretedExecutable(ir, NumericsInterpreter, ctx)
         elif optimize:
-            executable = CompiledExecutable(ir, get_backend(backend))
+            chosen = get_backend(backend)
+            if ir.session_options.enableFloatingPointChecks:
+                chosen = None
+            executable = CompiledExecutable(ir, chosen, ctx)
         else:
-            executable = InterpretedExecutable(ir)
+            executable = InterpretedExecutable(ir, ctx=ctx)
     executable.depth = depth
     return executable

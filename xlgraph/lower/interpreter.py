@@ -1,7 +1,10 @@
 """The reference interpreter: runs the unoptimised op lists directly, with plain value semantics.
 
 It shares the kernels with the compiled path but none of the lowering, so tests use it as the
-oracle for the optimised plan (``Session(..., optimize=False)`` runs it).
+oracle for the optimised plan (``Session(..., optimize=False)`` runs it, and so do
+``check_numerics`` and the differential fuzzer). With several replicas every value carries the
+leading replica axis of ``xlgraph.lower.replicas`` and each op runs its replicated form
+(``replica_defn``, the one the compiled plan uses) once for all local replicas.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import numpy as np
 
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
-from xlgraph.op import Op
+from xlgraph.lower.replicas import ReplicaContext, agree, lifted, replica_defn
+from xlgraph.op import Op, OpDef
 from xlgraph.ops.control import branch_of
 from xlgraph.tensor import Tensor
 
@@ -50,11 +54,15 @@ class _HostIO:
 
 
 class Interpreter:
-    """Evaluates an Ir op by op. ``current_op`` names the op that was running if one fails."""
+    """Evaluates an Ir op by op. ``current_op`` names the op that was running if one fails.
+    With a ``ctx`` (several replicas), values are ``(ctx.local,) + shape``."""
 
-    def __init__(self, ir: Ir) -> None:
+    def __init__(self, ir: Ir, ctx: ReplicaContext | None = None) -> None:
         self.ir = ir
+        self.ctx = ctx
+        self.single_replica = ctx is not None and ctx.local == 1
         self.current_op: Op | None = None
+        self._defns: dict[Op, OpDef] = {}
 
     def run(self, variables: dict[Tensor, np.ndarray], inputs: dict[Any, np.ndarray],
             outputs: dict[Any, np.ndarray]) -> None:
@@ -62,11 +70,21 @@ class Interpreter:
         env: dict[Tensor, Any] = dict(variables)
         self.graph(self.ir.main_graph, env, io)
 
-    single_replica = False
-
     def constant(self, c: Tensor) -> np.ndarray:
         """A fresh array holding constant ``c``."""
-        return c.data.copy()
+        return c.data.copy() if self.ctx is None else lifted(c.data, self.ctx.local)
+
+    def defn(self, op: Op) -> OpDef:
+        """The op's definition, in its replicated form when there are replicas."""
+        if self.ctx is None:
+            return op.defn
+        found = self._defns.get(op)
+        if found is None:
+            n_in, n_out = len(op.inputs), len(op.outputs)
+            found = self._defns[op] = replica_defn(
+                op.defn, [True] * n_in, [True] * n_out, [t.spec for t in op.inputs],
+                [t.spec for t in op.outputs], self.ctx)
+        return found
 
     def graph(self, graph: Graph, env: dict[Tensor, Any], io: _HostIO) -> None:
         for c in graph.constants:
@@ -89,7 +107,7 @@ class Interpreter:
             return self.repeat(op, args, io)
         if kind == "conditional":
             return self.conditional(op, args, io)
-        return self.results(op, op.defn.kernel(*args, **op.attrs))
+        return self.results(op, self.defn(op).kernel(*args, **op.attrs))
 
     def results(self, op: Op, result: Any) -> list[Any]:
         """A kernel's return value as the list of output values."""
@@ -119,7 +137,7 @@ class Interpreter:
         return [env[t] for t in graph.outputs[: len(op.outputs)]]
 
     def condition(self, op: Op, value: Any) -> bool:
-        return bool(np.asarray(value).item())
+        return bool(np.asarray(value if self.ctx is None else agree(op, value)).item())
 
     def conditional(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
         graph, feeds, modified = branch_of(op, self.condition(op, args[0]))

@@ -94,9 +94,11 @@ def _reduce_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _ALL_REDUCE = OpDef("replicated_all_reduce", same_spec, _all_reduce, _all_reduce_grad,
-                    samples=_reduce_samples, replicated=_all_reduce_replicated)
+                    samples=_reduce_samples, replicated=_all_reduce_replicated,
+                    replica="collective")
 _ALL_REDUCE_ = OpDef("replicated_all_reduce_", same_spec, _all_reduce_inplace, inplace_of=0,
-                     samples=_reduce_samples, replicated=_all_reduce_inplace_replicated)
+                     samples=_reduce_samples, replicated=_all_reduce_inplace_replicated,
+                     replica="collective")
 
 
 @register(_ALL_REDUCE)
@@ -155,12 +157,12 @@ def _slice_samples(rng: np.random.Generator) -> list[Sample]:
 _SLICE = OpDef(
     "replicated_slice", _slice_infer, lambda x, axis, group_size, group: x.copy(),
     lambda g, dy: (replicated_unslice(dy, g.attrs["axis"], g.attrs["group"]),),
-    samples=_slice_samples, replicated=_slice_replicated,
+    samples=_slice_samples, replicated=_slice_replicated, replica="per_replica",
 )
 _UNSLICE = OpDef(
     "replicated_unslice", _unslice_infer, lambda x, axis, group_size, group: x.copy(),
     lambda g, dy: (replicated_slice(dy, g.attrs["axis"], g.attrs["group"]),),
-    samples=_slice_samples, replicated=_unslice_replicated,
+    samples=_slice_samples, replicated=_unslice_replicated, replica="per_replica",
 )
 
 
@@ -210,6 +212,7 @@ def _gather_grad(g: Any, dy: Tensor) -> tuple[Tensor]:
 
 _ALL_GATHER = OpDef(
     "replicated_all_gather", _gather_infer, _gather, _gather_grad, replicated=_gather_replicated,
+    replica="collective",
     samples=lambda rng: [Sample((rng.normal(size=(2, 3)),), {"axis": a, "output_shape": s})
                          for a, s in ((0, "new_axis"), (1, "concat"), (2, "auto"))],
 )
@@ -294,13 +297,14 @@ def _scatter_grad(g: Any, dy: Tensor) -> tuple[Tensor | None]:
 _REDUCE_SCATTER = OpDef(
     "replicated_reduce_scatter", _shard_infer,
     lambda x, group_size, group, op, sharded: _padded(x, group_size), _scatter_grad,
-    replicated=_scatter_replicated,
+    replicated=_scatter_replicated, replica="per_replica",
     samples=lambda rng: [Sample((rng.normal(size=(2, 3)),), {"op": op})
                          for op in ("add", "mean")],
 )
 _SHARD = OpDef(
     "replica_sharded_slice", _shard_infer, lambda x, group_size, group: _padded(x, group_size),
     lambda g, dy: (_unshard_grad(g, dy, reduce=False),), replicated=_shard_replicated,
+    replica="per_replica",
     samples=lambda rng: [Sample((rng.normal(size=(2, 3)),))],
 )
 

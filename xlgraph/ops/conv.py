@@ -21,6 +21,7 @@ import numpy as np
 from xlgraph.cost import Cost, CostFn, nelms, traffic
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
+from xlgraph.ops.replicas import batch_rule
 from xlgraph.ops.window import (
     Ints,
     check_positive,
@@ -238,13 +239,15 @@ def macs(per: int, weight: int) -> CostFn:
 # conv_transpose: every input element spreads over (C_out / groups) x kernel outputs;
 # conv_grad_weight: every dy element meets (C_in / groups) x kernel patch elements (the output)
 _CONV = OpDef("conv", _conv_infer, _conv, _conv_grad, kernel_out=_conv_out,
-              samples=_conv_samples, cost=macs(per=2, weight=1), threaded=True)
+              samples=_conv_samples, cost=macs(per=2, weight=1), threaded=True,
+              replicated=batch_rule(_conv))
 _CONV_TRANSPOSE = OpDef("conv_transpose", _conv_transpose_infer, _conv_transpose,
                         _conv_transpose_grad, samples=_conv_transpose_samples,
-                        cost=macs(per=0, weight=1), threaded=True)
+                        cost=macs(per=0, weight=1), threaded=True,
+                        replicated=batch_rule(_conv_transpose))
 _CONV_GRAD_WEIGHT = OpDef("conv_grad_weight", _grad_weight_infer, _conv_grad_weight,
                           samples=_grad_weight_samples, cost=macs(per=0, weight=2),
-                          threaded=True)
+                          threaded=True, replicated=batch_rule(_conv_grad_weight, (0, 1), True))
 
 
 @register(_CONV_GRAD_WEIGHT)

@@ -11,7 +11,7 @@ from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError, whole_number
 from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_spec
 from xlgraph.ops import loops
-from xlgraph.ops.replicas import shift_axes
+from xlgraph.ops.replicas import held_once, shift_axes
 from xlgraph.tensor import Constant, Tensor, TensorSpec
 
 
@@ -145,8 +145,20 @@ def _nll_grad_rule(g: Any, dy: Tensor) -> tuple[Any, None]:
     return nll_loss_grad(dy, g.x(0), g.x(1), **g.attrs), None
 
 
+def _nll_grad_replicated(ctx: Any, dy, probs, labels, ignore_index, reduction, log_prob):
+    """All replicas in one call: per item as it is, and for a mean or sum over each replica's
+    items (without ``ignore_index``) as a sum whose gradient seed is already divided."""
+    if reduction == "none":
+        return _nll_loss_grad(dy, probs, labels, ignore_index, reduction, log_prob)
+    if ignore_index is not None or not held_once(dy):
+        return None
+    count = math.prod(labels.shape[1:])
+    seed = dy[0] / max(count, 1) if reduction == "mean" else dy[0]
+    return _nll_loss_grad(seed, probs, labels, None, "sum", log_prob)
+
+
 _NLL_GRAD = OpDef(
-    "nll_loss_grad", _nll_grad_infer, _nll_loss_grad,
+    "nll_loss_grad", _nll_grad_infer, _nll_loss_grad, replicated=_nll_grad_replicated,
     samples=lambda rng: [Sample((np.array(1.3), *_probs_labels(rng)),
                                 {"ignore_index": None, "reduction": "mean", "log_prob": False})],
 )

@@ -19,6 +19,7 @@ import numpy as np
 from xlgraph.cost import Cost, CostFn, nelms, traffic
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
+from xlgraph.ops.replicas import batch_rule
 from xlgraph.ops.window import (
     Ints,
     check_positive,
@@ -264,16 +265,18 @@ def _window_cost(pooled: int) -> CostFn:
 _MAX_POOL = OpDef("max_pool", _pool_infer, _max_pool,
                   lambda g, dy: (max_pool_grad(dy, g.x(0), g.y(0), **g.attrs),),
                   kernel_out=_max_pool_out, samples=_pool_samples, cost=_window_cost(1),
-                  threaded=True)
+                  threaded=True, replicated=batch_rule(_max_pool))
 _MAX_POOL_GRAD = OpDef("max_pool_grad", _max_grad_infer, _max_pool_grad,
                        kernel_out=_max_pool_grad_out, samples=_max_grad_samples,
-                       cost=_window_cost(0), threaded=True)
+                       cost=_window_cost(0), threaded=True,
+                       replicated=batch_rule(_max_pool_grad, (0, 1, 2)))
 _AVERAGE_POOL = OpDef("average_pool", _average_infer, _average_pool,
                       lambda g, dy: (average_pool_grad(dy, size=g.x(0).shape[2:], **g.attrs),),
                       kernel_out=_average_pool_out, samples=_pool_samples, cost=_window_cost(1),
-                      threaded=True)
+                      threaded=True, replicated=batch_rule(_average_pool))
 _AVERAGE_POOL_GRAD = OpDef("average_pool_grad", _avg_grad_infer, _average_pool_grad,
-                           samples=_avg_grad_samples, cost=_window_cost(0))
+                           samples=_avg_grad_samples, cost=_window_cost(0),
+                           replicated=batch_rule(_average_pool_grad))
 
 
 @register(_MAX_POOL_GRAD)

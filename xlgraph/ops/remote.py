@@ -93,13 +93,14 @@ def _buffer() -> RemoteBuffer:
 
 
 _REMOTE_LOAD = OpDef("remote_load", _load_infer, _load, side_effect=True,
-                     replicated=_load_replicated,
+                     replicated=_load_replicated, replica="per_replica",
                      samples=lambda rng: [Sample((_buffer(), 1))])
 _REMOTE_LOAD_ = OpDef("remote_load_", _load_into_infer, _load_into, inplace_of=0,
                       side_effect=True, replicated=_load_into_replicated,
+                      replica="per_replica",
                       samples=lambda rng: [Sample((_buffer(), 0, rng.normal(size=(3, 4))))])
 _REMOTE_STORE = OpDef("remote_store", _store_infer, _store, side_effect=True,
-                      replicated=_store_replicated,
+                      replicated=_store_replicated, replica="per_replica",
                       samples=lambda rng: [Sample((_buffer(), 1, rng.normal(size=(3, 4))))])
 
 

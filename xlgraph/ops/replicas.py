@@ -17,7 +17,8 @@ import numpy as np
 
 from xlgraph.replica_grouping import ReplicaGrouping
 
-__all__ = ["Exchange", "ReplicaContext", "aligned", "shift_axes", "unchanged", "matmul_rule"]
+__all__ = ["Exchange", "ReplicaContext", "aligned", "shift_axes", "unchanged", "matmul_rule",
+           "held_once", "batch_rule"]
 
 
 class Exchange(Protocol):
@@ -47,7 +48,8 @@ class ReplicaContext:
     def per_group(self, x: np.ndarray, group: ReplicaGrouping | None,
                   combine: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """Apply ``combine`` to the stacked values of each group's members, ``(G, ...)``; it
-        returns one result per member (or one broadcast to all). Returns the local replicas'."""
+        returns one result per member (or one broadcast to all). Returns the local replicas'
+        (a read-only broadcast view when one group of every replica has one result)."""
         everyone = self.gather(x)
         mine = range(self.offset, self.offset + self.local)
         out: np.ndarray | None = None
@@ -56,11 +58,10 @@ class ReplicaContext:
                 continue
             stacked = everyone[list(members)] if len(members) < self.total else everyone
             result = combine(stacked)
+            if len(members) == self.total and len(result) == 1:
+                return np.broadcast_to(result[0], (self.local, *result.shape[1:]))
             if out is None:
                 out = np.empty((self.local, *result.shape[1:]), result.dtype)
-            if len(members) == self.total and len(result) == 1:
-                out[...] = result[0]  # one group, one result: broadcast it
-                break
             for i, r in enumerate(members):
                 if r in mine:
                     out[r - self.offset] = result[i] if len(result) > 1 else result[0]
@@ -110,8 +111,59 @@ def unchanged(kernel: Callable[..., Any]) -> Callable[..., Any]:
     return lambda ctx, *arrays, **attrs: kernel(*arrays, **attrs)
 
 
+def held_once(x: np.ndarray) -> bool:
+    """Whether batched ``x`` is one value broadcast over the replica axis (stride 0)."""
+    return x.ndim > 0 and x.strides[0] == 0
+
+
+def _fold(x: np.ndarray) -> np.ndarray:
+    """``(replicas, batch, ...)`` as ``(replicas * batch, ...)``."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def batch_rule(kernel: Callable[..., Any], batch: tuple[int, ...] = (0,),
+               sums: bool = False) -> Callable[..., Any]:
+    """A replicated form for kernels whose inputs at ``batch`` lead with a batch axis that the
+    outputs keep (convolutions, pooling): the replicas fold into that axis, so one call serves
+    all of them, provided every other input is held once. With ``sums`` the kernel sums over
+    the batch instead (a weight gradient): the form then has no batched result of its own
+    (None: the caller loops), only ``.summed``, the sum of its results over the replicas."""
+
+    def replicated(ctx: ReplicaContext, *arrays: np.ndarray, **attrs: Any) -> Any:
+        if sums or not all(held_once(a) for i, a in enumerate(arrays) if i not in batch):
+            return None
+        lead = arrays[batch[0]].shape[:2]
+        args = [_fold(a) if i in batch else a[0] for i, a in enumerate(arrays)]
+        result = kernel(*args, **attrs)
+        if isinstance(result, tuple):
+            return tuple(r.reshape(*lead, *r.shape[1:]) for r in result)
+        return result.reshape(*lead, *result.shape[1:])
+
+    def summed(*arrays: np.ndarray, **attrs: Any) -> Any:
+        if any(held_once(arrays[i]) for i in batch):
+            return None
+        args = [_fold(a) if i in batch else a[0] for i, a in enumerate(arrays)]
+        return kernel(*args, **attrs)
+
+    replicated.summed = summed if sums else None  # type: ignore[attr-defined]
+    return replicated
+
+
+def _matmul_summed(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """The sum over replicas of ``a[r] @ b[r]`` (matrices) as one product over the joined
+    contraction axis."""
+    if a.ndim != 3 or b.ndim != 3 or held_once(a) or held_once(b):
+        return None
+    r, m, k = a.shape
+    return a.transpose(1, 0, 2).reshape(m, r * k) @ b.reshape(r * k, b.shape[-1])
+
+
 def matmul_rule(ctx: ReplicaContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``matmul`` of batched operands: 1-D operands become matrices, batch dims line up."""
+    """``matmul`` of batched operands: 1-D operands become matrices, batch dims line up. A
+    matrix ``b`` held once multiplies every replica's rows of ``a`` in one product."""
+    if b.ndim == 3 and a.ndim >= 3 and held_once(b):
+        rows = a.reshape(-1, a.shape[-1]) @ b[0]
+        return rows.reshape(*a.shape[:-1], b.shape[-1])
     a2 = a[:, None, :] if a.ndim == 2 else a
     b2 = b[..., None] if b.ndim == 2 else b
     rank = max(a2.ndim, b2.ndim)
@@ -122,3 +174,6 @@ def matmul_rule(ctx: ReplicaContext, a: np.ndarray, b: np.ndarray) -> np.ndarray
     if a.ndim == 2:
         out = out[..., 0, :] if b.ndim > 2 else out[..., 0]
     return out
+
+
+matmul_rule.summed = _matmul_summed  # type: ignore[attr-defined]

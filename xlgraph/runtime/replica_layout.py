@@ -12,6 +12,9 @@ class ReplicaLayout:
     """Converts variable data between the host shapes of ``Session`` calls and the device
     layout: ``shape`` without replicas, ``(local replicas,) + shape`` with them.
 
+    Variables in ``held_once`` (replica-identical ones the plan keeps without the replica axis,
+    see ``xlgraph.lower.replicas``) have ``shape`` on the device too.
+
     Host data is ``shape_on_host``: one value per replica group, a leading group dimension when
     there are several. ``get_tensor_data`` returns each group's value from its first replica
     run here (``retrieval_mode="one_per_group"``) or every local replica's value
@@ -23,13 +26,14 @@ class ReplicaLayout:
         self.local = ir.instance_replication_factor
         self.offset = ir.replica_offset
         self.mine = range(self.offset, self.offset + self.local)
+        self.held_once: set[Variable] = set()
 
     def device_shape(self, v: Variable) -> tuple[int, ...]:
-        return (self.local, *v.shape) if self.replicated else v.shape
+        return (self.local, *v.shape) if self.replicated and v not in self.held_once else v.shape
 
     def expand(self, v: Variable, host: np.ndarray) -> np.ndarray:
         """Host data (``shape_on_host``) as the device layout."""
-        if not self.replicated:
+        if not self.replicated or v in self.held_once:
             return host
         grouping = v.replica_grouping
         if grouping.num_groups == 1:
@@ -40,6 +44,10 @@ class ReplicaLayout:
         """What ``get_tensor_data`` returns, from the device layout; groups with no replica in
         this instance keep their ``host`` value."""
         if not self.replicated:
+            return device.copy()
+        if v in self.held_once:
+            if v.retrieval_mode == "all_replicas" and self.local > 1:
+                return np.repeat(device[None], self.local, axis=0)
             return device.copy()
         if v.retrieval_mode == "all_replicas":
             return device.copy() if self.local > 1 else device[0].copy()

@@ -94,6 +94,7 @@ class Session:
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
         self.executable = lower(ir, optimize, backend, _exchange(ir), check_numerics)
+        self.layout.held_once = self.executable.held_once
         model = self.device.model
         self._memory = None if model is None else model_memory(ir, self.executable, model)
         self._report: ProfileReport | None = None

@@ -1,0 +1,366 @@
+"""Replicas in the plan: one flattened program runs every local replica at once (DESIGN §7).
+
+A value that differs between replicas carries a leading replica axis of ``ctx.local`` entries;
+a value that is the same on every replica (constants, ungrouped variables that only ever take
+replica-identical updates, results computed from such values alone, all-reduces over every
+replica) is held once, without that axis. ``replicate`` finds which slots vary, gives them the
+replica axis in ``program.specs`` and swaps the ops of the steps that touch them for their
+replicated forms, so planning and code generation run on the result unchanged.
+
+How an op runs over the axis (``replica_defn``, shared with the reference interpreter):
+
+- ``OpDef.replica == "local"`` ops compute each replica on its own. Elementwise ops broadcast
+  (their ``kernel_out`` and compiled loop forms stay where the shapes allow it); ops with an
+  ``OpDef.replicated`` form get every input with the axis (values held once are broadcast
+  views, stride 0 on the axis); the rest loop their kernel over the replicas.
+- ``"collective"`` ops (all-reduce, all-gather) combine the replicas of each group through the
+  ``ReplicaContext``; over every replica their result is held once.
+- ``"per_replica"`` ops (slices by position, sharding, remote memory) always run their
+  replicated form: their results differ per replica even from identical inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from xlgraph.errors import ExecutionError
+from xlgraph.lower.program import Function, Program, Step, walk
+from xlgraph.op import Op, OpDef
+from xlgraph.ops.replicas import ReplicaContext, aligned
+from xlgraph.tensor import TensorSpec
+
+__all__ = ["ReplicaContext", "replicate", "replica_defn", "agree", "lifted"]
+
+
+def agree(op: Op, value: Any) -> np.ndarray:
+    """The condition every replica of a conditional agrees on; raises when they differ."""
+    flags = np.asarray(value).reshape(len(value), -1)[:, 0]
+    if not (flags == flags[0]).all():
+        raise ExecutionError(
+            f"{op.describe()}: the replicas disagree on the condition ({flags.tolist()}); "
+            f"a conditional must take one branch on every replica"
+        )
+    return np.asarray(flags[0])
+
+
+def _agree_defn(op: Op) -> OpDef:
+    return OpDef("replicas_agree", lambda *specs: specs[0], lambda value: agree(op, value))
+
+
+def lifted(value: np.ndarray, local: int) -> np.ndarray:
+    """A value held once, as a fresh array with one copy per local replica."""
+    return np.repeat(np.asarray(value)[None], local, axis=0)
+
+
+def _lift_defn(local: int) -> OpDef:
+    return OpDef("replicas_lift", lambda spec: spec, lambda value: lifted(value, local))
+
+
+def _is_global(attrs: dict[str, Any], total: int) -> bool:
+    group = attrs.get("group")
+    return group is None or group.group_size == total
+
+
+def _results(result: Any) -> list[Any]:
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def _writable(x: Any) -> Any:
+    """``x``, or a copy when it is a read-only (broadcast) view."""
+    return x if not isinstance(x, np.ndarray) or x.flags.writeable else np.array(x)
+
+
+def _loop(defn: OpDef, arrays: tuple[np.ndarray, ...], vary: list[bool], local: int,
+          attrs: dict[str, Any]) -> Any:
+    """The plain kernel once per replica; in-place ops write through to the batched input."""
+    if defn.inplace_of is not None and defn.view:
+        raise ExecutionError("this aliasing op has no replicated form")
+    per = [_results(defn.kernel(*(a[r] if v else a for a, v in zip(arrays, vary)), **attrs))
+           for r in range(local)]
+    outs = [np.stack([np.asarray(x) for x in values]) for values in zip(*per)]
+    if defn.inplace_of is not None:
+        outs[0] = arrays[defn.inplace_of]
+    return tuple(outs) if len(outs) != 1 or isinstance(per[0], tuple) else outs[0]
+
+
+def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[TensorSpec],
+                 outs: list[TensorSpec], ctx: ReplicaContext) -> OpDef:
+    """``defn`` as it runs on values of which ``vary`` (per input) carry the replica axis,
+    giving outputs of which ``out_vary`` carry it; ``ins``/``outs`` are one replica's specs."""
+    local = ctx.local
+    if defn.replica == "local" and defn.elementwise:
+        rank = len(outs[0].shape)
+        if all(len(s.shape) == rank for s, v in zip(ins, vary) if v):
+            same = all(v and s.shape == outs[0].shape for s, v in zip(ins, vary))
+            keep_out = same or isinstance(defn.kernel_out, np.ufunc)
+            return dataclasses.replace(defn, kernel_out=defn.kernel_out if keep_out else None,
+                                       loop=defn.loop if same else None, replicated=None)
+
+        def broadcast(*arrays: np.ndarray, **attrs: Any) -> Any:
+            lined = [aligned((a,), rank)[0] if v else a for a, v in zip(arrays, vary)]
+            result = defn.kernel(*lined, **attrs)
+            return arrays[defn.inplace_of] if defn.inplace_of is not None else result
+
+        return dataclasses.replace(defn, kernel=broadcast, kernel_out=None, loop=None,
+                                   layout=None, replicated=None)
+
+    def run(*arrays: np.ndarray, **attrs: Any) -> Any:
+        result = None
+        if defn.replicated is not None:
+            full = [a if v else np.broadcast_to(a, (local, *np.shape(a)))
+                    for a, v in zip(arrays, vary)]
+            result = defn.replicated(ctx, *full, **attrs)
+        if result is None:
+            if defn.replica != "local":
+                raise ExecutionError(f"{defn.name} has no replicated form")
+            return _loop(defn, arrays, vary, local, attrs)
+        held = [_writable(r) if v else np.array(r[0]) for r, v in zip(_results(result), out_vary)]
+        return tuple(held) if isinstance(result, tuple) else held[0]
+
+    run.loops = defn.replicated is None  # type: ignore[attr-defined]
+    return dataclasses.replace(defn, kernel=run, kernel_out=None, loop=None, layout=None,
+                               replicated=None)
+
+
+class _Varying:
+    """Which slots carry the replica axis: a union-find over slots that share storage (views,
+    in-place ops, by-reference inputs), and the set of varying storage roots."""
+
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+        self.roots: set[int] = set()
+
+    def find(self, x: int) -> int:
+        while self.parent.get(x, x) != x:
+            x = self.parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+            if ra in self.roots:
+                self.roots.add(rb)
+
+    def __contains__(self, slot: int) -> bool:
+        return self.find(slot) in self.roots
+
+    def mark(self, slot: int) -> bool:
+        root = self.find(slot)
+        if root in self.roots:
+            return False
+        self.roots.add(root)
+        return True
+
+
+def _bodies(program: Program) -> Iterator[list[Step]]:
+    yield program.steps
+    for fn in program.functions:
+        yield fn.steps
+
+
+def _kernel_varies(s: Step, vary: _Varying, total: int) -> bool:
+    rule = s.defn.replica
+    ins = any(x in vary for x in s.ins)
+    if rule == "per_replica":
+        return True
+    if rule == "collective":
+        return ins and not _is_global(s.attrs, total)
+    return ins
+
+
+def _analyse(program: Program, total: int) -> _Varying:
+    vary = _Varying()
+    steps = [s for body in _bodies(program) for s in walk(body)]
+    for s in steps:
+        src = s.alias_source
+        if src is not None and not s.copy_out:
+            vary.union(s.outs[0], src)
+    for slot, v in program.variable_slots.items():
+        if v.replica_grouping.num_groups > 1 or getattr(v, "remote", None):  # remote: per replica
+            vary.mark(slot)
+    changed = True
+    while changed:
+        changed = False
+        for s in steps:
+            flows: list[tuple[int, int]] = []
+            if s.kind == "kernel":
+                if _kernel_varies(s, vary, total):
+                    for o in s.outs:
+                        changed |= vary.mark(o)
+            elif s.kind == "host_load":
+                changed |= vary.mark(s.outs[0])
+            elif s.kind in ("bind", "ref"):
+                flows = [(s.ins[0], s.outs[0])]
+            elif s.kind == "loop":
+                flows = [(src, dst) for dst, src in s.carried]
+            elif s.kind == "cond":
+                flows = [(x, o) for o, pair in zip(s.outs, s.carried) for x in pair]
+            elif s.kind == "func":
+                flows = [*zip(s.ins, s.func.params), *zip(s.func.results, s.outs)]
+            for a, b in flows:
+                if a in vary:
+                    changed |= vary.mark(b)
+    return vary
+
+
+def _summing(s: Step, total: int) -> bool:
+    """Whether ``s`` adds (or averages) its input over every replica."""
+    d = s.defn
+    return (d.replica == "collective" and d.inplace_of is None and "new_axis" not in s.attrs
+            and s.attrs.get("op") in ("add", "mean") and _is_global(s.attrs, total))
+
+
+def _contractions(program: Program, vary: _Varying, ctx: ReplicaContext) -> dict[Step, Step]:
+    """``{all-reduce step: producer step}`` where a global sum or mean all-reduce is the only
+    reader of a product whose op can sum over the replicas in one call
+    (``OpDef.replicated.summed``: a weight gradient contracts the replica axis with the batch).
+    The product then is held once. Only within one process: the instances of a job combine
+    partial results in another order."""
+    if ctx.exchange is not None:
+        return {}
+    steps = [s for body in _bodies(program) for s in walk(body)]
+    readers: dict[int, int] = {}
+    for s in steps:
+        used = [*s.ins, *(x for pair in s.carried for x in pair)]
+        if s.kind == "func":
+            used += s.func.results
+        for x in used:
+            readers[x] = readers.get(x, 0) + 1
+    for fn in program.functions:
+        for x in fn.results:
+            readers[x] = readers.get(x, 0) + 1
+    producer = {o: s for s in steps if s.kind == "kernel" for o in s.outs}
+    found = {}
+    for s in steps:
+        if s.kind != "kernel" or not _summing(s, ctx.total):
+            continue
+        x = s.ins[0]
+        p = producer.get(x)
+        if (p is None or readers.get(x) != 1 or x not in vary or vary.find(x) != x
+                or len(p.outs) != 1 or p.defn.replica != "local"
+                or getattr(p.defn.replicated, "summed", None) is None
+                or not all(i in vary for i in p.ins)):
+            continue
+        vary.roots.discard(x)
+        found[s] = p
+    return found
+
+
+def _summed_defn(defn: OpDef, ctx: ReplicaContext, ins: list[TensorSpec],
+                 out: TensorSpec) -> OpDef:
+    """``defn`` summed over the replica axis (every input carries it)."""
+    full = replica_defn(defn, [True] * len(ins), [True], ins, [out], ctx)
+
+    def summed(*arrays: np.ndarray, **attrs: Any) -> np.ndarray:
+        result = defn.replicated.summed(*arrays, **attrs)
+        return np.add.reduce(full.kernel(*arrays, **attrs), 0) if result is None else result
+
+    return dataclasses.replace(defn, kernel=summed, kernel_out=None, loop=None, layout=None,
+                               replicated=None)
+
+
+def _finish_defn(defn: OpDef, total: int) -> OpDef:
+    """A sum or mean all-reduce whose input already holds the sum over every replica."""
+
+    def finish(x: np.ndarray, op: str, **_: Any) -> np.ndarray:
+        return x / np.asarray(total, x.dtype) if op == "mean" else x.copy()
+
+    return dataclasses.replace(defn, kernel=finish, kernel_out=None, loop=None, replicated=None)
+
+
+class _Rewriter:
+    def __init__(self, program: Program, vary: _Varying, ctx: ReplicaContext) -> None:
+        self.program = program
+        self.vary = vary
+        self.ctx = ctx
+        self.one = dict(program.specs)  # one replica's specs
+        self.lift = _lift_defn(ctx.local)
+        self.contracted = _contractions(program, vary, ctx)
+        self.producers = set(self.contracted.values())
+
+    def new_slot(self, like: int) -> int:
+        slot = self.program.num_slots
+        self.program.num_slots += 1
+        self.one[slot] = self.one[like]
+        return slot
+
+    def lifted(self, slot: int, op: Op | None, steps: list[Step]) -> int:
+        """A varying copy of uniform ``slot``, made by a step appended to ``steps``."""
+        out = self.new_slot(slot)
+        self.vary.mark(out)
+        steps.append(Step("kernel", [slot], [out], op, self.lift, {}))
+        return out
+
+    def lift_pairs(self, pairs: list[tuple[int, int]], op: Op | None,
+                   steps: list[Step]) -> list[tuple[int, int]]:
+        """``(dst, src)`` pairs with each uniform ``src`` of a varying ``dst`` lifted."""
+        return [(d, self.lifted(s, op, steps) if d in self.vary and s not in self.vary else s)
+                for d, s in pairs]
+
+    def body(self, steps: list[Step]) -> list[Step]:
+        out: list[Step] = []
+        vary = self.vary
+        for s in steps:
+            if s in self.contracted:
+                s.defn = _finish_defn(s.defn, self.ctx.total)
+            elif s in self.producers:
+                s.defn = _summed_defn(s.defn, self.ctx, [self.one[x] for x in s.ins],
+                                      self.one[s.outs[0]])
+            elif s.kind == "kernel" and (any(x in vary for x in s.ins)
+                                         or s.defn.replica != "local"):
+                s.defn = replica_defn(s.defn, [x in vary for x in s.ins],
+                                      [o in vary for o in s.outs],
+                                      [self.one[x] for x in s.ins],
+                                      [self.one[o] for o in s.outs], self.ctx)
+            elif s.kind == "bind" and s.outs[0] in vary and s.ins[0] not in vary:
+                s = Step("kernel", s.ins, s.outs, s.op, self.lift, {})
+            elif s.kind == "func":
+                s.ins = [self.lifted(x, s.op, out) if p in vary and x not in vary else x
+                         for x, p in zip(s.ins, s.func.params)]
+            elif s.kind == "loop":
+                s.body = self.body(s.body)
+                s.carried = self.lift_pairs(s.carried, s.op, s.body)
+            elif s.kind == "cond":
+                if s.ins[0] in vary:
+                    flag = self.new_slot(s.ins[0])
+                    out.append(Step("kernel", [s.ins[0]], [flag], s.op, _agree_defn(s.op), {}))
+                    s.ins = [flag]
+                s.body, s.orelse = self.body(s.body), self.body(s.orelse)
+                then = self.lift_pairs([(o, a) for o, (a, _) in zip(s.outs, s.carried)],
+                                       s.op, s.body)
+                other = self.lift_pairs([(o, b) for o, (_, b) in zip(s.outs, s.carried)],
+                                        s.op, s.orelse)
+                s.carried = [(a, b) for (_, a), (_, b) in zip(then, other)]
+            out.append(s)
+        return out
+
+    def run(self) -> None:
+        program = self.program
+        program.steps = self.body(program.steps)
+        for fn in program.functions:
+            self.function(fn)
+        local = self.ctx.local
+        program.specs = {slot: TensorSpec((local, *spec.shape), spec.dtype, spec.meta_shape)
+                         if slot in self.vary else spec for slot, spec in self.one.items()}
+
+    def function(self, fn: Function) -> None:
+        fn.steps = self.body(fn.steps)
+
+
+def replicate(program: Program, ctx: ReplicaContext) -> set[int]:
+    """Rewrite ``program`` (freshly flattened) to run ``ctx.local`` replicas at once; returns
+    the varying slots."""
+    vary = _analyse(program, ctx.total)
+    _Rewriter(program, vary, ctx).run()
+    return {slot for slot in program.specs if slot in vary}
+
+
+def loops_over_replicas(program: Program) -> list[str]:
+    """Names of the ops whose steps loop their kernel over the replicas (no replicated form)."""
+    return sorted({s.defn.name for body in _bodies(program) for s in walk(body)
+                   if s.kind == "kernel" and getattr(s.defn.kernel, "loops", False)})
