@@ -75,6 +75,16 @@ def _constant_comments(module: ModuleType) -> dict[str, str]:
     return out
 
 
+def _comments(module: ModuleType) -> dict[str, str]:
+    """Constant comments of ``module`` and of its submodules (where a package's constants live)."""
+    out: dict[str, str] = {}
+    for name, sub in list(sys.modules.items()):
+        if name.startswith(f"{module.__name__}.") and sub is not None:
+            out.update({k: v for k, v in _constant_comments(sub).items() if v})
+    out.update({k: v for k, v in _constant_comments(module).items() if v})
+    return out
+
+
 def public_names(module: ModuleType) -> list[str]:
     """``__all__``, else every name the module defines that does not start with ``_``."""
     if hasattr(module, "__all__"):
@@ -157,7 +167,7 @@ def render() -> str:
     ]
     for module_name in MODULES:
         module = importlib.import_module(module_name)
-        comments = _constant_comments(module)
+        comments = _comments(module)
         out += [f"## `{module_name}`", "", _purpose(module), ""]
         out += [entry(module, name, comments) for name in public_names(module)]
         out.append("")

@@ -14,9 +14,16 @@ import pytest  # noqa: E402
 @pytest.fixture(autouse=True)
 def _no_web_downloads(monkeypatch):
     """Tests never reach the network: dataset web downloads fail as if it were unreachable."""
-    import xlgraph.datasets
+    import xlgraph.datasets.sources
 
-    def offline(url, timeout=0.0):
+    def offline(url, output, name):
         raise OSError(f"no network in tests ({url})")
 
-    monkeypatch.setattr(xlgraph.datasets, "_download", offline)
+    monkeypatch.setattr(xlgraph.datasets.sources, "_http_get", offline)
+
+
+@pytest.fixture
+def unverified_data(monkeypatch):
+    """Synthetic datasets are not the originals: skip the SHA-256 check, as a user with data of
+    their own would (``XLGRAPH_DATA_VERIFY=0``)."""
+    monkeypatch.setenv("XLGRAPH_DATA_VERIFY", "0")

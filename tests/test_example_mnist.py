@@ -13,6 +13,8 @@ import pytest
 
 from xlgraph.datasets import write_idx
 
+pytestmark = pytest.mark.usefixtures("unverified_data")
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mnist" / "mnist.py"
 
 

@@ -41,6 +41,7 @@ def _run(example: str, args: list[str], tmp_path: Path) -> subprocess.CompletedP
            "XLGRAPH_DATA_VERIFY": "0", "MPLBACKEND": "Agg",
            "MPLCONFIGDIR": str(tmp_path / "matplotlib")}  # matplotlib's own font cache
     env.pop("XLGRAPH_DATA", None)
+    env.pop("XLGRAPH_DATASETS", None)
     return subprocess.run([sys.executable, str(EXAMPLES / f"{example}.py"), *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=300)
 

@@ -15,6 +15,8 @@ import xlgraph
 from xlgraph import checkpoint, training
 from xlgraph.datasets import FASHION_MNIST_CLASSES, write_idx
 
+pytestmark = pytest.mark.usefixtures("unverified_data")
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "mnist"
 
 

@@ -11,6 +11,8 @@ import pytest
 from xlgraph.datasets import FASHION_MNIST_CLASSES, write_idx
 from xlgraph.vision import datasets, transforms
 
+pytestmark = pytest.mark.usefixtures("unverified_data")
+
 
 def _write(root, folder: str, n: int = 6) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 def default_data_dir() -> str:
     """``$XLGRAPH_DATA``, else ``~/.torch/datasets`` (where ``xlgraph.datasets`` looks)."""
-    return os.environ.get("XLGRAPH_DATA") or os.path.join("~", ".torch", "datasets")
+    return (os.environ.get("XLGRAPH_DATA") or os.environ.get("XLGRAPH_DATASETS")
+            or os.path.join("~", ".torch", "datasets"))
 
 
 def make_parser(example: str, description: str, *, epochs: int,
