@@ -3,6 +3,10 @@
 Nothing here is active until asked for. Either run a script through it::
 
     python -m xlgraph.popxl_compat train.py --epochs 1
+    python -m xlgraph.popxl_compat --device ipu_model tutorial.py  # Session(ir, "ipu_hw") too
+
+(the runner also provides a minimal ``popart`` module, ``xlgraph.popart_compat``; with
+``--device ipu_model``, ``"ipu_hw"`` runs on a whole-chip model, ``IPUModel.full()``)
 
 or install the alias in-process before the program imports ``popxl``::
 
@@ -98,14 +102,35 @@ def uninstall() -> None:
             del sys.modules[name]
 
 
+_USAGE = """usage: python -m xlgraph.popxl_compat [--device ipu_model] SCRIPT.py [ARGS...]
+
+Runs SCRIPT with `import popxl` resolving to xlgraph and `import popart` to a minimal stand-in
+(xlgraph.popart_compat). --device ipu_model runs Session(ir, "ipu_hw") on the IPU model of a
+whole chip (IPUModel.full(): 1,472 tiles), as a program written for hardware expects."""
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python -m xlgraph.popxl_compat script.py [args...]``: run a PopXL script on xlgraph."""
+    """``python -m xlgraph.popxl_compat [--device ipu_model] script.py [args...]``: run a PopXL
+    script on xlgraph."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    device = None
+    if argv[:1] == ["--device"] or argv[:1] and argv[0].startswith("--device="):
+        device = argv[0].partition("=")[2] or (argv[1] if len(argv) > 1 else "")
+        argv = argv[1:] if "=" in argv[0] else argv[2:]
+        if device != "ipu_model":
+            print(f"--device {device!r}: only 'ipu_model' can stand in for 'ipu_hw'\n{_USAGE}",
+                  file=sys.stderr)
+            raise SystemExit(2)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m xlgraph.popxl_compat SCRIPT.py [ARGS...]  "
-              "(runs SCRIPT with `import popxl` resolving to xlgraph)")
+        print(_USAGE)
         raise SystemExit(0 if argv else 2)
     install()
+    sys.modules.setdefault("popart", importlib.import_module("xlgraph.popart_compat"))
+    if device is not None:
+        from xlgraph.ipu import IPUModel
+        from xlgraph.runtime.device import run_ipu_hw_on
+
+        run_ipu_hw_on(IPUModel.full())
     sys.argv = argv
     runpy.run_path(argv[0], run_name="__main__")
 

@@ -412,6 +412,7 @@ def variable(
             f"{replica_grouping.num_groups} (one value per group), got shape {arr.shape} "
             f"[created at {user_source_line()}]"
         )
+    retrieval_mode = getattr(retrieval_mode, "value", retrieval_mode)  # PopART's enum too
     if retrieval_mode not in (None, "one_per_group", "all_replicas"):
         raise ValueError(
             f"retrieval_mode must be 'one_per_group' or 'all_replicas', got {retrieval_mode!r}"

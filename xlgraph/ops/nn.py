@@ -180,8 +180,14 @@ def nll_loss(probs: Tensor, labels: Tensor, ignore_index: int | None = None,
 
     ``mean`` divides by the number of items whose label is not ``ignore_index``.
     """
-    attrs = {"ignore_index": ignore_index, "reduction": reduction, "log_prob": bool(log_prob)}
+    attrs = {"ignore_index": ignore_index, "reduction": _reduction_name(reduction),
+             "log_prob": bool(log_prob)}
     return apply1(_NLL, [probs, labels], attrs)
+
+
+def _reduction_name(reduction: Any) -> Any:
+    """PopXL's reduction string, also from PopART's ``ReductionType`` (its value)."""
+    return getattr(reduction, "value", reduction)
 
 
 def _nll_softmax_infer(probs, labels, loss_grad, ignore_index, reduction):
@@ -243,7 +249,8 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float =
     Returns:
         ``(loss, d_logits)`` where ``d_logits = (probs - onehot(labels)) * loss_grad / N``.
     """
-    attrs = {"loss_grad": float(loss_grad), "ignore_index": ignore_index, "reduction": reduction}
+    attrs = {"loss_grad": float(loss_grad), "ignore_index": ignore_index,
+             "reduction": _reduction_name(reduction)}
     loss, grad = apply(_NLL_SOFTMAX, [probs, labels], attrs)
     return loss, grad
 
