@@ -1,9 +1,10 @@
 """PopTorch's API on xlgraph: ``import xlgraph.poptorch as poptorch`` runs PopTorch programs.
 
-``trainingModel``/``inferenceModel`` trace a ``torch.nn.Module`` with ``torch.fx`` into an xlgraph
-graph (one conversion table, ``xlgraph.poptorch.table``), train it with the training-step builder
-of ``xlgraph.training`` and keep the module's weights in sync. ``Options``, ``DataLoader`` and
-``poptorch.optim`` follow PopTorch's semantics.
+``trainingModel``/``inferenceModel`` capture a ``torch.nn.Module`` into an xlgraph graph (one
+conversion table, ``xlgraph.poptorch.table``), train it with the training-step builder of
+``xlgraph.training`` and keep the module's weights in sync. ``Options``, ``DataLoader``,
+``poptorch.optim`` and PopTorch's own ops follow PopTorch's semantics;
+``docs/poptorch-support.md`` lists every PopTorch name and what it does here.
 
 Example:
     >>> import xlgraph.poptorch as poptorch
@@ -12,33 +13,101 @@ Example:
     >>> preds, loss = model(images, labels)      # 50 SGD steps of batch len(images) / 50
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 try:
     import torch  # noqa: F401 - fail early with the extra's name
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise ImportError("xlgraph.poptorch needs torch: pip install 'xlgraph[torch]'") from exc
 
 from xlgraph.poptorch import optim
-from xlgraph.poptorch.dataloader import DataLoader
-from xlgraph.poptorch.executor import Error, PoplarExecutor, inferenceModel, trainingModel
+from xlgraph.poptorch.api_ops import (
+    cond,
+    custom_op,
+    dynamic_slice,
+    dynamic_update,
+    for_loop,
+    ipu_print_tensor,
+    nop,
+    recomputationCheckpoint,
+    serializedMatMul,
+    set_available_memory,
+    set_overlap_for_input,
+    set_overlap_for_output,
+)
+from xlgraph.poptorch.blocks import (
+    CPU,
+    BeginBlock,
+    Block,
+    BlockFunction,
+    ICustomArgParser,
+    LegacyBeginBlockFn,
+    MultiConv,
+    NameScope,
+    registerCustomArgParser,
+    registerGeometricCustomArgParsers,
+    removeBlocks,
+)
+from xlgraph.poptorch.dataloader import AsynchronousDataAccessor, DataLoader
+from xlgraph.poptorch.enums import (
+    AnchorMode,
+    AutoStage,
+    CommGroupType,
+    ConnectionType,
+    DataLoaderMode,
+    HalfFloatCastingBehavior,
+    Liveness,
+    MatMulSerializationMode,
+    MeanReductionStrategy,
+    MultiConvPlanType,
+    OutputMode,
+    OverlapMode,
+    ReductionType,
+    SharingStrategy,
+    SyncPattern,
+    VariableRetrievalMode,
+)
+from xlgraph.poptorch.executor import PoplarExecutor, inferenceModel, trainingModel
 from xlgraph.poptorch.identity import identity_loss
 from xlgraph.poptorch.lowering import UnsupportedOpError
 from xlgraph.poptorch.options import (
-    AnchorMode,
-    DataLoaderMode,
+    Attribute,
+    ConfigFileError,
     Options,
-    OutputMode,
-    ReductionType,
+    ParallelPhasedExecution,
+    Phase,
+    PipelinedExecution,
+    SerialPhasedExecution,
+    ShardedExecution,
+    Stage,
+    TensorLocationSettings,
 )
+from xlgraph.poptorch.support import Error, refuse, unknown
 
 __all__ = [
-    "AnchorMode", "DataLoader", "DataLoaderMode", "Error", "Options", "OutputMode",
-    "PoplarExecutor", "ReductionType", "UnsupportedOpError", "identity_loss", "inferenceModel",
-    "ipuHardwareIsAvailable", "isRunningOnIpu", "optim", "setLogLevel", "trainingModel",
+    "AnchorMode", "AsynchronousDataAccessor", "Attribute", "AutoStage", "BeginBlock", "Block",
+    "BlockFunction", "CPU", "CommGroupType", "ConfigFileError", "ConnectionType", "DataLoader",
+    "DataLoaderMode", "Error", "HalfFloatCastingBehavior", "ICustomArgParser",
+    "LegacyBeginBlockFn", "Liveness", "MatMulSerializationMode", "MeanReductionStrategy",
+    "MultiConv", "MultiConvPlanType", "NameScope", "Options", "OutputMode", "OverlapMode",
+    "ParallelPhasedExecution", "Phase", "PipelinedExecution", "PoplarExecutor", "ReductionType",
+    "SerialPhasedExecution", "ShardedExecution", "SharingStrategy", "Stage", "SyncPattern",
+    "TensorLocationSettings", "UnsupportedOpError", "VariableRetrievalMode", "cond",
+    "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update", "for_loop", "fps",
+    "identity_loss", "inferenceModel", "ipuHardwareIsAvailable", "ipuHardwareVersion",
+    "ipu_print_tensor", "isRunningOnIpu", "load", "nearest", "nop", "optim", "poptorchAtExit",
+    "recomputationCheckpoint", "registerCustomArgParser", "registerGeometricCustomArgParsers",
+    "removeBlocks", "serializedMatMul", "set_available_memory", "set_overlap_for_input",
+    "set_overlap_for_output", "setLogLevel", "trainingModel",
 ]
+
+_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERR", "OFF")
 
 
 def isRunningOnIpu() -> bool:  # noqa: N802
-    """False: torch code runs on the host (PopTorch returns True inside a traced model)."""
+    """False: torch code runs on the host (PopTorch returns True inside a captured model)."""
     return False
 
 
@@ -47,5 +116,41 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:  # noqa: N802
     return False
 
 
+def ipuHardwareVersion() -> str:  # noqa: N802
+    """The modelled IPU's version, ``"ipu2"`` (there is no hardware to ask)."""
+    return "ipu2"
+
+
 def setLogLevel(level: int | str) -> None:  # noqa: N802
-    """Accepted for compatibility (xlgraph does not log)."""
+    """Accepted (``TRACE|DEBUG|INFO|WARN|ERR|OFF`` or an int); xlgraph does not log."""
+    if isinstance(level, str) and level not in _LOG_LEVELS:
+        raise ValueError(f"setLogLevel: unknown level {level!r}; use one of {_LOG_LEVELS}")
+
+
+def poptorchAtExit() -> None:  # noqa: N802
+    """Nothing to release: the simulator holds no device between programs."""
+
+
+def load(filename: str, edit_opts_fn: Any = None) -> PoplarExecutor:
+    """Refused: executables are not cached to disk (see the support page)."""
+    refuse("load")
+
+
+def ctc_beam_search_decoder(probs: Any, lengths: Any, blank: int = 0, beam_width: int = 100,
+                            top_paths: int = 1) -> Any:
+    """Refused: xlgraph has no CTC beam search op."""
+    refuse("ctc_beam_search_decoder")
+
+
+def fps(src: Any, ptr: Any, ratio: float = 0.5, random_start: bool = False) -> Any:
+    """Refused: torch_cluster's farthest point sampling is not in xlgraph."""
+    refuse("fps")
+
+
+def nearest(x: Any, y: Any, batch_x: Any = None, batch_y: Any = None) -> Any:
+    """Refused: torch_cluster's nearest is not in xlgraph."""
+    refuse("nearest")
+
+
+def __getattr__(name: str) -> Any:
+    raise unknown("poptorch", name)

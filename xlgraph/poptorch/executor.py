@@ -10,30 +10,36 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
+import sys
+import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 import torch.utils._pytree as pytree
-from tqdm import tqdm
 
-from xlgraph.errors import XlgraphError
+from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
 from xlgraph.poptorch import optim as pt_optim
 from xlgraph.poptorch import weights
+from xlgraph.poptorch.blocks import recorded_blocks, static_blocks
+from xlgraph.poptorch.enums import CommGroupType, OutputMode, ReductionType
 from xlgraph.poptorch.lowering import Lowered, lower_module, named_tensors, torch_to_numpy
-from xlgraph.poptorch.options import Options, OutputMode, ReductionType
+from xlgraph.poptorch.options import Options
+from xlgraph.poptorch.support import Error, refuse
+from xlgraph.progress import tqdm
 from xlgraph.runtime import Session
 from xlgraph.tensor import TensorSpec, variable
 from xlgraph.training import build_inference, build_train_step
 
-__all__ = ["Error", "PoplarExecutor", "trainingModel", "inferenceModel"]
+__all__ = ["Error", "PoplarExecutor", "trainingModel", "inferenceModel",
+           "registerPostCompileHook"]
 
-
-class Error(XlgraphError, RuntimeError):
-    """``poptorch.Error``: misuse of a PopTorch wrapper."""
+_POST_COMPILE_HOOKS: list[Callable[[], None]] = []
 
 
 @dataclass
@@ -47,11 +53,46 @@ class _Compiled:
     input_specs: list[tuple[tuple[int, ...], torch.dtype]]
     concrete: dict[str, Any]
     optimizer: Any = None
+    seed: Any = None
 
 
-def _compile_bar() -> tqdm:
-    return tqdm(total=100, desc="Graph compilation", leave=True,
+class _HookHandle:
+    def __init__(self, hook: Callable[[], None]) -> None:
+        self.hook = hook
+
+    def remove(self) -> None:
+        if self.hook in _POST_COMPILE_HOOKS:
+            _POST_COMPILE_HOOKS.remove(self.hook)
+
+
+def registerPostCompileHook(hook: Callable[[], None]) -> _HookHandle:  # noqa: N802
+    """Call ``hook()`` after every compilation of a wrapped model; ``.remove()`` the handle
+    to stop."""
+    if not callable(hook):
+        raise TypeError(f"registerPostCompileHook: {hook!r} is not callable")
+    _POST_COMPILE_HOOKS.append(hook)
+    return _HookHandle(hook)
+
+
+def _compile_bar(show: bool) -> tqdm:
+    """The "Graph compilation" bar: only on a terminal (tqdm's ``disable=None``), off with
+    ``opts.showCompilationProgressBar(False)``; ``XLGRAPH_PROGRESS`` overrides both."""
+    return tqdm(total=100, desc="Graph compilation", leave=True, file=sys.stdout,
+                disable=None if show else True,
                 bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
+
+
+def _ipu_model(options: Options, blocks: dict[str, int | None]) -> IPUModel | None:
+    """The chip ``useIpuModel``/``logCycleCount``/``enableProfiling`` model: whole IPUs of
+    1,472 tiles (4 under ``POPTORCH_SMALL_IPU_MODEL``), as many as the blocks and stages use."""
+    if not (options.use_ipu_model or options.log_cycle_count or options.profile_dir):
+        return None
+    strategy = options.execution_strategy
+    ipus = {i for i in blocks.values() if i is not None}
+    num_ipus = strategy.num_ipus(blocks) if strategy is not None else max(ipus, default=0) + 1
+    tiles = 4 if os.environ.get("POPTORCH_SMALL_IPU_MODEL") else 1472
+    version = "ipu21" if options.offline_ipu_version == 21 else "ipu2"
+    return IPUModel(ipu_version=version, num_ipus=num_ipus, tiles_per_ipu=tiles)
 
 
 def _apply_output_mode(array: np.ndarray, steps: int, replicas: int, mode: OutputMode,
@@ -84,13 +125,19 @@ class PoplarExecutor:
     def __init__(self, model: torch.nn.Module, options: Options | None, training: bool,
                  optimizer: torch.optim.Optimizer | None = None) -> None:
         options = options if options is not None else Options()
+        if not isinstance(options, Options):
+            raise TypeError(f"expected a poptorch.Options, got {type(options).__name__}")
         options.freeze()
-        self.options = options.clone()
-        if not training and self.options.Training.gradient_accumulation != 1:
+        self._options = options.clone()
+        if not training and self._options.Training.gradient_accumulation != 1:
             raise Error("inferenceModel needs Training.gradientAccumulation(1)")
+        mode = self._options.resolved_output_mode(training)
+        self._options.outputMode(mode, self._options.output_return_period
+                                 if mode == OutputMode.EveryN else None)
+        self._options.freeze()
         self.training = training
         self._user_model = model
-        self.model = copy.copy(model)  # parameters shared; the training flag is frozen here
+        self._traced = copy.copy(model)  # parameters shared; the training flag is frozen here
         self._signature = inspect.signature(model.forward)
         self._optimizer = optimizer
         if training and optimizer is None:
@@ -98,8 +145,20 @@ class PoplarExecutor:
         if training:
             pt_optim.hyperparameters(self._optimizer)  # refuse unsupported optimisers now
         self._compiled: _Compiled | None = None
+        self._compile_seconds = 0.0
+        self._anchors: dict[str, np.ndarray] = {}
         if training:
             weights.hook_module(model, self)
+
+    @property
+    def options(self) -> Options:
+        """The wrapper's own (frozen) copy of the options, with ``output_mode`` resolved."""
+        return self._options
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The wrapped torch module."""
+        return self._user_model
 
     # -- compilation -------------------------------------------------------------------------
     @property
@@ -127,31 +186,56 @@ class PoplarExecutor:
             return
         self._compile(self._bind(args, kwargs))
 
+    @property
+    def _input_replicas(self) -> int:
+        """Distinct inputs per micro-batch: replicas / ``inputReplicaGrouping`` group size."""
+        return self._replicas // max(self.options.input_group_size, 1)
+
     def _micro_batch(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        steps = self._steps * self._replicas
+        steps = self._steps * self._input_replicas
         size = t.shape[0] if t.dim() else "none"
         if not (t.dim() > 0 and t.shape[0] % steps == 0 and t.shape[0] >= steps):
             raise Error(
                 f"Invalid batch dimension: in the input {name}, the batch dimension ({size}) must "
-                f"be a multiple of device iterations x replication factor x gradient accumulation "
-                f"({steps})")
+                f"be a multiple of device iterations x replication factor / input group size x "
+                f"gradient accumulation ({steps})")
         return t[: t.shape[0] // steps]
 
+    def _replica_inputs(self) -> np.ndarray:
+        """Which of the call's per-replica input slices each replica reads."""
+        distinct, replicas = self._input_replicas, np.arange(self._replicas)
+        if self.options.input_group_type == CommGroupType.Orthogonal:
+            return replicas % distinct
+        return replicas // (self._replicas // distinct)
+
+    def _feed(self, stream: Any, t: torch.Tensor) -> np.ndarray:
+        array = torch_to_numpy(t)
+        if self.options.synthetic_data:
+            array = np.zeros_like(array)
+        grid = array.reshape((self._steps, self._input_replicas) + stream.shape)
+        if self._input_replicas != self._replicas:
+            grid = grid[:, self._replica_inputs()]
+        return grid.reshape(self._lead() + stream.shape)
+
     def _compile(self, args: dict[str, Any]) -> None:
-        bar = _compile_bar()
+        start = time.perf_counter()
+        bar = _compile_bar(self.options.show_compilation_progress_bar)
         sample = {k: self._micro_batch(k, v) if isinstance(v, torch.Tensor) else v
                   for k, v in args.items()}
         ir = Ir(replication=self._replicas)
-        lowered = lower_module(ir, self.model, sample, self.training)
+        with recorded_blocks() as blocks:
+            lowered = lower_module(ir, self._traced, sample, self.training)
+        blocks.update(static_blocks(self._traced))
         bar.update(40)
-        tensors = named_tensors(self.model)
+        tensors = named_tensors(self._traced)
         with ir.main_graph:
             variables = {k: variable(torch_to_numpy(tensors[k]), name=k)
                          for k in lowered.params.values()}
         params = {t: variables[k] for t, k in lowered.params.items()}
         specs = [TensorSpec(t.shape, t.dtype) for t in lowered.data_inputs]
         if self.training:
-            xl_optimizer = pt_optim.to_xlgraph(self._optimizer)
+            xl_optimizer = pt_optim.to_xlgraph(self._optimizer,
+                                               {id(t): k for k, t in tensors.items()})
             trained = pt_optim.parameter_ids(self._optimizer)
             frozen = [k for k in variables if id(tensors[k]) not in trained
                       or not tensors[k].requires_grad]
@@ -161,32 +245,50 @@ class PoplarExecutor:
                 seed = self.options.random_seed
                 seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else seed
             reduction = self.options.Training.accumulation_and_replication_reduction_type
+            scale = pt_optim.loss_scaling(self._optimizer)
+
+            def loss(outs: Any) -> Any:  # scaled: the optimiser unscales the gradients
+                value = outs if index is None else outs[index]
+                return value * scale if scale != 1.0 else value
+
             step = build_train_step(
-                ir, lowered.graph, lambda outs: outs if index is None else outs[index],
-                xl_optimizer, specs, params=params, seed=seed, seed_input=lowered.seed,
+                ir, lowered.graph, loss, xl_optimizer, specs, params=params, seed=seed,
+                seed_input=lowered.seed,
                 store_outputs=True, frozen=frozen, updates=lowered.buffer_updates,
                 num_host_transfers=self.options.device_iterations,
                 accumulation=self.options.Training.gradient_accumulation,
                 accumulation_reduction="sum" if reduction == ReductionType.Sum else "mean")
-            streams, loss_stream = step.streams, step.loss_stream
+            streams, loss_stream, seed_var = step.streams, step.loss_stream, step.seed
             out_streams = step.output_streams[: len(lowered.outputs)]
         else:
-            xl_optimizer, loss_stream = None, None
+            xl_optimizer, loss_stream, seed_var = None, None, None
             step = build_inference(ir, lowered.graph, specs, params=params,
                                    num_host_transfers=self._steps)
             streams, out_streams = step.streams, step.output_streams
         bar.update(30)
-        device = "ipu_model" if self.options.use_ipu_model else "cpu"
-        session = Session(ir, device)
+        if self.options.TensorLocations.num_io_tiles:
+            ir.session_options.numIOTiles = self.options.TensorLocations.num_io_tiles
+        model = _ipu_model(self.options, blocks)
+        session = Session(ir, "cpu" if model is None else "ipu_model", ipu_model=model,
+                          check_numerics=self.options.Precision.floating_point_exceptions)
         sync = weights.WeightSync(session, variables, tensors, torch_to_numpy)
         input_specs = [(tuple(v.shape), v.dtype) for v in args.values()
                        if isinstance(v, torch.Tensor)]
         concrete = {k: v for k, v in args.items() if not isinstance(v, torch.Tensor)}
         self._compiled = _Compiled(session, lowered, sync, streams, out_streams, loss_stream,
-                                   input_specs, concrete, xl_optimizer)
+                                   input_specs, concrete, xl_optimizer, seed_var)
+        self.blocks = dict(blocks)
         session.__enter__()
         bar.update(30)
         bar.close()
+        self._compile_seconds = time.perf_counter() - start
+        if self.options.profile_dir:
+            os.makedirs(self.options.profile_dir, exist_ok=True)
+            path = os.path.join(self.options.profile_dir, "profile.json")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(session.report().to_json(indent=1))
+        for hook in list(_POST_COMPILE_HOOKS):
+            hook()
 
     # -- calling -----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -205,16 +307,14 @@ class PoplarExecutor:
         if not self.training:
             weights.download_all()
         compiled.sync.upload_changed()
-        lead = self._lead()
-        feeds = {stream: torch_to_numpy(t).reshape(lead + stream.shape)
-                 for stream, t in zip(compiled.streams, tensors)}
+        feeds = {stream: self._feed(stream, t) for stream, t in zip(compiled.streams, tensors)}
         out = compiled.session.run(feeds)
         if self.training:
             compiled.sync.host_stale = True
             # the device stepped the optimizer: flag it as optimizer.step() does, so torch's LR
             # schedulers know the step came before theirs
             self._optimizer._opt_called = True
-        mode = self.options.resolved_output_mode(self.training)
+        mode = self.options.output_mode
         period = self.options.output_return_period
         results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,
                                                 period)) for s in compiled.output_streams]
@@ -289,16 +389,117 @@ class PoplarExecutor:
         new = pt_optim.hyperparameters(optimizer)
         if self._compiled is not None:
             old = pt_optim.hyperparameters(self._optimizer)
-            changed = sorted(k for k in new if k != "lr" and new[k] != old[k])
-            if changed or type(optimizer) is not type(self._optimizer):
-                raise Error(f"setOptimizer: only the learning rate can change after "
-                            f"compilation; {changed or 'the optimizer type'} changed")
-            self._compiled.optimizer.set_lr(self._compiled.session, new["lr"])
+            changed = sorted({k for n, o in zip(new, old) for k in n if k != "lr" and n[k] != o[k]})
+            if changed or len(new) != len(old) or type(optimizer) is not type(self._optimizer):
+                raise Error(f"setOptimizer: only learning rates can change after compilation; "
+                            f"{changed or 'the optimizer type or its groups'} changed")
+            self._compiled.optimizer.set_lrs(self._compiled.session, [g["lr"] for g in new])
         self._optimizer = optimizer
+
+    def copyWeightsToHostIfNeeded(self) -> None:  # noqa: N802
+        """Copy trained weights to the host only if training changed them since the last copy."""
+        self.download()
+
+    def copyNamedBuffersToDevice(self) -> None:  # noqa: N802
+        """Upload the buffers named by ``opts.updatableNamedBuffers`` (all buffers if none)."""
+        compiled = self._require_compiled()
+        names = self.options.updatable_named_buffers or [
+            k for k, _ in self._user_model.named_buffers()]
+        for name in names:
+            if name in compiled.sync.variables:
+                compiled.session.write_variable_data(compiled.sync.variables[name],
+                                                     torch_to_numpy(compiled.sync.tensors[name]))
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        """Load into the torch module; the device gets the new values before the next call."""
+        result = self._user_model.load_state_dict(state_dict, strict)
+        if self._compiled is not None and self.isAttachedToDevice():
+            self._compiled.sync.upload_changed()
+        return result
+
+    # -- anchors, profiling and executables ----------------------------------------------------
+    def getTensorNames(self) -> list[str]:  # noqa: N802
+        """Names ``Options.anchorTensor`` can anchor: the inputs, each parameter and buffer
+        (its ``state_dict`` key) and ``UpdatedVar___<key>``."""
+        compiled = self._require_compiled()
+        keys = list(compiled.sync.variables)
+        return [t.name for t in compiled.lowered.data_inputs] + keys + [
+            f"UpdatedVar___{k}" for k in keys]
+
+    def getAnchoredTensor(self, short_name: str) -> torch.Tensor:  # noqa: N802
+        """The value of the tensor anchored as ``short_name`` after the last call."""
+        if short_name not in self.options.anchored_tensors:
+            raise Error(f"getAnchoredTensor: no tensor anchored as {short_name!r}; anchored: "
+                        f"{sorted(self.options.anchored_tensors)}")
+        compiled = self._require_compiled()
+        long_name = self.options.anchored_tensors[short_name][0]
+        key = long_name.removeprefix("UpdatedVar___").removeprefix("model.")
+        if key not in compiled.sync.variables:
+            raise Error(f"getAnchoredTensor: {long_name!r} is not one of getTensorNames() "
+                        f"(gradients are not anchored by xlgraph)")
+        data = compiled.session.get_tensor_data(compiled.sync.variables[key])
+        return _to_torch(np.asarray(data))
+
+    def cycleCount(self) -> int:  # noqa: N802
+        """Estimated cycles of one call on the ipu_model (needs ``opts.logCycleCount(True)``,
+        ``useIpuModel(True)`` or ``enableProfiling()``)."""
+        compiled = self._require_compiled()
+        if compiled.session.device.model is None:
+            raise Error("cycleCount(): enable opts.logCycleCount(True) (or useIpuModel(True)) "
+                        "so the ipu_model counts cycles")
+        return int(round(compiled.session.report().estimated_cycles_per_run))
+
+    def compilationTime(self) -> float:  # noqa: N802
+        """Seconds the last compilation took."""
+        self._require_compiled()
+        return self._compile_seconds
+
+    def getPerfCounters(self) -> dict[str, list[Any]]:  # noqa: N802
+        """No hardware timers on the simulator: empty counters."""
+        return {"input": [], "input_complete": [], "output": [], "output_complete": []}
+
+    def _zero_latency(self) -> tuple[float, float, float]:
+        """(min, max, mean) seconds: zeros, there are no hardware timers."""
+        return (0.0, 0.0, 0.0)
+
+    getHostIpuLatency = getComputeLatency = getIpuHostLatency = _zero_latency  # noqa: N815
+
+    def getLatency(self) -> tuple[tuple[float, float, float], ...]:  # noqa: N802
+        """(host-to-IPU, compute, IPU-to-host) latencies: zeros, there are no timers."""
+        return (self._zero_latency(),) * 3
+
+    @property
+    def rng_state(self) -> list[int]:
+        """The device's dropout seed (``uint32[2]``) as a list."""
+        compiled = self._require_compiled()
+        seed = compiled.seed
+        return [] if seed is None else [int(v) for v in
+                                        np.ravel(compiled.session.get_tensor_data(seed))]
+
+    @rng_state.setter
+    def rng_state(self, state: list[int]) -> None:
+        compiled = self._require_compiled()
+        if compiled.seed is not None:
+            compiled.session.write_variable_data(
+                compiled.seed, np.asarray(state, np.uint32).reshape(compiled.seed.shape))
+
+    def save(self, filename: str, export_model: bool = True, save_rng_state: bool = True,
+             ) -> None:
+        """Refused: executables are not cached to disk."""
+        refuse("PoplarExecutor.save")
+
+    def loadExecutable(self, filename: str) -> None:  # noqa: N802
+        """Refused: executables are not cached to disk."""
+        refuse("PoplarExecutor.loadExecutable")
+
+    def compileAndExport(self, filename: str, *args: Any, export_model: bool = True,  # noqa: N802
+                         **kwargs: Any) -> None:
+        """Refused: executables are not cached to disk."""
+        refuse("PoplarExecutor.compileAndExport")
 
     # -- the wrapped module ------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name in ("model", "options", "training"):
+        if name.startswith("_") or name == "training":
             raise AttributeError(name)
         return getattr(self._user_model, name)
 

@@ -7,14 +7,20 @@ them, or a plain ``torch.optim`` SGD/Adam/AdamW/RMSprop, into the matching xlgra
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import numpy as np
 import torch
 
+from xlgraph import dtypes, ops
 from xlgraph import optim as xl_optim
 from xlgraph.errors import XlgraphError
+from xlgraph.ops.var_updates import copy_var_update_
+from xlgraph.tensor import Tensor, Variable, constant
 
-__all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LAMB", "to_xlgraph", "hyperparameters"]
+__all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LAMB", "Optimizer", "VariableAttributes",
+           "to_xlgraph", "hyperparameters", "loss_scaling", "PopTorchUpdate"]
 
 _EXTRAS = ("loss_scaling", "velocity_scaling", "use_combined_accum", "accum_type",
            "velocity_accum_type", "first_order_momentum_accum_type",
@@ -22,59 +28,186 @@ _EXTRAS = ("loss_scaling", "velocity_scaling", "use_combined_accum", "accum_type
 
 
 def _extras(opt: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Store PopTorch's extra arguments (they do not change float32 results); return the rest."""
-    opt.poptorch_extras = {k: kwargs.pop(k) for k in list(kwargs) if k in _EXTRAS}
-    return kwargs
+    """Store PopTorch's extra arguments (set ones only); return torch's."""
+    opt.poptorch_extras = {k: v for k in list(kwargs) if k in _EXTRAS
+                           for v in [kwargs.pop(k)] if v is not None}
+    return {k: v for k, v in kwargs.items() if v is not None}
 
 
-class SGD(torch.optim.SGD):
-    """``poptorch.optim.SGD``: torch's SGD (``lr`` required) plus PopTorch's extra arguments."""
+class VariableAttributes:
+    """Which optimiser attributes may change after compilation (``markAsConstant``/
+    ``markAsVariable``); ``lr`` is always variable."""
 
-    def __init__(self, params: Any, lr: float, *args: Any, **kwargs: Any) -> None:
-        super().__init__(params, lr, *args, **_extras(self, kwargs))
+    def __init__(self, variable_attributes: list[str], allowed_attributes: list[str]) -> None:
+        self._variable = set(variable_attributes) | {"lr"}
+        self._allowed = set(allowed_attributes) | {"lr"}
+
+    def _check(self, attr: str) -> None:
+        if attr not in self._allowed:
+            raise ValueError(f"{attr!r} is not an attribute of this optimizer "
+                             f"({sorted(self._allowed)})")
+
+    def isConstant(self, attr: str) -> bool:  # noqa: N802
+        """Whether ``attr`` is fixed at compilation."""
+        self._check(attr)
+        return attr not in self._variable
+
+    def markAsConstant(self, attr: str) -> None:  # noqa: N802
+        """Fix ``attr`` at compilation (changing it later is an error)."""
+        self._check(attr)
+        if attr == "lr":
+            raise ValueError("lr is always variable")
+        self._variable.discard(attr)
+
+    def markAsVariable(self, attr: str) -> None:  # noqa: N802
+        """Let ``attr`` change after compilation (through ``setOptimizer``)."""
+        self._check(attr)
+        self._variable.add(attr)
 
 
-class Adam(torch.optim.Adam):
+class Optimizer:
+    """The mixin PopTorch's optimisers share: extra arguments and device-state round trips."""
+
+    def __init__(self) -> None:
+        """A base class: construct ``SGD``, ``Adam``, ``AdamW``, ``RMSprop`` or ``LAMB``."""
+
+    def _poptorch_init(self, given: dict[str, Any]) -> None:
+        allowed = [k for k in self.defaults if k != "params"] + list(_EXTRAS)
+        self.variable_attrs = VariableAttributes(
+            [k for k, v in given.items() if v is not None], allowed)
+        self._device_state: dict[str, Any] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's state dict plus the device state (``ipu_state``) read at the last sync."""
+        out = torch.optim.Optimizer.state_dict(self)  # type: ignore[arg-type]
+        out["ipu_state"] = dict(self._device_state)
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load torch's state dict and the device state (``ipu_state``)."""
+        state = dict(state)
+        self._device_state = dict(state.pop("ipu_state", {}) or {})
+        torch.optim.Optimizer.load_state_dict(self, state)  # type: ignore[arg-type]
+
+    def get_state_dict(self) -> dict[str, Any]:
+        """``state_dict()``."""
+        return self.state_dict()
+
+    def set_state_dict(self, state: dict[str, Any]) -> None:
+        """``load_state_dict(state)``."""
+        self.load_state_dict(state)
+
+    def has_state(self) -> bool:
+        """Whether device state (momentum, moments) has been read back."""
+        return bool(self._device_state)
+
+
+def _given(local: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in local.items() if k not in ("self", "params", "__class__")}
+
+
+class SGD(Optimizer, torch.optim.SGD):
+    """``poptorch.optim.SGD``: torch's SGD (``lr`` required) plus PopTorch's extra arguments.
+
+    ``loss_scaling`` multiplies the loss and divides the gradients; ``max_grad_norm`` clips the
+    global gradient norm; float16 ``accum_type``/``velocity_accum_type`` round the accumulated
+    gradient / the momentum buffer to float16. ``velocity_scaling`` and
+    ``use_combined_accum`` are recorded (the velocity is kept unscaled).
+    """
+
+    def __init__(self, params: Any, lr: float, momentum: float | None = None,
+                 dampening: float | None = None, weight_decay: float | None = None,
+                 nesterov: bool | None = None, maximize: bool | None = None,
+                 foreach: bool | None = None, differentiable: bool | None = None,
+                 loss_scaling: float | None = None, velocity_scaling: float | None = None,
+                 use_combined_accum: bool | None = None, accum_type: Any = None,
+                 velocity_accum_type: Any = None, max_grad_norm: float | None = None) -> None:
+        given = _given(locals())
+        torch.optim.SGD.__init__(self, params, **_extras(self, given))
+        self._poptorch_init(given)
+
+
+class Adam(Optimizer, torch.optim.Adam):
     """``poptorch.optim.Adam``; ``amsgrad=True`` raises ValueError."""
 
-    def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("amsgrad"):
+    def __init__(self, params: Any, lr: float | None = None, betas: Any = None,
+                 eps: float | None = None, weight_decay: float | None = None,
+                 amsgrad: bool | None = None, foreach: bool | None = None,
+                 maximize: bool | None = None, capturable: bool | None = None,
+                 differentiable: bool | None = None, fused: bool | None = None,
+                 loss_scaling: float | None = None, accum_type: Any = None,
+                 first_order_momentum_accum_type: Any = None,
+                 second_order_momentum_accum_type: Any = None,
+                 max_grad_norm: float | None = None) -> None:
+        if amsgrad:
             raise ValueError("poptorch.optim.Adam does not support amsgrad")
-        super().__init__(params, *args, **_extras(self, kwargs))
+        given = _given(locals())
+        torch.optim.Adam.__init__(self, params, **_extras(self, given))
+        self._poptorch_init(given)
 
 
-class AdamW(torch.optim.AdamW):
+class AdamW(Optimizer, torch.optim.AdamW):
     """``poptorch.optim.AdamW`` (weight decay 0.01 by default, as torch)."""
 
-    def __init__(self, params: Any, *args: Any, bias_correction: bool = True,
-                 **kwargs: Any) -> None:
-        if kwargs.get("amsgrad"):
+    def __init__(self, params: Any, lr: float | None = None, betas: Any = None,
+                 eps: float | None = None, weight_decay: float | None = None,
+                 amsgrad: bool | None = None, maximize: bool | None = None,
+                 foreach: bool | None = None, capturable: bool | None = None,
+                 differentiable: bool | None = None, fused: bool | None = None,
+                 loss_scaling: float | None = None, bias_correction: bool | None = None,
+                 accum_type: Any = None, first_order_momentum_accum_type: Any = None,
+                 second_order_momentum_accum_type: Any = None,
+                 max_grad_norm: float | None = None) -> None:
+        if amsgrad:
             raise ValueError("poptorch.optim.AdamW does not support amsgrad")
-        if not bias_correction:
+        if bias_correction is False:
             raise ValueError("xlgraph's AdamW always applies bias correction")
-        super().__init__(params, *args, **_extras(self, kwargs))
+        given = _given(locals())
+        given.pop("bias_correction")
+        torch.optim.AdamW.__init__(self, params, **_extras(self, given))
+        self._poptorch_init(given)
 
 
-class RMSprop(torch.optim.RMSprop):
-    """``poptorch.optim.RMSprop``."""
+class RMSprop(Optimizer, torch.optim.RMSprop):
+    """``poptorch.optim.RMSprop`` (``use_tf_variant=True`` is refused)."""
 
-    def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(params, *args, **_extras(self, kwargs))
+    def __init__(self, params: Any, lr: float | None = None, alpha: float | None = None,
+                 eps: float | None = None, weight_decay: float | None = None,
+                 momentum: float | None = None, centered: bool | None = None,
+                 foreach: bool | None = None, maximize: bool | None = None,
+                 differentiable: bool | None = None, loss_scaling: float | None = None,
+                 accum_type: Any = None, first_order_momentum_accum_type: Any = None,
+                 second_order_momentum_accum_type: Any = None,
+                 use_tf_variant: bool | None = None) -> None:
+        if use_tf_variant:
+            raise ValueError("xlgraph's RMSprop is torch's; use_tf_variant=True is not "
+                             "supported")
+        given = _given(locals())
+        torch.optim.RMSprop.__init__(self, params, **_extras(self, given))
+        self._poptorch_init(given)
 
 
-class LAMB(torch.optim.Optimizer):
+class LAMB(Optimizer, torch.optim.Optimizer):
     """``poptorch.optim.LAMB`` (PopTorch only): Adam moments, per-tensor trust ratio."""
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, bias_correction: bool = True,
-                 loss_scaling: float = 1.0, max_weight_norm: float | None = 65500.0,
-                 **kwargs: Any) -> None:
-        if not bias_correction:
+    def __init__(self, params: Any, lr: float | None = None, betas: Any = None,
+                 eps: float | None = None, weight_decay: float | None = None,
+                 bias_correction: bool | None = None, loss_scaling: float | None = None,
+                 max_weight_norm: float | None = None, accum_type: Any = None,
+                 first_order_momentum_accum_type: Any = None,
+                 second_order_momentum_accum_type: Any = None) -> None:
+        if bias_correction is False:
             raise ValueError("xlgraph's LAMB always applies bias correction")
-        _extras(self, kwargs)
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                    "max_weight_norm": max_weight_norm}
-        super().__init__(params, defaults)
+        given = _given(locals())
+        given.pop("bias_correction")
+        _extras(self, dict(given))
+        defaults = {"lr": 1e-3 if lr is None else lr,
+                    "betas": (0.9, 0.999) if betas is None else betas,
+                    "eps": 1e-8 if eps is None else eps,
+                    "weight_decay": 1e-2 if weight_decay is None else weight_decay,
+                    "max_weight_norm": 65500.0 if max_weight_norm is None else max_weight_norm}
+        torch.optim.Optimizer.__init__(self, params, defaults)
+        self._poptorch_init(given)
 
     def step(self, closure: Any = None) -> None:
         raise XlgraphError("poptorch.optim.LAMB is only used by poptorch.trainingModel")
@@ -87,6 +220,12 @@ _KEYS = {
     xl_optim.AdamW: ("betas", "eps", "weight_decay"),
     xl_optim.RMSprop: ("alpha", "eps", "weight_decay", "momentum", "centered"),
     xl_optim.LAMB: ("betas", "eps", "weight_decay", "max_weight_norm"),
+}
+# which optimiser slots each PopTorch accumulator-type argument sets
+_SLOT_TYPES = {
+    "velocity_accum_type": ("momentum_buffer",),
+    "first_order_momentum_accum_type": ("exp_avg", "grad_avg", "momentum_buffer"),
+    "second_order_momentum_accum_type": ("exp_avg_sq", "square_avg"),
 }
 
 
@@ -102,32 +241,116 @@ def _kind(optimizer: torch.optim.Optimizer) -> type[xl_optim.Optimizer]:
                        f"SGD/Adam/AdamW/RMSprop")
 
 
-def hyperparameters(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The learning rate and the settings the xlgraph optimiser is built from.
+def _group_settings(kind: type[xl_optim.Optimizer], group: dict[str, Any]) -> dict[str, Any]:
+    return {k: group[k] for k in ("lr",) + _KEYS[kind]}
+
+
+def hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """The settings of each parameter group the xlgraph optimisers are built from.
 
     Raises:
-        XlgraphError: parameter groups that differ in anything but their parameters, or
-            settings xlgraph does not implement (amsgrad, maximize).
+        XlgraphError: settings xlgraph does not implement (amsgrad, maximize), or an
+            accumulator type other than float16/float32.
     """
     kind = _kind(optimizer)
-    groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-    keys = ("lr",) + _KEYS[kind]
-    first = {k: groups[0][k] for k in keys}
-    for g in groups[1:]:
-        if any(g[k] != first[k] for k in keys):
-            raise XlgraphError(f"{type(optimizer).__name__}: parameter groups with different "
-                               f"settings are not supported ({groups})")
-    if groups[0].get("amsgrad") or groups[0].get("maximize"):
-        raise XlgraphError(f"{type(optimizer).__name__}: amsgrad and maximize are not supported")
-    return first
+    for g in optimizer.param_groups:
+        if g.get("amsgrad") or g.get("maximize"):
+            raise XlgraphError(f"{type(optimizer).__name__}: amsgrad and maximize are not "
+                               f"supported")
+    for key, value in _extras_of(optimizer).items():
+        if key.endswith("_type") and value not in (None, torch.float16, torch.float32):
+            raise XlgraphError(f"{type(optimizer).__name__}: {key} must be torch.float16 or "
+                               f"torch.float32, got {value}")
+    return [_group_settings(kind, g) for g in optimizer.param_groups]
 
 
-def to_xlgraph(optimizer: torch.optim.Optimizer, name: str = "optimizer") -> xl_optim.Optimizer:
-    """The xlgraph optimiser with ``optimizer``'s type and settings (state variables ``name.*``)."""
-    kind = _kind(optimizer)
-    settings = hyperparameters(optimizer)
-    return kind(name=name, **{k: float(v) if isinstance(v, int) and not isinstance(v, bool)
-                              else v for k, v in settings.items()})
+def _extras_of(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    return dict(getattr(optimizer, "poptorch_extras", {}))
+
+
+def loss_scaling(optimizer: torch.optim.Optimizer) -> float:
+    """The factor the loss is multiplied by before backpropagation (1 when not set)."""
+    value = _extras_of(optimizer).get("loss_scaling")
+    return 1.0 if value is None else float(value)
+
+
+def _float(v: Any) -> Any:
+    return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+class PopTorchUpdate:
+    """One xlgraph optimiser per parameter group, plus PopTorch's extras around them.
+
+    Gradients are divided by ``loss_scaling`` (the loss was multiplied by it), clipped to a
+    global norm of ``max_grad_norm``, rounded to float16 with ``accum_type=torch.float16``, and
+    slots with a float16 momentum type are rounded to float16 after each update.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, keys: dict[int, str],
+                 name: str = "optimizer") -> None:
+        kind = _kind(optimizer)
+        self.groups: list[tuple[xl_optim.Optimizer, set[str]]] = []
+        for i, (group, settings) in enumerate(zip(optimizer.param_groups,
+                                                  hyperparameters(optimizer))):
+            opt = kind(name=name if i == 0 else f"{name}.group{i}",
+                       **{k: _float(v) for k, v in settings.items()})
+            self.groups.append((opt, {keys[id(p)] for p in group["params"] if id(p) in keys}))
+        extras = _extras_of(optimizer)
+        self.loss_scaling = loss_scaling(optimizer)
+        self.max_grad_norm = extras.get("max_grad_norm")
+        self.half_grads = extras.get("accum_type") == torch.float16
+        self.half_slots = {slot for key, slots in _SLOT_TYPES.items()
+                           if extras.get(key) == torch.float16 for slot in slots}
+
+    def create_state(self, params: dict[str, Tensor]) -> dict[str, Variable]:
+        """Create every group's optimiser state in the current (main) graph."""
+        state: dict[str, Variable] = {}
+        for opt, keys in self.groups:
+            state.update(opt.create_state({k: p for k, p in params.items() if k in keys}))
+        return state
+
+    def update(self, params: dict[str, Tensor], grads: dict[str, Tensor],
+               state: dict[str, Tensor]) -> None:
+        """Unscale, clip and round the gradients, then update each group's parameters."""
+        grads = dict(grads)
+        if self.loss_scaling != 1.0:
+            grads = {k: g * (1.0 / self.loss_scaling) for k, g in grads.items()}
+        if self.half_grads:
+            grads = {k: _round_half(g) for k, g in grads.items()}
+        if self.max_grad_norm is not None and grads:
+            total = ops.sqrt(functools.reduce(
+                lambda a, b: a + b, [ops.sum(ops.cast(g * g, dtypes.float32))
+                                     for g in grads.values()]))
+            coef = constant(float(self.max_grad_norm), dtypes.float32) / (total + 1e-6)
+            coef = ops.where(ops.greater(coef, 1.0), constant(np.float32(1.0)), coef)
+            grads = {k: g * ops.cast(coef, g.dtype) for k, g in grads.items()}
+        for opt, keys in self.groups:
+            mine = {k: p for k, p in params.items() if k in keys}
+            opt.update(mine, {k: grads[k] for k in mine}, state)
+            for slot in opt.slots:
+                if slot in self.half_slots:
+                    for k in mine:
+                        buffer = state[opt.slot_name(slot, k)]
+                        copy_var_update_(buffer, _round_half(buffer))
+
+    def set_lrs(self, session: Any, lrs: list[float]) -> None:
+        """Write each group's learning rate."""
+        for (opt, _), lr in zip(self.groups, lrs):
+            opt.set_lr(session, lr)
+
+
+def _round_half(t: Tensor) -> Tensor:
+    """``t`` rounded to the nearest float16 value (kept in its own dtype)."""
+    if t.dtype == dtypes.float16:
+        return t
+    return ops.cast(ops.cast(t, dtypes.float16), t.dtype)
+
+
+def to_xlgraph(optimizer: torch.optim.Optimizer, keys: dict[int, str],
+               name: str = "optimizer") -> PopTorchUpdate:
+    """The xlgraph update for ``optimizer``: ``keys`` maps ``id(tensor)`` to its variable name;
+    state variables are named ``name.*`` (``name.group<i>.*`` for later groups)."""
+    return PopTorchUpdate(optimizer, keys, name)
 
 
 def parameter_ids(optimizer: torch.optim.Optimizer) -> set[int]:

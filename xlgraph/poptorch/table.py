@@ -18,6 +18,7 @@ from torch import nn
 
 from xlgraph import ops
 from xlgraph.poptorch import functional as fn
+from xlgraph.poptorch.api_ops import CONVERSIONS as POPTORCH_OPS
 from xlgraph.poptorch.identity import identity_loss
 
 Builder = Callable[..., Any]
@@ -147,6 +148,7 @@ FUNCTIONS: dict[Any, Builder] = {
     torch.mul: _plain(operator.mul),
     torch.div: _plain(operator.truediv),
     identity_loss: fn.identity_loss,
+    **POPTORCH_OPS,  # poptorch.nop, dynamic_slice, ipu_print_tensor... (custom ops)
 }
 
 METHODS: dict[str, Builder] = {

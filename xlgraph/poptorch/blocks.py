@@ -1,0 +1,262 @@
+"""Model-structure annotations: pipeline blocks, ``MultiConv``, ``NameScope``, ``CPU`` ops and
+custom argument parsers.
+
+Blocks record which IPU each part of the model runs on; the wrapper reads them after the capture
+(``recorded_blocks``) to size the ipu_model. The model itself computes as if unannotated, which is
+what PopTorch's pipelining computes too.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from xlgraph.poptorch.enums import MultiConvPlanType
+
+__all__ = [
+    "Block", "BeginBlock", "BlockFunction", "LegacyBeginBlockFn", "removeBlocks", "MultiConv",
+    "NameScope", "CPU", "ICustomArgParser", "registerCustomArgParser",
+    "registerGeometricCustomArgParsers", "recorded_blocks", "static_blocks",
+    "custom_arg_parser",
+]
+
+_ACTIVE: list[dict[str, int | None]] = []  # one dict per capture in progress
+_AUTO = {"next": 0, "enabled": False}
+_ATTR = "_poptorch_block"
+
+
+@contextlib.contextmanager
+def recorded_blocks() -> Iterator[dict[str, int | None]]:
+    """Collect ``{block user_id: ipu_id}`` of the blocks entered while capturing."""
+    blocks: dict[str, int | None] = {}
+    _ACTIVE.append(blocks)
+    try:
+        yield blocks
+    finally:
+        _ACTIVE.remove(blocks)
+
+
+def _record(user_id: str | None, ipu_id: int | None) -> str:
+    if user_id is None:
+        user_id = str(_AUTO["next"])
+        _AUTO["next"] += 1
+    for blocks in _ACTIVE:
+        blocks[str(user_id)] = ipu_id
+    return str(user_id)
+
+
+class Block(torch.nn.Module):
+    """``with poptorch.Block("A", ipu_id=0):``: the ops inside form pipeline block "A"."""
+
+    def __init__(self, user_id: str | None = None, ipu_id: int | None = None) -> None:
+        super().__init__()
+        self.user_id, self.ipu_id = user_id, ipu_id
+
+    def __enter__(self) -> Block:
+        _record(self.user_id, self.ipu_id)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    @staticmethod
+    def useAutoId() -> None:  # noqa: N802
+        """Number blocks without a ``user_id`` 0, 1, 2... from now on."""
+        _AUTO.update(next=0, enabled=True)
+
+    @staticmethod
+    def start(user_id: str | None = None, ipu_id: int | None = None) -> None:
+        """Start a block here (the rest of ``forward`` belongs to it)."""
+        _record(user_id, ipu_id)
+
+
+class _BlockHook:
+    """A forward pre-hook that enters a block each time the layer runs."""
+
+    def __init__(self, user_id: str | None, ipu_id: int | None) -> None:
+        self.user_id, self.ipu_id = user_id, ipu_id
+
+    def __call__(self, module: torch.nn.Module, args: Any) -> None:
+        _record(self.user_id, self.ipu_id)
+
+
+def BeginBlock(layer_to_call: torch.nn.Module, user_id: str | None = None,  # noqa: N802
+               ipu_id: int | None = None) -> torch.nn.Module:
+    """Start block ``user_id`` (on IPU ``ipu_id``) at ``layer_to_call``; returns the layer."""
+    if not isinstance(layer_to_call, torch.nn.Module):
+        raise TypeError(f"BeginBlock: expected a torch.nn.Module, got "
+                        f"{type(layer_to_call).__name__}; use poptorch.Block for functions")
+    removeBlocks(layer_to_call)
+    hook = _BlockHook(user_id, ipu_id)
+    setattr(layer_to_call, _ATTR, (layer_to_call.register_forward_pre_hook(hook), hook))
+    return layer_to_call
+
+
+class LegacyBeginBlockFn(torch.nn.Module):
+    """PopTorch 1.x's block wrapper: calls ``layer_to_call`` inside block ``user_id``."""
+
+    def __init__(self, layer_to_call: Callable[..., Any], user_id: str | None = None,
+                 ipu_id: int | None = None) -> None:
+        super().__init__()
+        self.layer_to_call, self.user_id, self.ipu_id = layer_to_call, user_id, ipu_id
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with Block(self.user_id, self.ipu_id):
+            return self.layer_to_call(*args, **kwargs)
+
+
+def BlockFunction(user_id: str | None = None, ipu_id: int | None = None,  # noqa: N802
+                  ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator: each call of the function runs in block ``user_id``."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with Block(user_id, ipu_id):
+                return fn(*args, **kwargs)
+        return wrapper
+    return decorate
+
+
+def removeBlocks(module: torch.nn.Module) -> None:  # noqa: N802
+    """Remove every ``BeginBlock`` annotation from ``module`` and its children."""
+    for m in module.modules():
+        annotation = m.__dict__.pop(_ATTR, None)
+        if annotation is not None:
+            annotation[0].remove()
+
+
+def static_blocks(module: torch.nn.Module) -> dict[str, int | None]:
+    """``{user_id: ipu_id}`` of the ``BeginBlock`` annotations in ``module`` (a capture that
+    does not run module hooks still sees them)."""
+    blocks = {}
+    for m in module.modules():
+        annotation = m.__dict__.get(_ATTR)
+        if annotation is not None:
+            hook = annotation[1]
+            blocks[str(hook.user_id) if hook.user_id is not None else type(m).__name__] = \
+                hook.ipu_id
+    return blocks
+
+
+class MultiConv:
+    """``with poptorch.MultiConv():``: convolutions planned together; they compute as usual and
+    the plan settings are recorded."""
+
+    def __init__(self) -> None:
+        self.settings: dict[str, Any] = {}
+
+    def _setting(self, key: str, value: Any) -> MultiConv:
+        self.settings[key] = value
+        return self
+
+    def availableMemoryProportions(self, value: Any) -> MultiConv:  # noqa: N802
+        """Memory proportion per convolution (recorded)."""
+        return self._setting("available_memory_proportions", value)
+
+    def partialsTypes(self, value: Any) -> MultiConv:  # noqa: N802
+        """Partials type per convolution (recorded)."""
+        return self._setting("partials_types", value)
+
+    def enableConvDithering(self, value: Any) -> MultiConv:  # noqa: N802
+        """Convolution dithering per convolution (recorded)."""
+        return self._setting("enable_conv_dithering", value)
+
+    def planType(self, value: MultiConvPlanType) -> MultiConv:  # noqa: N802
+        """Plan the convolutions in parallel or serially (recorded)."""
+        return self._setting("plan_type", MultiConvPlanType(value))
+
+    def perConvReservedTiles(self, value: int) -> MultiConv:  # noqa: N802
+        """Tiles reserved per convolution (recorded)."""
+        return self._setting("per_conv_reserved_tiles", value)
+
+    def cycleBackOff(self, value: float) -> MultiConv:  # noqa: N802
+        """Cycle back-off of the joint plan (recorded)."""
+        return self._setting("cycle_back_off", value)
+
+    def __enter__(self) -> MultiConv:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+class NameScope:
+    """``with poptorch.NameScope("layer1"):``: prefixes op names (recorded; op names on the
+    simulator come from the ops)."""
+
+    _stack: list[str] = []
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> NameScope:
+        NameScope._stack.append(self.name)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        NameScope._stack.pop()
+
+
+class CPU:
+    """``poptorch.CPU(layer, "id")``: a layer PopTorch runs on the host mid-graph.
+
+    On the simulator the whole program runs on the host, so the layer is captured into the graph
+    like the rest of ``forward``; results are the same for side-effect-free layers.
+    """
+
+    def __init__(self, layer_to_call: Callable[..., Any], ID: str) -> None:  # noqa: N803
+        self.layer_to_call, self.ID = layer_to_call, ID
+
+    def execute(self) -> None:
+        """PopTorch's host entry point; nothing to do when the layer runs in the graph."""
+
+    def registerPersistentData(self) -> None:  # noqa: N802
+        """Nothing to register: no buffers cross a host boundary."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.layer_to_call(*args, **kwargs)
+
+
+class ICustomArgParser(abc.ABC):
+    """Flattens a custom argument type into tensors and rebuilds it (PopTorch's interface)."""
+
+    @abc.abstractmethod
+    def yieldTensors(self, struct: Any) -> Iterator[torch.Tensor]:  # noqa: N802
+        """Yield every tensor of ``struct`` in a fixed order."""
+
+    @abc.abstractmethod
+    def reconstruct(self, original_structure: Any, tensor_iterator: Iterator[Any]) -> Any:
+        """``original_structure`` with its tensors replaced from ``tensor_iterator``."""
+
+
+_PARSERS: dict[type, ICustomArgParser] = {}
+
+
+def registerCustomArgParser(arg_data_type: type, arg_parser: ICustomArgParser) -> None:  # noqa: N802
+    """Use ``arg_parser`` for ``forward`` arguments of type ``arg_data_type``: the type becomes
+    a torch pytree node whose leaves are the parser's tensors, so capture flattens it."""
+    if not isinstance(arg_parser, ICustomArgParser):
+        raise TypeError(f"registerCustomArgParser: {arg_parser!r} is not an ICustomArgParser")
+    if arg_data_type not in _PARSERS:
+        pytree.register_pytree_node(
+            arg_data_type, lambda s: (list(_PARSERS[type(s)].yieldTensors(s)), s),
+            lambda tensors, s: _PARSERS[type(s)].reconstruct(s, iter(tensors)))
+    _PARSERS[arg_data_type] = arg_parser
+
+
+def registerGeometricCustomArgParsers() -> None:  # noqa: N802
+    """Accepted: torch_geometric's Data/Batch are not converted by xlgraph."""
+
+
+def custom_arg_parser(value: Any) -> ICustomArgParser | None:
+    """The registered parser of ``value``'s type (or of a base class), if any."""
+    for kind in type(value).__mro__:
+        if kind in _PARSERS:
+            return _PARSERS[kind]
+    return None

@@ -1,0 +1,125 @@
+"""What the PopTorch frontend does with each PopTorch name that does not simply work.
+
+``STATUS`` maps a surface path (``Options.connectionType``, ``PoplarExecutor.save``) to its
+status and why; every name not listed works as PopTorch documents it. The support page
+(``docs/poptorch-support.md``) is generated from this table, the conversion table and the
+surface JSON. ``refuse`` and ``unknown`` give the one-line errors that name the name and the page.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from xlgraph.errors import XlgraphError
+
+__all__ = ["Error", "SUPPORT_PAGE", "STATUS", "refuse", "unknown", "status"]
+
+SUPPORT_PAGE = "docs/poptorch-support.md"
+
+RECORDED = "recorded"  # accepted; its meaning is recorded (and fed to the ipu_model)
+IGNORED = "ignored"  # accepted with no effect on the simulator
+REFUSED = "refused"  # raises poptorch.Error naming it and this page
+
+
+class Error(XlgraphError, RuntimeError):
+    """``poptorch.Error``: misuse of a PopTorch API, or a name xlgraph refuses."""
+
+
+_HW = "no IPU hardware: the simulator needs no device selection"
+_POPLAR = "Poplar/PopART internals have no counterpart in xlgraph's lowering"
+_SIM_STATS = "recorded; the ipu_model models one chip's tiles and ignores it"
+
+STATUS: dict[str, tuple[str, str]] = {
+    "poptorchAtExit": (IGNORED, "nothing to release: the simulator holds no device"),
+    "setLogLevel": (IGNORED, "xlgraph does not log"),
+    "load": (REFUSED, "executables are not saved to disk; rebuild the wrapper instead"),
+    "registerCustomArgParser": (RECORDED, "the type becomes a torch pytree node, so forward "
+                                "arguments of that type flatten to the parser's tensors"),
+    "registerGeometricCustomArgParsers": (IGNORED, "torch_geometric types are not converted"),
+    "ctc_beam_search_decoder": (REFUSED, "no CTC beam search op in xlgraph"),
+    "fps": (REFUSED, "torch_cluster's farthest point sampling is not in xlgraph"),
+    "nearest": (REFUSED, "torch_cluster's nearest is not in xlgraph"),
+    "set_overlap_for_input": (IGNORED, "host IO is not overlapped with compute on the simulator"),
+    "set_overlap_for_output": (IGNORED, "host IO is not overlapped with compute on the simulator"),
+    "set_available_memory": (RECORDED, "an identity; the proportion is recorded on the tensor"),
+    "Block": (RECORDED, "an identity; the block's ipu_id is recorded and fed to the ipu_model"),
+    "BeginBlock": (RECORDED, "an identity; the block's ipu_id is recorded for the ipu_model"),
+    "BlockFunction": (RECORDED, "an identity; the block's ipu_id is recorded for the ipu_model"),
+    "LegacyBeginBlockFn": (RECORDED, "the wrapped layer runs; its block is recorded"),
+    "removeBlocks": (RECORDED, "removes the recorded blocks"),
+    "MultiConv": (RECORDED, "its convolutions run; plan options are recorded"),
+    "MultiConv.availableMemoryProportions": (IGNORED, _SIM_STATS),
+    "MultiConv.partialsTypes": (IGNORED, _SIM_STATS),
+    "MultiConv.enableConvDithering": (IGNORED, _SIM_STATS),
+    "MultiConv.planType": (IGNORED, _SIM_STATS),
+    "MultiConv.perConvReservedTiles": (IGNORED, _SIM_STATS),
+    "MultiConv.cycleBackOff": (IGNORED, _SIM_STATS),
+    "custom_op": (RECORDED, "runs when the name is a torch op xlgraph converts; others refused"),
+    "Stage": (RECORDED, "stages are recorded; every stage runs in one simulated program"),
+    "Phase": (RECORDED, "phases are recorded; every phase runs in one simulated program"),
+    "PipelinedExecution": (RECORDED, "the strategy is recorded; the ipu_model counts its IPUs"),
+    "ShardedExecution": (RECORDED, "the strategy is recorded; the ipu_model counts its IPUs"),
+    "ParallelPhasedExecution": (RECORDED, "the strategy is recorded"),
+    "SerialPhasedExecution": (RECORDED, "the strategy is recorded"),
+    "TensorLocationSettings": (RECORDED, "settings are recorded; all tensors stay on chip"),
+    "Options.autoRoundNumIPUs": (IGNORED, _HW),
+    "Options.connectionType": (IGNORED, _HW),
+    "Options.syncPattern": (IGNORED, _HW),
+    "Options.useIpuId": (IGNORED, _HW),
+    "Options.useOfflineIpuTarget": (IGNORED, _HW),
+    "Options.setExecutionStrategy": (RECORDED, "recorded; the ipu_model counts the IPUs used"),
+    "Options.setAvailableMemoryProportion": (RECORDED, "recorded; the ipu_model keeps it"),
+    "Options.enableExecutableCaching": (IGNORED, "the simulator compiles in seconds; no cache"),
+    "Options.logDir": (IGNORED, "xlgraph does not log"),
+    "Options.maxRepeatLogs": (IGNORED, "xlgraph does not log"),
+    "Options.modelName": (IGNORED, "recorded; only used in PopTorch's logs"),
+    "Options.sourceLocationExcludes": (IGNORED, "errors always point at the user's line"),
+    "Options.appendToLocationExcludes": (IGNORED, "errors always point at the user's line"),
+    "Options.relaxOptimizerAttributesChecks": (IGNORED, "optimiser checks are always strict"),
+    "Options.broadcastBuffers": (IGNORED, "replicas start from the same buffers already"),
+    "Options.enableStableNorm": (IGNORED, "norms are always computed in the stable form"),
+    "Options.enableSyntheticData": (RECORDED, "inputs are replaced by zeros, as on the IPU"),
+    "Options.logCycleCount": (RECORDED, "cycleCount() reads the ipu_model's report"),
+    "Options.disableModuleNamescope": (IGNORED, "op names do not carry module scopes"),
+    "Options.updatableNamedBuffers": (RECORDED, "named buffers are re-uploaded on request"),
+    "opts.Jit.traceModel": (IGNORED, "capture always uses torch's dispatcher"),
+    "opts.Precision.runningStatisticsAlwaysFloat": (IGNORED, _SIM_STATS),
+    "opts.Precision.enableStochasticRounding": (IGNORED, "float16 rounds to nearest"),
+    "opts.Precision.setPartialsType": (IGNORED, "partials use the op's dtype (numpy)"),
+    "opts.Training.setAutomaticLossScaling": (IGNORED, "loss_scaling stays as the optimiser sets"),
+    "opts.Training.setConvolutionDithering": (IGNORED, _SIM_STATS),
+    "opts._Popart.set": (RECORDED, _POPLAR),
+    "opts._Popart.setEngineOptions": (RECORDED, _POPLAR),
+    "opts._Popart.setPatterns": (RECORDED, _POPLAR),
+    "opts.Distributed.setEnvVarNames": (RECORDED, "process ids come from these variables"),
+    "opts.TensorLocations.numIOTiles": (RECORDED, "the ipu_model reserves these IO tiles"),
+    "opts.TensorLocations.setActivationLocation": (RECORDED, "all tensors stay on chip"),
+    "opts.TensorLocations.setWeightLocation": (RECORDED, "all tensors stay on chip"),
+    "opts.TensorLocations.setOptimizerLocation": (RECORDED, "all tensors stay on chip"),
+    "opts.TensorLocations.setAccumulatorLocation": (RECORDED, "all tensors stay on chip"),
+    "PoplarExecutor.save": (REFUSED, "executable caching is not built; rebuild the wrapper"),
+    "PoplarExecutor.loadExecutable": (REFUSED, "executable caching is not built"),
+    "PoplarExecutor.compileAndExport": (REFUSED, "executable caching is not built"),
+    "PoplarExecutor.getPerfCounters": (IGNORED, "no hardware timers; returns empty counters"),
+    "PoplarExecutor.getHostIpuLatency": (IGNORED, "no hardware timers; returns zeros"),
+    "PoplarExecutor.getComputeLatency": (IGNORED, "no hardware timers; returns zeros"),
+    "PoplarExecutor.getIpuHostLatency": (IGNORED, "no hardware timers; returns zeros"),
+    "PoplarExecutor.getLatency": (IGNORED, "no hardware timers; returns zeros"),
+}
+
+
+def status(path: str) -> tuple[str, str]:
+    """``(status, why)`` of a surface path; ``("supported", "")`` when it simply works."""
+    return STATUS.get(path, ("supported", ""))
+
+
+def refuse(name: str, why: str | None = None) -> NoReturn:
+    """Raise ``poptorch.Error`` in one line naming ``name``, why, and the support page."""
+    why = why or STATUS.get(name, (REFUSED, "not supported by xlgraph"))[1]
+    raise Error(f"poptorch.{name} is not supported by xlgraph: {why} (see {SUPPORT_PAGE})")
+
+
+def unknown(owner: str, name: str) -> AttributeError:
+    """The AttributeError for a name PopTorch may have but xlgraph does not, in one line."""
+    return AttributeError(f"{owner}.{name} is not part of xlgraph's PopTorch API "
+                          f"(see {SUPPORT_PAGE} for what is supported)")
