@@ -13,6 +13,7 @@ or install the alias in-process before the program imports ``popxl``::
     import xlgraph.popxl_compat
     xlgraph.popxl_compat.install()
 
+``import popxl_addons`` (and ``popxl_addons.<path>``) resolves to ``xlgraph.addons`` the same way.
 Every xlgraph module is then also importable as ``popxl.<same path>`` (``popxl.ops``,
 ``popxl.transforms.autodiff``, ``popxl.fp8_utils``, ...), and they are the same module objects.
 Submodule imports do not disturb attributes: after ``import popxl.ops.call``,
@@ -24,6 +25,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import runpy
 import sys
 from types import ModuleType
@@ -32,6 +34,8 @@ __all__ = ["install", "uninstall", "main", "ALIAS"]
 
 ALIAS = "popxl"  # the package name the alias provides
 _TARGET = "xlgraph"
+# every alias and its target, the most specific target first (popxl_addons is xlgraph.addons)
+_ALIASES = {"popxl_addons": "xlgraph.addons", ALIAS: _TARGET}
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -53,9 +57,10 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: object = None,
                   target: object = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
+        alias = next((a for a in _ALIASES if fullname == a or fullname.startswith(a + ".")), None)
+        if alias is None:
             return None
-        real = _TARGET + fullname[len(ALIAS):]
+        real = _ALIASES[alias] + fullname[len(alias):]
         try:
             module = importlib.import_module(real)
         except ModuleNotFoundError as exc:
@@ -74,10 +79,11 @@ def _mirror(skip: str = "") -> None:
     """Register every imported xlgraph module under its popxl name (but ``skip``, which the
     import system is loading: it registers that one itself)."""
     for name, module in list(sys.modules.items()):
-        if module is not None and (name == _TARGET or name.startswith(_TARGET + ".")):
-            alias = ALIAS + name[len(_TARGET):]
-            if alias != skip:
-                sys.modules.setdefault(alias, module)
+        for alias_root, target in _ALIASES.items():
+            if module is not None and (name == target or name.startswith(target + ".")):
+                alias = alias_root + name[len(target):]
+                if alias != skip:
+                    sys.modules.setdefault(alias, module)
 
 
 def install() -> None:
@@ -97,7 +103,8 @@ def uninstall() -> None:
     """Remove the alias: ``popxl`` names leave ``sys.modules`` and the finder is dropped."""
     if _finder in sys.meta_path:
         sys.meta_path.remove(_finder)
-    for name in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
+    for name in [n for n in sys.modules
+                 if any(n == a or n.startswith(a + ".") for a in _ALIASES)]:
         if sys.modules[name].__name__.startswith(_TARGET):
             del sys.modules[name]
 
@@ -132,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
 
         run_ipu_hw_on(IPUModel.full())
     sys.argv = argv
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))  # as `python SCRIPT` does
     runpy.run_path(argv[0], run_name="__main__")
 
 

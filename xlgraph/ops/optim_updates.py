@@ -59,6 +59,8 @@ def _updater_infer(m: TensorSpec, v: TensorSpec, *rest: TensorSpec, mode: str, d
         raise ShapeError(f"moments {m} and {v}{extra} must have one shape")
     for s in parts.values():
         check_scalar(s, "epsilon, weight_decay, time_step and the betas")
+    if v.dtype is not m.dtype:  # e.g. float16 first moments, float32 second: the wider type
+        return m if m.dtype.as_numpy().itemsize > v.dtype.as_numpy().itemsize else v
     return m
 
 
@@ -74,8 +76,8 @@ def _updater(m: np.ndarray, v: np.ndarray, *rest: np.ndarray, mode: str, decay: 
             v = v / (1.0 - p["b2"].item() ** step)
     out = m / ((v if mode == "adamax" else np.sqrt(v)) + p["eps"].item())
     if decay:
-        out += p["wd"].item() * p["weight"].astype(m.dtype, copy=False)
-    return out.astype(m.dtype, copy=False)
+        out += p["wd"].item() * p["weight"].astype(out.dtype, copy=False)
+    return out.astype(np.promote_types(m.dtype, v.dtype), copy=False)
 
 
 def _updater_ref(m, v, *rest, mode, decay, bias):

@@ -87,6 +87,17 @@ def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:  # noqa: N803
 
 
 # -- updates with a scalar factor (a number or a scalar tensor) --------------------------------
+def _updater_of(X: Any, t: Tensor) -> Tensor:  # noqa: N803
+    """``X`` as a tensor of ``t``'s dtype: a float updater of another float dtype is cast, as
+    PopART's accumulate ops take e.g. a float32 gradient into a float16 accumulator."""
+    x = as_tensor(X, t)
+    if x.dtype is not t.dtype and x.dtype.is_floating_point and t.dtype.is_floating_point:
+        from xlgraph.ops.elementwise import cast
+
+        x = cast(x, t.dtype)
+    return x
+
+
 def _factor_infer(t: TensorSpec, x: TensorSpec, f: TensorSpec) -> TensorSpec:
     check_scalar(f, "the factor")
     return _update_infer(t, x)
@@ -137,26 +148,26 @@ _MOVING_AVERAGE_SQUARE = _factor_def("accumulate_moving_average_square_", _movin
 @register(_ACCUMULATE_SQUARE)
 def accumulate_square_(t: Tensor, X: Tensor, f: Any = 1.0) -> Tensor:  # noqa: N803
     """In place ``t = t + f * X**2``."""
-    return apply1(_ACCUMULATE_SQUARE, [t, as_tensor(X, t), scalar(f, t)])
+    return apply1(_ACCUMULATE_SQUARE, [t, _updater_of(X, t), scalar(f, t)])
 
 
 @register(_ACCUMULATE_MEAN)
 def accumulate_mean_(t: Tensor, X: Tensor, step: Any) -> Tensor:  # noqa: N803
     """In place ``t = t * step / (step + 1) + X / (step + 1)``: the running mean of ``X`` when
     ``step`` counts the values already averaged (0 for the first)."""
-    return apply1(_ACCUMULATE_MEAN, [t, as_tensor(X, t), scalar(step, t)])
+    return apply1(_ACCUMULATE_MEAN, [t, _updater_of(X, t), scalar(step, t)])
 
 
 @register(_MOVING_AVERAGE)
 def accumulate_moving_average_(t: Tensor, X: Tensor, f: Any) -> Tensor:  # noqa: N803
     """In place ``t = f * t + (1 - f) * X``."""
-    return apply1(_MOVING_AVERAGE, [t, as_tensor(X, t), scalar(f, t)])
+    return apply1(_MOVING_AVERAGE, [t, _updater_of(X, t), scalar(f, t)])
 
 
 @register(_MOVING_AVERAGE_SQUARE)
 def accumulate_moving_average_square_(t: Tensor, X: Tensor, f: Any) -> Tensor:  # noqa: N803
     """In place ``t = f * t + (1 - f) * X**2``."""
-    return apply1(_MOVING_AVERAGE_SQUARE, [t, as_tensor(X, t), scalar(f, t)])
+    return apply1(_MOVING_AVERAGE_SQUARE, [t, _updater_of(X, t), scalar(f, t)])
 
 
 def _scale_infer(t: TensorSpec, f: TensorSpec) -> TensorSpec:

@@ -1,0 +1,129 @@
+"""Tutorial 1, basic concepts: an MNIST MLP as an ``addons.Module``, built once with a
+``GraphCache``, differentiated with ``addons.autodiff`` and trained with plain SGD.
+
+Run: ``python -m xlgraph.popxl_compat examples/addons/basic_concepts.py``
+"""
+
+from functools import partial
+from typing import Mapping
+
+import numpy as np
+import popxl
+import popxl.ops as ops
+import popxl_addons as addons
+from mnist_utils import Batches, Timer, accuracy, parser, session
+
+
+class Linear(addons.Module):
+    def __init__(self, out_features: int, bias: bool = True):
+        super().__init__()
+        self.out_features = out_features
+        self.bias = bias
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        # add a state variable to the module
+        w = self.add_variable_input(
+            "weight", partial(np.random.normal, 0, 0.02, (x.shape[-1], self.out_features)),
+            x.dtype)
+        y = x @ w
+        if self.bias:
+            b = self.add_variable_input("bias", partial(np.zeros, y.shape[-1]), x.dtype)
+            y = y + b
+        return y
+
+
+class Net(addons.Module):
+    def __init__(self, cache: bool = False):
+        super().__init__(cache=cache)
+        self.fc1 = Linear(512)
+        self.fc2 = Linear(512)
+        self.fc3 = Linear(512)
+        self.fc4 = Linear(10)
+
+    def build(self, x: popxl.Tensor):
+        x = x.reshape((-1, 28 * 28))
+        x = ops.gelu(self.fc1(x))
+        x = ops.gelu(self.fc2(x))
+        x = ops.gelu(self.fc3(x))
+        x = self.fc4(x)
+        return x
+
+
+def train_program(opts, cache):
+    ir = popxl.Ir(replication=1)
+    with ir.main_graph:
+        img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
+        img_t = ops.host_load(img_stream)
+        label_stream = popxl.h2d_stream((opts.batch_size,), popxl.int32, "labels")
+        labels = ops.host_load(label_stream, "labels")
+
+        # forward graph and the factories of its variables (made once, kept by the cache)
+        facts, fwd_graph = cache.create_graph(Net(), img_t)
+        # backward graph
+        bwd_graph = addons.autodiff(fwd_graph)
+        # initialise the variables in the main graph
+        variables = facts.init()
+
+        fwd_info = fwd_graph.bind(variables).call_with_info(img_t)
+        x = fwd_info.outputs[0]
+        loss, dx = addons.ops.cross_entropy_with_grad(x, labels)
+        loss_stream = popxl.d2h_stream(loss.shape, loss.dtype, "loss")
+        ops.host_store(loss_stream, loss)
+
+        activations = bwd_graph.grad_graph_info.inputs_dict(fwd_info)
+        bwd_info = bwd_graph.call_with_info(dx, args=activations)
+
+        grads = bwd_graph.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(fwd_info, bwd_info)
+        for t in variables.tensors:
+            ops.scaled_add_(t, grads[t], b=-opts.lr)
+    ir.num_host_transfers = 1
+    return session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
+
+
+def test_program(opts, cache):
+    ir = popxl.Ir(replication=1)
+    with ir.main_graph:
+        in_stream = popxl.h2d_stream((opts.test_batch_size, 28, 28), popxl.float32, "image")
+        in_t = ops.host_load(in_stream)
+        facts, graph = cache.create_graph(Net(), in_t)
+        variables = facts.init()
+        (outputs,) = graph.bind(variables).call(in_t)
+        out_stream = popxl.d2h_stream(outputs.shape, outputs.dtype, "outputs")
+        ops.host_store(out_stream, outputs)
+    ir.num_host_transfers = 1
+    return session(ir, opts.device), [in_stream], variables, out_stream
+
+
+def main(argv=None):
+    opts = parser("addons tutorial 1: basic concepts").parse_args(argv)
+    np.random.seed(42)
+    train_data = Batches(True, opts.batch_size, opts.datasets_dir, opts.limit_nbatches)
+    test_data = Batches(False, opts.test_batch_size, opts.datasets_dir, opts.limit_nbatches)
+    cache = addons.GraphCache()
+
+    train_session, streams, train_variables, loss_stream = train_program(opts, cache)
+    with Timer("training") as timer, train_session:
+        for epoch in range(opts.epochs):
+            for data, labels in train_data:
+                inputs: Mapping = dict(zip(streams, [data, labels]))
+                loss = train_session.run(inputs)[loss_stream]
+            print(f"epoch {epoch + 1}: last loss {float(loss):.4f}")
+    trained = train_session.get_tensors_data(train_variables.tensors)
+
+    test_session, [in_stream], test_variables, out_stream = test_program(opts, cache)
+    # the same names in both programs: map train variables to test variables
+    train_to_test = train_variables.to_mapping(test_variables)
+    test_session.write_variables_data({test_var: trained[train_var].copy()
+                                       for train_var, test_var in train_to_test.items()})
+    scores = []
+    with test_session:
+        for data, labels in test_data:
+            output = test_session.run({in_stream: data})[out_stream]
+            scores.append(accuracy(output, labels))
+    result = float(np.mean(scores))
+    print(f"Accuracy on test set: {result:.2f}%")
+    return {"accuracy": result, "train_seconds": timer.elapsed}
+
+
+if __name__ == "__main__":
+    main()

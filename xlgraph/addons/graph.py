@@ -1,0 +1,127 @@
+"""``GraphWithNamedArgs`` (a graph plus the names of its state inputs) and ``BoundGraph``
+(a graph with some inputs already connected to parent tensors)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import xlgraph as popxl
+from xlgraph import ops
+from xlgraph.addons.named_tensors import NamedTensors
+from xlgraph.ops import CallSiteInfo
+from xlgraph.transforms import GradGraphInfo
+
+__all__ = ["BoundGraph", "GraphWithNamedArgs"]
+
+Args = Mapping[popxl.Tensor, popxl.Tensor] | NamedTensors | None
+
+
+def _as_mapping(named: NamedTensors, args: Args) -> dict[popxl.Tensor, popxl.Tensor]:
+    """``args`` as ``{graph input: parent tensor}``; a NamedTensors is matched by name."""
+    if args is None:
+        return {}
+    if isinstance(args, NamedTensors):
+        return named.to_mapping(args)
+    return dict(args)
+
+
+class BoundGraph:
+    """A graph with inputs bound to parent tensors; ``call`` fills the rest positionally.
+
+    Args:
+        graph: the called graph.
+        args: ``{graph input: parent tensor}``.
+    """
+
+    def __init__(self, graph: popxl.Graph, args: Mapping[popxl.Tensor, popxl.Tensor] | None = None,
+                 ) -> None:
+        self.graph = graph
+        self.args: dict[popxl.Tensor, popxl.Tensor] = dict(args or {})
+
+    def call(self, *targs: Any, args: Mapping[popxl.Tensor, popxl.Tensor] | None = None,
+             ) -> tuple[popxl.Tensor, ...]:
+        """Call the graph in the current graph; returns its outputs (a tuple)."""
+        return tuple(self.call_with_info(*targs, args=args).outputs)
+
+    def call_with_info(self, *targs: Any, args: Mapping[popxl.Tensor, popxl.Tensor] | None = None,
+                       ) -> CallSiteInfo:
+        """Call the graph; returns the ``CallSiteInfo``. ``args`` add to the bound inputs."""
+        return ops.call_with_info(self.graph, *targs, inputs_dict={**self.args, **(args or {})})
+
+    def bind(self, args: Mapping[popxl.Tensor, popxl.Tensor]) -> BoundGraph:
+        """A BoundGraph with ``args`` added to (and overriding) these."""
+        return BoundGraph(self.graph, {**self.args, **dict(args)})
+
+    def subgraph_io_map(self, *targs: Any, args: Mapping[popxl.Tensor, popxl.Tensor] | None = None,
+                        outs: Any = None) -> dict[popxl.Tensor, popxl.Tensor]:
+        """``{graph tensor: parent tensor}`` for a call with these inputs; ``outs`` (parent
+        tensors) pair with the graph's outputs."""
+        mapping = dict(zip(self.graph.inputs, targs))
+        mapping.update(self.args)
+        mapping.update(args or {})
+        if outs is not None:
+            outs = [outs] if isinstance(outs, popxl.Tensor) else list(outs)
+            mapping.update(zip(self.graph.outputs, outs))
+        return mapping
+
+    def __repr__(self) -> str:
+        return f"BoundGraph[{self.graph.name} bound={len(self.args)}]"
+
+
+class GraphWithNamedArgs:
+    """A graph whose state inputs have dotted names (``args``), as ``Module.create_graph`` and
+    ``autodiff`` return it.
+
+    Args:
+        graph: the graph.
+        args: its named inputs.
+        grad_graph_info: for a gradient graph, how it meets its forward graph.
+    """
+
+    def __init__(self, graph: popxl.Graph, args: NamedTensors | None = None,
+                 grad_graph_info: GradGraphInfo | None = None) -> None:
+        self.graph = graph
+        self.args = args if args is not None else NamedTensors()
+        self._grad_graph_info = grad_graph_info
+
+    @classmethod
+    def from_grad_graph(cls, grad_graph_info: GradGraphInfo, args: NamedTensors | None = None,
+                        ) -> GraphWithNamedArgs:
+        """The gradient graph of ``grad_graph_info`` with ``args`` as its named inputs."""
+        return cls(grad_graph_info.graph, args, grad_graph_info)
+
+    @property
+    def grad_graph_info(self) -> GradGraphInfo:
+        """How this gradient graph meets its forward graph (autodiff's ``GradGraphInfo``)."""
+        if self._grad_graph_info is None:
+            raise AttributeError(f"graph {self.graph.name!r} is not a gradient graph")
+        return self._grad_graph_info
+
+    @grad_graph_info.setter
+    def grad_graph_info(self, grad_graph_info: GradGraphInfo) -> None:
+        self._grad_graph_info = grad_graph_info
+
+    def bind(self, args: Args = None) -> BoundGraph:
+        """Connect the named inputs to ``args`` (a NamedTensors with the same names, or a
+        ``{graph input: parent tensor}`` mapping)."""
+        return BoundGraph(self.graph, _as_mapping(self.args, args))
+
+    def call(self, *targs: Any, args: Args = None) -> tuple[popxl.Tensor, ...]:
+        """Call the graph with ``targs`` positionally and ``args`` by name; returns the outputs."""
+        return self.bind(args).call(*targs)
+
+    def call_with_info(self, *targs: Any, args: Args = None) -> CallSiteInfo:
+        """As ``call``, returning the ``CallSiteInfo``."""
+        return self.bind(args).call_with_info(*targs)
+
+    def copy(self) -> GraphWithNamedArgs:
+        """A new wrapper of the same graph with a copy of the names."""
+        return GraphWithNamedArgs(self.graph, self.args.copy(), self._grad_graph_info)
+
+    def print_schedule(self) -> None:
+        """Print the graph's ops in execution order."""
+        print(str(self.graph))
+
+    def __repr__(self) -> str:
+        return f"GraphWithNamedArgs[{self.graph.name} args={self.args.keys_flat()}]"

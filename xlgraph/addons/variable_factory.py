@@ -1,0 +1,203 @@
+"""Variable factories: how to make a module's variables once its graph is built.
+
+A module's ``build`` declares each state tensor as a graph input together with a
+``VariableFactory`` that knows its initial data; ``NamedVariableFactories.init()`` then makes
+the variables in the main graph (or ``init_remote`` in remote buffers).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+import xlgraph as popxl
+from xlgraph import ops
+from xlgraph.addons.dot_tree import DotTree
+from xlgraph.addons.named_replica_grouping import NamedReplicaGrouping, fill_none_group
+from xlgraph.addons.named_tensors import NamedTensors
+from xlgraph.utils import to_numpy
+
+__all__ = [
+    "VariableFactory",
+    "NamedVariableFactories",
+    "add_variable_input",
+    "add_replica_sharded_variable_input",
+]
+
+
+class VariableFactory:
+    """Initial data and placement for one variable.
+
+    Args:
+        data_iter: a callable returning the data, an iterator of data, or the data itself.
+        dtype: the variable's dtype (default: the data's, 64-bit downcast to 32-bit).
+        name: the default variable name.
+        by_ref: whether the graph input is passed by reference (modified in place).
+        replica_grouping: replicas of one group share a value; with several groups the data
+            is drawn once per group and stacked.
+        shard_over: replicas that split the variable (replicated tensor sharding).
+    """
+
+    def __init__(self, data_iter: Callable[[], Any] | Iterable[Any] | Any,
+                 dtype: popxl.dtype | None = None, name: str | None = None,
+                 by_ref: bool = False, replica_grouping: popxl.ReplicaGrouping | None = None,
+                 shard_over: int = 1) -> None:
+        self.data_iter = data_iter
+        self.name = name
+        self.by_ref = by_ref
+        self.replica_grouping = replica_grouping
+        self.shard_over = int(shard_over or 1)
+        first = self._draw(dtype)
+        self._pending: np.ndarray | None = first
+        self.dtype = dtype or popxl.dtypes.of_array(first)
+        self.shape = tuple(first.shape)
+
+    def _draw(self, dtype: popxl.dtype | None) -> np.ndarray:
+        src = self.data_iter
+        if callable(src):
+            data = src()
+        elif isinstance(src, Iterator):
+            data = next(src)
+        else:
+            data = src
+        return to_numpy(data, dtype, True)
+
+    @property
+    def meta_shape(self) -> tuple[int, ...]:
+        """The whole tensor's shape when sharded, else ``()``."""
+        return self.shape if self.shard_over > 1 else ()
+
+    @property
+    def shape_on_replica(self) -> tuple[int, ...]:
+        """A replica's shape: one flat shard when sharded."""
+        if self.shard_over > 1:
+            return (math.ceil(math.prod(self.shape) / self.shard_over),)
+        return self.shape
+
+    @property
+    def spec(self) -> popxl.TensorSpec:
+        return popxl.TensorSpec(self.shape_on_replica, self.dtype, self.meta_shape)
+
+    def _groups(self) -> int:
+        return fill_none_group(self.replica_grouping).num_groups
+
+    def next_data(self, empty: bool = False) -> np.ndarray:
+        """The next initial value (stacked per group when there are several groups);
+        zeros of the right shape when ``empty``."""
+        groups = self._groups()
+        if empty:
+            shape = self.shape if groups == 1 else (groups, *self.shape)
+            return np.zeros(shape, self.dtype.as_numpy())
+        draws = []
+        for _ in range(groups):
+            if self._pending is not None:
+                draws.append(self._pending)
+                self._pending = None
+            else:
+                draws.append(self._draw(self.dtype))
+        for d in draws:
+            if d.shape != self.shape:
+                raise ValueError(f"variable factory {self.name!r}: data of shape {d.shape}, "
+                                 f"expected {self.shape} like its first data")
+        return draws[0] if groups == 1 else np.stack(draws)
+
+    def create_input(self, prefix: str | None = None) -> popxl.Tensor:
+        """A graph input of the current graph for this variable."""
+        name = ".".join(p for p in (prefix, self.name) if p) or None
+        return popxl.graph_input(self.shape_on_replica, self.dtype, name, by_ref=self.by_ref,
+                                 meta_shape=self.meta_shape)
+
+    def create_tensor(self, name: str | None = None, empty: bool = False) -> popxl.Variable:
+        """A main-graph variable holding ``next_data()``."""
+        if self.shard_over > 1:
+            raise ValueError(f"variable {name or self.name!r} is sharded over {self.shard_over} "
+                             f"replicas: make it with init_remote(named_variable_buffers(...))")
+        return popxl.variable(self.next_data(empty), self.dtype, name or self.name,
+                              replica_grouping=self.replica_grouping)
+
+    def create_remote_tensor(self, buffer: popxl.RemoteBuffer, entry: int,
+                             name: str | None = None, empty: bool = False) -> popxl.Variable:
+        """A variable stored in entry ``entry`` of ``buffer`` (sharded when the buffer is)."""
+        data = self.next_data(empty)
+        name = name or self.name
+        if buffer.meta_shape:
+            return popxl.remote_replica_sharded_variable(
+                data, buffer, entry, self.dtype, name, replica_grouping=self.replica_grouping)
+        return popxl.remote_variable(data, buffer, entry, self.dtype, name,
+                                     replica_grouping=self.replica_grouping)
+
+    def __repr__(self) -> str:
+        return (f"VariableFactory({self.name!r}, {self.dtype.name}{list(self.shape)}"
+                f"{', by_ref' if self.by_ref else ''}"
+                f"{f', shard_over={self.shard_over}' if self.shard_over > 1 else ''})")
+
+
+class NamedVariableFactories(DotTree[VariableFactory]):
+    """Variable factories by dotted name, as ``Module.create_graph`` returns them."""
+
+    def _each(self, prefix: str | None, make: Callable[[str, VariableFactory], Any],
+              ) -> NamedTensors:
+        out = {}
+        for name, factory in self.to_dict().items():
+            full = f"{prefix}.{name}" if prefix else name
+            out[name] = make(full, factory)
+        return NamedTensors.from_dict(out)
+
+    def init(self, prefix: str | None = None) -> NamedTensors:
+        """Make every variable in the main graph; names are the dotted names (after
+        ``prefix.`` when given)."""
+        with popxl.gmg():
+            return self._each(prefix, lambda name, f: f.create_tensor(name))
+
+    def init_remote(self, buffers: DotTree, entry: int = 0, prefix: str | None = None,
+                    empty: bool = False) -> NamedTensors:
+        """Make every variable in entry ``entry`` of its buffer in ``buffers`` (a tree with the
+        same names, from ``named_variable_buffers``)."""
+        with popxl.gmg():
+            return self._each(prefix, lambda name, f: f.create_remote_tensor(
+                buffers.get(name[len(prefix) + 1:] if prefix else name), entry, name, empty))
+
+    def init_zero(self) -> NamedTensors:
+        """Zero tensors of every variable's replica shape, in the current graph."""
+        return self._each(None, lambda name, f: ops.init(f.shape_on_replica, f.dtype, name,
+                                                         "zero"))
+
+    def init_undef(self) -> NamedTensors:
+        """Uninitialised tensors of every variable's replica shape, in the current graph."""
+        return self._each(None, lambda name, f: ops.init(f.shape_on_replica, f.dtype, name,
+                                                         "undef"))
+
+    @property
+    def replica_groupings(self) -> NamedReplicaGrouping:
+        """Every factory's replica grouping (all replicas when it has none)."""
+        return NamedReplicaGrouping.from_dict(
+            {k: fill_none_group(f.replica_grouping) for k, f in self.to_dict().items()})
+
+
+def add_variable_input(name: str, data_iter: Any, dtype: popxl.dtype | None = None,
+                       by_ref: bool = False,
+                       replica_grouping: popxl.ReplicaGrouping | None = None,
+                       ) -> tuple[popxl.Tensor, VariableFactory]:
+    """Declare a graph input of the current graph and the factory of its variable.
+
+    Returns:
+        ``(graph input, factory)``.
+    """
+    factory = VariableFactory(data_iter, dtype, name, by_ref, replica_grouping)
+    return factory.create_input(), factory
+
+
+def add_replica_sharded_variable_input(name: str, data_iter: Any,
+                                       dtype: popxl.dtype | None = None, by_ref: bool = False,
+                                       replica_grouping: popxl.ReplicaGrouping | None = None,
+                                       shard_over: int | None = None,
+                                       ) -> tuple[popxl.Tensor, VariableFactory]:
+    """As ``add_variable_input`` for a variable sharded over ``shard_over`` replicas (default:
+    the group size); the input is one flat shard whose ``meta_shape`` is the whole tensor."""
+    if shard_over is None:
+        shard_over = fill_none_group(replica_grouping).group_size
+    factory = VariableFactory(data_iter, dtype, name, by_ref, replica_grouping, shard_over)
+    return factory.create_input(), factory
