@@ -4,8 +4,8 @@
 Run: ``python -m xlgraph.popxl_compat examples/addons/basic_concepts.py``
 """
 
+from collections.abc import Mapping
 from functools import partial
-from typing import Mapping
 
 import numpy as np
 import popxl

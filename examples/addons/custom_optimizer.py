@@ -5,7 +5,6 @@ Run: ``python -m xlgraph.popxl_compat examples/addons/custom_optimizer.py``
 """
 
 from functools import partial
-from typing import Dict, Union
 
 import numpy as np
 import popxl
@@ -19,9 +18,9 @@ class Adam(addons.Module):
     # run the ops in the order they are written
     @popxl.in_sequence(True)
     def build(self, weight: popxl.TensorByRef, grad: popxl.Tensor, *,
-              lr: Union[float, popxl.Tensor], beta1: Union[float, popxl.Tensor] = 0.9,
-              beta2: Union[float, popxl.Tensor] = 0.999, eps: Union[float, popxl.Tensor] = 1e-5,
-              weight_decay: Union[float, popxl.Tensor] = 0.0,
+              lr: float | popxl.Tensor, beta1: float | popxl.Tensor = 0.9,
+              beta2: float | popxl.Tensor = 0.999, eps: float | popxl.Tensor = 1e-5,
+              weight_decay: float | popxl.Tensor = 0.0,
               first_order_dtype: popxl.dtype = popxl.float16, bias_correction: bool = True):
         # gradient estimators for the variable: same shape as the variable, passed by reference
         first_order = self.add_variable_input(
@@ -47,7 +46,7 @@ class Adam(addons.Module):
         ops.scaled_add_(weight, updater, b=-lr)
 
 
-def optimizer_step(variables, grads: Dict[popxl.Tensor, popxl.Tensor], optimizer: addons.Module,
+def optimizer_step(variables, grads: dict[popxl.Tensor, popxl.Tensor], optimizer: addons.Module,
                    lr: float, cache: addons.GraphCache):
     for name, var in variables.named_tensors.items():
         # one graph per variable shape; one state per variable

@@ -27,7 +27,7 @@ def parser(description: str, batch_size: int = 8, lr: float = 0.05) -> argparse.
     p.add_argument("--limit-nbatches", type=int, default=None,
                    help="train and test on at most this many batches")
     p.add_argument("--datasets-dir", default=None,
-                   help="folder holding MNIST/raw (default: $XLGRAPH_DATASETS or ~/.torch/datasets)")
+                   help="folder holding MNIST/raw (default: $XLGRAPH_DATASETS, ~/.torch/datasets)")
     p.add_argument("--device", default="ipu_model", help="'ipu_model' or 'cpu'")
     return p
 

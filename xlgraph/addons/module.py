@@ -61,9 +61,10 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
     """A module whose graph inputs carry dotted names and variable factories.
 
     Args:
-        cache: reuse one graph for calls of this module with arguments of the same specs
-            (True, or a ``GraphCache`` to share between modules); calling a cached module
-            inside another module's ``build`` then calls its graph instead of inlining it.
+        cache: outline sub-modules: a sub-module called inside ``build`` (or this module,
+            when called inside another's) becomes a call of a graph made once per module
+            class, settings and argument specs, instead of inlined ops. True, or a
+            ``GraphCache`` to share between modules.
     """
 
     def __init__(self, cache: bool | GraphCache = False) -> None:
@@ -111,8 +112,9 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         _building.stack.append(self)
         try:
             with scope:
-                if self._graph_cache is not None:
-                    result = self._call_cached(*args, **kwargs)
+                cache = self._graph_cache or (parent._graph_cache if parent else None)
+                if cache is not None:
+                    result = self._call_cached(cache, *args, **kwargs)
                 else:
                     result = self.build(*args, **kwargs)
         finally:
@@ -125,10 +127,10 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
                 parent_named.insert(name, self._named_inputs)
         return result
 
-    def _call_cached(self, *args: Any, **kwargs: Any) -> Any:
+    def _call_cached(self, cache: GraphCache, *args: Any, **kwargs: Any) -> Any:
         """Outline: call the cached graph of this module, its variables becoming inputs of
         the graph being built."""
-        facts, graph = self._graph_cache.create_graph(self, *args, **kwargs)
+        facts, graph = cache.create_graph(self, *args, **kwargs)
         inputs = {name: f.create_input() for name, f in facts.to_dict().items()}
         named = NamedTensors.from_dict(inputs)
         self._variable_factories = facts

@@ -1,4 +1,5 @@
 """popxl-addons optimisers: ``AdamOptimizerStep``."""
 
-from xlgraph.addons.optimizers.adam import *  # noqa: F403
-from xlgraph.addons.optimizers.adam import __all__
+from xlgraph.addons.optimizers.adam import AdamOptimizerStep
+
+__all__ = ["AdamOptimizerStep"]

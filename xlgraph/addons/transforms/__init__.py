@@ -1,6 +1,5 @@
 """popxl-addons graph transforms."""
 
-from xlgraph.addons.transforms.autodiff import *  # noqa: F403
-from xlgraph.addons.transforms.autodiff import __all__ as _autodiff
+from xlgraph.addons.transforms.autodiff import autodiff, autodiff_with_accumulation
 
-__all__ = [*_autodiff]
+__all__ = ["autodiff", "autodiff_with_accumulation"]
