@@ -49,7 +49,12 @@ class Net(addons.Module):
         return x
 
 
-def train_program(opts, cache):
+def sgd(variables, grads, opts):
+    for t in variables.tensors:
+        ops.scaled_add_(t, grads[t], b=-opts.lr)
+
+
+def train_program(opts, cache, optimizer=sgd):
     ir = popxl.Ir(replication=1)
     with ir.main_graph:
         img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
@@ -74,8 +79,7 @@ def train_program(opts, cache):
         bwd_info = bwd_graph.call_with_info(dx, args=activations)
 
         grads = bwd_graph.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(fwd_info, bwd_info)
-        for t in variables.tensors:
-            ops.scaled_add_(t, grads[t], b=-opts.lr)
+        optimizer(variables, grads, opts)
     ir.num_host_transfers = 1
     return session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
 
@@ -94,14 +98,29 @@ def test_program(opts, cache):
     return session(ir, opts.device), [in_stream], variables, out_stream
 
 
-def main(argv=None):
-    opts = parser("addons tutorial 1: basic concepts").parse_args(argv)
+def evaluate(opts, trained):
+    """Test accuracy of the network whose variables hold ``trained`` ({name: array})."""
+    test_data = Batches(False, opts.test_batch_size, opts.datasets_dir, opts.limit_nbatches)
+    test_session, [in_stream], test_variables, out_stream = test_program(opts,
+                                                                         addons.GraphCache())
+    # the same names in both programs: write the trained values by name
+    test_session.write_variables_data({var: trained[name].copy()
+                                       for name, var in test_variables.named_tensors.items()})
+    with test_session:
+        scores = [accuracy(test_session.run({in_stream: data})[out_stream], labels)
+                  for data, labels in test_data]
+    result = float(np.mean(scores))
+    print(f"Accuracy on test set: {result:.2f}%")
+    return result
+
+
+def main(argv=None, description="addons tutorial 1: basic concepts", lr=0.05, optimizer=sgd):
+    opts = parser(description, lr=lr).parse_args(argv)
     np.random.seed(42)
     train_data = Batches(True, opts.batch_size, opts.datasets_dir, opts.limit_nbatches)
-    test_data = Batches(False, opts.test_batch_size, opts.datasets_dir, opts.limit_nbatches)
     cache = addons.GraphCache()
 
-    train_session, streams, train_variables, loss_stream = train_program(opts, cache)
+    train_session, streams, train_variables, loss_stream = train_program(opts, cache, optimizer)
     with Timer("training") as timer, train_session:
         for epoch in range(opts.epochs):
             for data, labels in train_data:
@@ -109,20 +128,8 @@ def main(argv=None):
                 loss = train_session.run(inputs)[loss_stream]
             print(f"epoch {epoch + 1}: last loss {float(loss):.4f}")
     trained = train_session.get_tensors_data(train_variables.tensors)
-
-    test_session, [in_stream], test_variables, out_stream = test_program(opts, cache)
-    # the same names in both programs: map train variables to test variables
-    train_to_test = train_variables.to_mapping(test_variables)
-    test_session.write_variables_data({test_var: trained[train_var].copy()
-                                       for train_var, test_var in train_to_test.items()})
-    scores = []
-    with test_session:
-        for data, labels in test_data:
-            output = test_session.run({in_stream: data})[out_stream]
-            scores.append(accuracy(output, labels))
-    result = float(np.mean(scores))
-    print(f"Accuracy on test set: {result:.2f}%")
-    return {"accuracy": result, "train_seconds": timer.elapsed}
+    trained = {name: trained[t] for name, t in train_variables.named_tensors.items()}
+    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed}
 
 
 if __name__ == "__main__":
