@@ -13,6 +13,8 @@ import pytest
 from tests.test_example_mnist import synthetic_mnist
 from xlgraph import popxl_compat
 
+pytestmark = pytest.mark.usefixtures("unverified_data")  # synthetic IDX files
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "addons"
 
 
