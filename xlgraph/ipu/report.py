@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from xlgraph.ipu.cycles import CycleEstimate
+from xlgraph.ipu.cycles import CycleEstimate, OpRow
 from xlgraph.ipu.memory import MemoryProfile
 from xlgraph.listing import printable
 
@@ -118,8 +119,9 @@ class ProfileReport:
         return f"ProfileReport({self.model.describe()}, {self.cycles.total:,.0f} cycles/run)"
 
     # -- plots -----------------------------------------------------------------------------------
-    def plot(self, path: str | Path) -> Path:
-        """Draw memory per tile, the liveness curve and cycles by op into ``path`` (a PNG).
+    def figure(self) -> Any:
+        """The matplotlib figure ``plot`` saves: memory per tile (its axis scaled to the data, in
+        B/KiB/MiB), the liveness curve, and estimated cycles by op named by the user's code.
 
         Raises:
             ImportError: without matplotlib (``pip install xlgraph[plot]``).
@@ -131,31 +133,81 @@ class ProfileReport:
             import matplotlib.pyplot as plt
         except ImportError:
             raise ImportError("report.plot needs matplotlib: pip install xlgraph[plot]") from None
-        m = self.memory
         fig, (ax_mem, ax_live, ax_ops) = plt.subplots(3, 1, figsize=(10, 11))
-        tiles = np.arange(self.model.tiles)
-        bottom = np.zeros(self.model.tiles)
-        for name, values in m.always_live.items():
-            ax_mem.bar(tiles, values, bottom=bottom, label=f"always-live: {name}", width=1.0)
-            bottom += values
-        ax_mem.bar(tiles, m.curve.max(axis=0), bottom=bottom, label="not-always-live peak",
-                   width=1.0, color="lightgray")
-        ax_mem.axhline(self.model.memory_bytes_per_tile, color="red", lw=1, label="capacity")
-        ax_mem.set(title="Memory per tile", xlabel="tile", ylabel="bytes")
-        if self.model.tiles <= 16:
-            ax_mem.set_xticks(tiles)
-        ax_mem.legend(fontsize=7, loc="upper right")
-        curve = m.curve.sum(axis=1)[1:]
-        ax_live.plot(np.arange(1, len(curve) + 1), curve, lw=1)
-        ax_live.set(title="Liveness: not-always-live bytes (all tiles) per program step",
-                    xlabel="step", ylabel="bytes")
+        self._plot_memory(ax_mem)
+        curve = self.memory.curve.sum(axis=1)[1:]
+        unit, size = byte_unit(float(curve.max(initial=0)))
+        ax_live.plot(np.arange(1, len(curve) + 1), curve / size, lw=1)
+        ax_live.set(title="Liveness: not-always-live memory (all tiles) per program step",
+                    xlabel="step", ylabel=unit)
         rows = self.cycles.rows[:15][::-1]
-        ax_ops.barh([_label(r.name) for r in rows], [r.cycles for r in rows])
-        ax_ops.set(title="Estimated cycles per run by op (top 15)", xlabel="cycles")
+        ax_ops.barh(range(len(rows)), [r.cycles for r in rows])
+        ax_ops.set_yticks(range(len(rows)), [user_label(r) for r in rows])
+        ax_ops.set(title="Estimated cycles per run by op (top 15): op, graph and your line",
+                   xlabel="cycles")
         ax_ops.tick_params(axis="y", labelsize=7)
         fig.suptitle(f"{self.model.describe()} - estimates, not measurements", fontsize=10)
         fig.tight_layout()
+        return fig
+
+    def _plot_memory(self, ax: Any) -> None:
+        """Stacked bars per tile, the y axis fitted to the fullest tile (capacity noted)."""
+        m, tiles = self.memory, np.arange(self.model.tiles)
+        unit, size = byte_unit(float(m.peak.max(initial=0)))
+        bottom = np.zeros(self.model.tiles)
+        for name, values in m.always_live.items():
+            ax.bar(tiles, values / size, bottom=bottom, label=f"always-live: {name}", width=1.0)
+            bottom += values / size
+        ax.bar(tiles, m.curve.max(axis=0) / size, bottom=bottom, label="not-always-live peak",
+               width=1.0, color="lightgray")
+        top = max(float(m.peak.max(initial=0)) / size, 1.0) * 1.15
+        capacity = self.model.memory_bytes_per_tile
+        cap_text = f"capacity {format_bytes(capacity)} per tile"
+        if capacity / size <= top:
+            ax.axhline(capacity / size, color="red", lw=1, label="capacity")
+            top = max(top, capacity / size * 1.05)
+        else:
+            full = 100 * float(m.peak.max(initial=0)) / capacity
+            cap_text += f", above this axis (fullest tile {full:.1f}%)"
+        ax.set_ylim(0, top)
+        ax.set(title=f"Memory per tile; {cap_text}", xlabel="tile", ylabel=unit)
+        if self.model.tiles <= 16:
+            ax.set_xticks(tiles)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+    def plot(self, path: str | Path) -> Path:
+        """Draw ``figure()`` into ``path`` (a PNG).
+
+        Raises:
+            ImportError: without matplotlib (``pip install xlgraph[plot]``).
+        """
+        fig = self.figure()
         path = Path(path)
         fig.savefig(path, dpi=100)
+        import matplotlib.pyplot as plt
+
         plt.close(fig)
         return path
+
+
+_BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def byte_unit(largest: float) -> tuple[str, int]:
+    """The unit (``B``, ``KiB``, ``MiB``, ``GiB``) and its size for an axis up to ``largest``."""
+    return next(((u, n) for u, n in _BYTE_UNITS if largest >= n), ("B", 1))
+
+
+def format_bytes(count: float) -> str:
+    """``count`` bytes in the largest binary unit it fills, e.g. ``624 KiB``."""
+    unit, size = byte_unit(count)
+    return f"{count / size:.4g} {unit}"
+
+
+def user_label(row: OpRow) -> str:
+    """A cycles-chart label in the user's terms: the op, the module or graph it is in (its
+    gradient graph marked), and the line of the user's program that created it."""
+    graph = row.name.rpartition("/")[0]
+    context = re.sub(r"_subgraph\(\d+\)", "", graph).replace("_grad", " gradient")
+    text = f"{row.op} at {row.where}" if row.where else row.op
+    return _label(f"{context}: {text}" if context else text)
