@@ -1,4 +1,4 @@
-"""``report.plot()``: a memory axis fitted to the data in binary units, cycles named by user code."""
+"""``report.plot()``: memory axes fitted to the data in binary units, cycles named by user code."""
 
 from __future__ import annotations
 
