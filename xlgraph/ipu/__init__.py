@@ -35,9 +35,8 @@ def model_memory(ir: Ir, executable: Any, model: IPUModel) -> MemoryProfile:
     """The tile memory of ``ir`` lowered as ``executable``; raises OutOfMemoryError when it
     does not fit ``model``."""
     lowered = _lowered(ir, executable)
-    streams = [*ir.h2d_streams, *ir.d2h_streams]
     sets = tile_sets(model, ir.session_options.numIOTiles)
-    profile = profile_memory(lowered.program, lowered.plans, streams, model, sets)
+    profile = profile_memory(lowered.program, lowered.plans, model, sets)
     check_fits(profile)
     return profile
 

@@ -49,12 +49,18 @@ _COMMON = {
                                           f"100 Gb/s RoCE (12.5 GB/s), shared by its 4 IPUs"),
     "host_sync_seconds": Fact(20e-6, "assumption: latency of one host round trip (a "
                                      "Session.run: stream sync through the gateway)"),
-    "code_bytes_per_op": Fact(512, "assumption: vertex code and state per op per tile it uses"),
+    "code_bytes_per_vertex_type": Fact(
+        2048, "assumption: machine code of one codelet (vertex type) on a tile: Poplar loads "
+              "one copy per vertex type a tile runs, shared by all its vertices; PopVision's "
+              "'Vertex Code' rows show hundreds of bytes to a few KiB per codelet"),
+    "bytes_per_vertex": Fact(
+        32, "assumption: one vertex's state on a tile (a handful of 32-bit edge pointers and "
+            "sizes, Poplar's vertex fields) plus its share of the compute set's control code"),
     "exchange_buffer_bytes": Fact(8192, "assumption: exchange code and buffers per tile"),
     "grain_bytes": Fact(8, "linear tile mapping in 64-bit grains (one vector), as "
                            "poputil::mapTensorLinearly maps by default"),
-    "min_bytes_per_tile": Fact(512, "assumption: a tensor spreads over more tiles only in "
-                                    "pieces of at least this size (128 float32 elements)"),
+    "min_bytes_per_tile": Fact(128, "poputil::mapTensorLinearly(graph, t) (Poplar "
+                                    "TileMapping.cpp): at least 128 bytes per tile"),
 }
 
 HARDWARE: dict[str, dict[str, Fact]] = {

@@ -1,8 +1,12 @@
 """Tile memory of a lowered program: always-live and not-always-live bytes per tile and step.
 
-*Always-live* memory is held for the whole run: variables, constants, one transfer of every
-stream, and modelled code and exchange overheads (``code_bytes_per_op`` per op on each tile it
-uses, ``exchange_buffer_bytes`` per tile). *Not-always-live* memory is every other value, from
+*Always-live* memory is held for the whole run: variables, constants, and modelled code and
+exchange overheads: ``code_bytes_per_vertex_type`` once per vertex type (op kind and dtype) on
+each tile that runs one, ``bytes_per_vertex`` of state per op on each tile it spans, and
+``exchange_buffer_bytes`` per tile. Stream buffers are on the host (PopART's host-side FIFOs);
+on the device a stream's data is the value ``host_load`` makes, live like any other. (Before,
+every op was charged 512 bytes of code on every tile it used; Poplar shares a codelet between
+all vertices of its type.) *Not-always-live* memory is every other value, from
 the step that makes its storage to its last use, as the shared liveness analysis and the buffer
 plan give them (views cost nothing, scratch arrays count during their step, a compiled
 function's peak counts at its call). Every tensor sits on tiles by the linear mapping: values
@@ -39,6 +43,7 @@ class MemoryProfile:
     curve: np.ndarray
     steps: list[Step]  # steps[p - 1] is the step at position p
     live_roots: list[tuple[int, int, int, str, str, str]]  # (start, end, bytes, name, spec, set)
+    resident: list[tuple[str, str, np.ndarray]]  # (name, spec, bytes per tile): always-live
     plan: Plan
     program: Program
     tile_sets: dict[str, TileRange]  # "compute" and "io": (first tile, number of tiles)
@@ -113,7 +118,12 @@ class _Builder:
         for s, pos in live.positions.items():
             extra = np.zeros(self.model.tiles, np.int64)
             if s.defn is not None and s.defn.scratch and s in plan.use_out:
+                size = nbytes(specs[s.outs[0]]) * s.defn.scratch
                 extra += self.tiles(nbytes(specs[s.outs[0]]), tile_set_of(s)) * s.defn.scratch
+                if roots_out is not None:
+                    name = f"{s.op.name if s.op is not None else s.defn.name} scratch"
+                    roots_out.append((pos, pos, size, name, str(specs[s.outs[0]]),
+                                      tile_set_of(s)))
             if s.kind == "func":
                 extra += self.function_peaks[s.func]
             if extra.any():
@@ -121,28 +131,48 @@ class _Builder:
                 delta[pos + 1] -= extra
         return np.cumsum(delta[:-1], axis=0)
 
-    def always_live(self, ir_streams: list) -> dict[str, np.ndarray]:
+    def always_live(self) -> dict[str, np.ndarray]:
         zeros = np.zeros(self.model.tiles, np.int64)
-        program, code = self.program, zeros.copy()
-        per_op = int(self.model.fact("code_bytes_per_op"))
+        program = self.program
+        per_type = int(self.model.fact("code_bytes_per_vertex_type"))
+        per_vertex = int(self.model.fact("bytes_per_vertex"))
+        types = np.zeros(self.model.tiles, np.int64)
+        vertices = zeros.copy()
+        seen: dict[tuple[str, str], np.ndarray] = {}
         bodies = [program.steps] + [fn.steps for fn in program.functions]
         for s in (s for body in bodies for s in walk(body) if s.kind == "kernel"):
             size = max((nbytes(program.specs[o]) for o in s.outs), default=0)
             first, count = self.sets[tile_set_of(s)]
-            code[first:first + tiles_spanned(size, self.model, count)] += per_op
+            used = np.zeros(self.model.tiles, bool)
+            used[first:first + tiles_spanned(size, self.model, count)] = True
+            vertices[used] += per_vertex
+            dtype = program.specs[s.outs[0]].dtype.name if s.outs else ""
+            key = (s.defn.name if s.defn is not None else s.kind, dtype)
+            tiles = seen.setdefault(key, np.zeros(self.model.tiles, bool))
+            types[used & ~tiles] += 1
+            tiles |= used
         return {
             "variables": sum((self.tiles(nbytes(v.spec)) for v in
                               program.variable_slots.values()), zeros),
             "constants": sum((self.tiles(nbytes(program.specs[c])) for c in
                               program.constant_slots), zeros),
-            "streams": sum((self.tiles(nbytes(st.spec)) for st in ir_streams), zeros),
-            "code": code,
+            "code": types * per_type,
+            "vertex state": vertices,
             "exchange": zeros + int(self.model.fact("exchange_buffer_bytes")),
         }
 
+    def always_live_tensors(self) -> list[tuple[str, str, np.ndarray]]:
+        """(name, spec, bytes per tile) of every variable and constant."""
+        program = self.program
+        out = [(v.name, str(v.spec), self.tiles(nbytes(v.spec)))
+               for v in program.variable_slots.values()]
+        out += [(self.names.get(c, f"%{c}"), str(program.specs[c]),
+                 self.tiles(nbytes(program.specs[c]))) for c in program.constant_slots]
+        return out
 
-def profile_memory(program: Program, plans: dict[Program | Function, Plan], streams: list,
-                   model: IPUModel, sets: dict[str, TileRange] | None = None) -> MemoryProfile:
+
+def profile_memory(program: Program, plans: dict[Program | Function, Plan], model: IPUModel,
+                   sets: dict[str, TileRange] | None = None) -> MemoryProfile:
     """The memory profile of ``program`` (its ``plans`` from the lowering) on ``model``, with
     the compute and IO tile ``sets`` (default: every tile computes)."""
     sets = sets or tile_sets(model)
@@ -154,12 +184,17 @@ def profile_memory(program: Program, plans: dict[Program | Function, Plan], stre
     curve = builder.body_curve(program, program.steps, set(program.variable_slots), roots)
     plan = plans[program]
     steps = sorted(plan.live.positions, key=plan.live.positions.__getitem__)
-    return MemoryProfile(model, builder.always_live(streams), curve, steps, roots, plan, program,
-                         sets)
+    return MemoryProfile(model, builder.always_live(), curve, steps, roots,
+                         builder.always_live_tensors(), plan, program, sets)
 
 
 def check_fits(profile: MemoryProfile) -> None:
-    """Raise OutOfMemoryError when any tile needs more than ``memory_bytes_per_tile``."""
+    """Raise OutOfMemoryError when any tile needs more than ``memory_bytes_per_tile``.
+
+    The error names the tile, the bytes over, the always-live tensors there (variables,
+    optimizer state and constants: they hold their memory whatever the schedule), then the op
+    and user line at the not-always-live peak and the largest values live there.
+    """
     model = profile.model
     capacity = model.memory_bytes_per_tile
     always = profile.always_live_total
@@ -175,16 +210,22 @@ def check_fits(profile: MemoryProfile) -> None:
         what = op.name if op is not None else step.kind
         where = f"at step {position} ({what}" + (f", created at {op.created_at})"
                                                  if op is not None else ")")
+    resident = sorted(((int(b[tile]), name, spec) for name, spec, b in profile.resident
+                       if b[tile]), reverse=True)
+    held = ", ".join(f"{name} {spec} ({size:,} bytes here)" for size, name, spec in resident[:5])
+    if len(resident) > 5:
+        held += f" and {len(resident) - 5} more ({sum(r[0] for r in resident[5:]):,} bytes)"
     largest = profile.largest_at(position, tile)
     listing = ", ".join(f"{name} {spec} ({size:,} bytes here)" for name, spec, size in largest)
     parts = ", ".join(f"{k} {int(v[tile]):,}" for k, v in profile.always_live.items())
     over = sum(1 for t in totals if t > capacity)
     raise OutOfMemoryError(
         f"the program does not fit the modelled IPU ({model.describe()}): tile {tile} needs "
-        f"{int(totals[tile]):,} bytes of its {capacity:,} ({over} of {model.tiles} tiles over); "
-        f"always-live {int(always[tile]):,} ({parts}), not-always-live "
-        f"{int(profile.curve[position, tile]):,} at its peak {where}; largest live tensors "
-        f"there: {listing or 'none'}. Try more tiles (xlgraph.IPUModel.full() or a larger "
-        f"tiles_per_ipu), a smaller batch, or recomputing activations in the backward pass "
-        f"instead of keeping them"
+        f"{int(totals[tile]):,} bytes of its {capacity:,}, {int(totals[tile]) - capacity:,} "
+        f"over ({over} of {model.tiles} tiles over); always-live {int(always[tile]):,} "
+        f"({parts}); variables, optimizer state and constants there: {held or 'none'}; "
+        f"not-always-live {int(profile.curve[position, tile]):,} at its peak {where}; largest "
+        f"live tensors there: {listing or 'none'}. Try more tiles (xlgraph.IPUModel.full() or a "
+        f"larger tiles_per_ipu), a smaller batch, or recomputing activations in the backward "
+        f"pass instead of keeping them"
     )
