@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import numpy as np
 import pytest
 
 import xlgraph as popxl
-from xlgraph import checkpoint
+from xlgraph import checkpoint, ops
 from xlgraph.errors import CheckpointError, DTypeError, ShapeError
 
 F32 = popxl.float32
@@ -96,3 +99,114 @@ def test_corrupt_files_name_the_path(tmp_path, content: bytes) -> None:
     session, _ = _session(w=np.zeros(2, np.float32))
     with pytest.raises(CheckpointError, match="broken.npz"):
         checkpoint.load_into(session, path)
+
+
+# -- issue 22, items 8 and 9 and the .npy item ------------------------------------------------
+def _replicated_session() -> tuple[popxl.Session, dict[str, popxl.Variable]]:
+    """Four replicas; variables of every kind: one value for all, one per group of two (stride
+    2), one per replica, and all_replicas retrieval of a shared and of a grouped value."""
+    ir = popxl.Ir(replication=4)
+    pairs = ir.replica_grouping(stride=2, group_size=2)
+    single = ir.replica_grouping(group_size=1)
+    with ir.main_graph:
+        v = {
+            "shared": popxl.variable(np.arange(3, dtype=np.float32), name="shared"),
+            "pairs": popxl.variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="pairs",
+                                    replica_grouping=pairs),
+            "single": popxl.variable(np.arange(12, dtype=np.float32).reshape(4, 3),
+                                     name="single", replica_grouping=single),
+            "all": popxl.variable(np.ones(3, np.float32), name="all",
+                                  retrieval_mode="all_replicas"),
+            "all_pairs": popxl.variable(np.arange(6, dtype=np.float32).reshape(2, 3),
+                                        name="all_pairs", replica_grouping=pairs,
+                                        retrieval_mode="all_replicas"),
+        }
+        for t in v.values():  # one more on every replica per run
+            ops.var_updates.accumulate_(t, popxl.constant(np.ones(3, np.float32)))
+    return popxl.Session(ir), v
+
+
+def test_every_replicated_variable_kind_round_trips_through_a_checkpoint(tmp_path) -> None:
+    session, v = _replicated_session()
+    with session:
+        session.run({})
+    before = {name: session.get_tensor_data(t) for name, t in v.items()}
+    assert before["all"].shape == (4, 3) and before["all_pairs"].shape == (4, 3)
+    checkpoint.save(tmp_path / "r.npz", session)
+    fresh, w = _replicated_session()
+    assert checkpoint.load_into(fresh, tmp_path / "r.npz") == list(v)
+    for name, t in w.items():
+        np.testing.assert_array_equal(fresh.get_tensor_data(t), before[name], err_msg=name)
+    with fresh:  # the device sees the loaded values: one more step adds one everywhere
+        fresh.run({})
+    for name, t in w.items():
+        np.testing.assert_array_equal(fresh.get_tensor_data(t), before[name] + 1, err_msg=name)
+
+
+def test_write_variable_data_takes_back_what_get_tensor_data_gave() -> None:
+    session, v = _replicated_session()
+    for name, t in v.items():
+        data = session.get_tensor_data(t) * 3 + 1
+        session.write_variable_data(t, data)
+        np.testing.assert_array_equal(session.get_tensor_data(t), data, err_msg=name)
+    with pytest.raises(ShapeError, match=r"takes host data of shape \(3,\) or \(4, 3\)"):
+        session.write_variable_data(v["all"], np.zeros((2, 3), np.float32))
+
+
+def test_save_writes_through_a_symlink(tmp_path) -> None:
+    real = tmp_path / "real.npz"
+    checkpoint.save(real, {"w": np.zeros(2)})
+    link = tmp_path / "link.npz"
+    link.symlink_to(real)
+    checkpoint.save(link, {"w": np.ones(2)})
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    np.testing.assert_array_equal(checkpoint.load(real)["w"], np.ones(2))
+
+
+def test_save_refuses_a_read_only_file(tmp_path) -> None:
+    path = tmp_path / "ro.npz"
+    checkpoint.save(path, {"w": np.zeros(2)})
+    path.chmod(0o444)
+    with pytest.raises(CheckpointError, match="ro.npz is read-only; nothing was written"):
+        checkpoint.save(path, {"w": np.ones(2)})
+    np.testing.assert_array_equal(checkpoint.load(path)["w"], np.zeros(2))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o444
+
+
+def test_save_refuses_names_that_collide_as_strings(tmp_path) -> None:
+    with pytest.raises(CheckpointError, match=r"entries 1 and '1' both become the name '1'"):
+        checkpoint.save(tmp_path / "c.npz", {1: np.zeros(2), "1": np.ones(2)})
+    assert not (tmp_path / "c.npz").exists()
+
+
+def test_save_syncs_the_file_before_the_rename_and_the_directory_after(tmp_path,
+                                                                        monkeypatch) -> None:
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("fsync dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:
+        events.append("rename")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    checkpoint.save(tmp_path / "s.npz", {"w": np.zeros(2)})
+    assert events == ["fsync file", "rename", "fsync dir"]
+
+
+@pytest.mark.parametrize("path", ["", b""])
+def test_save_refuses_an_empty_path(tmp_path, monkeypatch, path) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="the path is empty"):
+        checkpoint.save(path, {"w": np.zeros(2)})
+    assert list(tmp_path.iterdir()) == []  # no ./.npz
+
+
+def test_save_refuses_a_directory(tmp_path) -> None:
+    (tmp_path / "d.npz").mkdir()
+    with pytest.raises(CheckpointError, match="is a directory"):
+        checkpoint.save(tmp_path / "d.npz", {"w": np.zeros(2)})

@@ -42,9 +42,62 @@ def _by_name(session: Any, variables: Mapping[str, Variable] | Iterable[Variable
     return {v.name: v for v in variables}
 
 
+def _entries(source: Any, variables: Mapping[str, Variable] | Iterable[Variable] | None,
+             ) -> dict[str, np.ndarray]:
+    """``{name: array}`` to save; refuses names that collide as strings and object arrays."""
+    if isinstance(source, Mapping):
+        arrays: dict[str, np.ndarray] = {}
+        keys: dict[str, Any] = {}
+        for key, a in source.items():
+            name = str(key)
+            if name in keys:
+                raise CheckpointError(f"checkpoint entries {keys[name]!r} and {key!r} both become "
+                                      f"the name {name!r}; rename one, nothing was written")
+            keys[name], arrays[name] = key, np.asarray(a)
+    else:
+        arrays = {name: source.get_tensor_data(v)
+                  for name, v in _by_name(source, variables).items()}
+    for name, arr in arrays.items():
+        if arr.dtype.hasobject:
+            raise CheckpointError(f"checkpoint entry {name!r} holds Python objects ({arr.dtype}); "
+                                  f"only numeric and bool arrays can be saved")
+    return arrays
+
+
+def _target(path: PathLike) -> str:
+    """The file ``save`` replaces: ``.npz`` appended, a symlink followed (the link stays and its
+    target gets the data); refuses an empty path, a directory and a read-only file."""
+    path = os.fspath(path)
+    if not path:
+        raise CheckpointError("checkpoint.save: the path is empty; name a file such as "
+                              "'model.npz'")
+    if not path.endswith(".npz"):
+        path += ".npz"
+    real = os.path.realpath(path)
+    if os.path.isdir(real):
+        raise CheckpointError(f"checkpoint.save: {path} is a directory; name a file in it")
+    if os.path.exists(real) and (not os.stat(real).st_mode & 0o222
+                                 or not os.access(real, os.W_OK)):
+        raise CheckpointError(f"checkpoint.save: {path} is read-only; nothing was written (make "
+                              f"it writable or save elsewhere)")
+    return real
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save(path: PathLike, source: Any,
          variables: Mapping[str, Variable] | Iterable[Variable] | None = None) -> None:
     """Write variable values to ``path`` (an uncompressed ``.npz``), replacing it atomically.
+
+    The data goes to a temporary file beside the target, which is flushed to disk (``fsync``)
+    before it is renamed over the target; the directory is synced after the rename. A symlink
+    is written through (its target is replaced; the link stays).
 
     Args:
         path: the file to write (``.npz`` is appended when missing, as numpy does).
@@ -54,30 +107,25 @@ def save(path: PathLike, source: Any,
             for every variable of the session's Ir; ignored for a mapping source.
 
     Raises:
-        CheckpointError: an entry is not numeric data (object arrays cannot be loaded back).
+        CheckpointError: an entry is not numeric data (object arrays cannot be loaded back),
+            two entries get one name, or the path is empty, a directory or a read-only file.
     """
-    if isinstance(source, Mapping):
-        arrays = {str(name): np.asarray(a) for name, a in source.items()}
-    else:
-        arrays = {name: source.get_tensor_data(v)
-                  for name, v in _by_name(source, variables).items()}
-    for name, arr in arrays.items():
-        if arr.dtype.hasobject:
-            raise CheckpointError(f"checkpoint entry {name!r} holds Python objects ({arr.dtype}); "
-                                  f"only numeric and bool arrays can be saved")
-    path = os.fspath(path)
-    if not path.endswith(".npz"):
-        path += ".npz"
-    fd, tmp = tempfile.mkstemp(suffix=".npz.tmp", dir=os.path.dirname(os.path.abspath(path)))
+    arrays = _entries(source, variables)
+    target = _target(path)
+    directory = os.path.dirname(target)
+    fd, tmp = tempfile.mkstemp(suffix=".npz.tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, *arrays.values(), **{_NAMES: np.array(list(arrays), dtype=str)})
-        os.chmod(tmp, os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644)
-        os.replace(tmp, path)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, os.stat(target).st_mode & 0o777 if os.path.exists(target) else 0o644)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+    _fsync_directory(directory)
 
 
 _NAMES = "__names__"  # the entry that lists the names of the positional entries arr_0, arr_1...
@@ -90,12 +138,17 @@ def load(path: PathLike) -> dict[str, np.ndarray]:
         FileNotFoundError. CheckpointError: the file is not a readable checkpoint.
     """
     try:
-        with np.load(path, allow_pickle=False) as data:
+        data = np.load(path, allow_pickle=False)
+        if isinstance(data, np.ndarray):
+            raise CheckpointError(f"{os.fspath(path)} is not a checkpoint: it holds one array "
+                                  f"(a .npy file); checkpoints are .npz files written by "
+                                  f"checkpoint.save (np.savez files load too)")
+        with data:
             if _NAMES not in data.files:  # written by np.savez with keyword names
                 return {name: data[name] for name in data.files}
             names = [str(n) for n in data[_NAMES]]
             return {name: data[f"arr_{i}"] for i, name in enumerate(names)}
-    except FileNotFoundError:
+    except (FileNotFoundError, CheckpointError):
         raise
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
         raise CheckpointError(f"{os.fspath(path)} is not a readable checkpoint: "
@@ -147,9 +200,11 @@ def load_into(session: Any, source: PathLike | Mapping[str, np.ndarray],
         if name not in data:
             continue
         arr = np.asarray(data[name])
-        if arr.shape != v.shape:
+        shapes = {v.shape_on_host, session.layout.replica_values_shape(v)} - {None}
+        if arr.shape not in shapes:
             raise ShapeError(f"checkpoint entry {name!r}{where} has shape {arr.shape}, "
-                             f"variable {v.id} is {v.spec}; nothing was loaded")
+                             f"variable {v.id} is {v.spec} and takes "
+                             f"{' or '.join(map(str, sorted(shapes)))}; nothing was loaded")
         with np.errstate(all="ignore"):
             converted = arr.astype(v.dtype.as_numpy(), copy=False)
         if not allow_lossy_cast and _lossy(arr, converted):

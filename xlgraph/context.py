@@ -9,6 +9,8 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from xlgraph.errors import user_source_line
+
 if TYPE_CHECKING:
     from xlgraph.graph import Graph
     from xlgraph.ir import Ir
@@ -65,7 +67,8 @@ def get_current_graph() -> Graph:
     """
     if not _ctx.graphs:
         raise RuntimeError(
-            "no current graph: build ops inside `with ir.main_graph:` or `with some_graph:`"
+            f"no current graph: build ops inside `with ir.main_graph:` or `with some_graph:` "
+            f"[at {user_source_line()}]"
         )
     return _ctx.graphs[-1]
 

@@ -33,6 +33,7 @@ class Ir:
     """
 
     def __init__(self, replication: int | str = 1) -> None:
+        """``replication``: a whole number of replicas (>= 1), or ``"popdist"`` for the job's."""
         self.id = next(_ir_ids)
         self.graphs: list[Graph] = []
         self._graph_names: dict[str, int] = {}
@@ -52,7 +53,7 @@ class Ir:
             self.instance_index = dist.getInstanceIndex()
             self.num_instances = dist.getNumInstances()
         else:
-            self.replication_factor = int(replication)
+            self.replication_factor = replication  # type: ignore[assignment] - checked there
         self._pb_ir = PbIr()
 
     def __repr__(self) -> str:
@@ -77,9 +78,7 @@ class Ir:
     def replication_factor(self, value: int) -> None:
         if self.frozen:
             raise RuntimeError("replication_factor cannot change once a Session owns the Ir")
-        if int(value) < 1:
-            raise ValueError(f"replication_factor must be at least 1, got {value}")
-        self._replication_factor = int(value)
+        self._replication_factor = whole_number(value, "replication_factor")
 
     @property
     def instance_replication_factor(self) -> int:

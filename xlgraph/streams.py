@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from xlgraph.context import get_ir
 from xlgraph.dtypes import dtype
-from xlgraph.errors import whole_number
+from xlgraph.errors import XlgraphError, user_source_line, whole_number
 from xlgraph.tensor import TensorSpec
 
 if TYPE_CHECKING:
@@ -56,9 +56,12 @@ def _unique(streams: list[_Stream], name: str) -> str:
 
 
 def _stream_spec(shape: tuple[int, ...], dtype: dtype) -> TensorSpec:
-    dims = tuple(whole_number(d, f"stream shape {tuple(shape)}: each dimension", 0)
-                 for d in shape)
-    return TensorSpec(dims, dtype)
+    try:
+        dims = tuple(whole_number(d, f"stream shape {tuple(shape)}: each dimension", 0)
+                     for d in shape)
+        return TensorSpec(dims, dtype)
+    except XlgraphError as exc:
+        raise type(exc)(f"{exc} [at {user_source_line()}]") from None
 
 
 def h2d_stream(shape: tuple[int, ...], dtype: dtype, name: str | None = None) -> HostToDeviceStream:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.context import get_current_graph
 from xlgraph.dtypes import dtype
+from xlgraph.errors import ShapeError
 from xlgraph.utils import to_numpy
 
 if TYPE_CHECKING:
@@ -31,6 +33,9 @@ __all__ = [
 ]
 
 
+_MAX_ELEMENTS = 2**60  # 8-byte elements then still fit numpy's 2**63-byte limit
+
+
 @dataclass(frozen=True)
 class TensorSpec(Mapping):
     """Shape and dtype of a tensor; usable as ``**spec``."""
@@ -40,8 +45,14 @@ class TensorSpec(Mapping):
     meta_shape: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        shape = tuple(int(d) for d in self.shape)
+        object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", dtypes.as_dtype(self.dtype))
+        if any(d < 0 for d in shape):
+            raise ShapeError(f"shape {shape}: dimensions must be >= 0")
+        if math.prod(shape) > _MAX_ELEMENTS:
+            raise ShapeError(f"shape {shape}: {math.prod(shape):,} elements; a tensor holds at "
+                             f"most 2**60")
 
     def __getitem__(self, key: str) -> Any:
         if key not in ("shape", "dtype", "meta_shape"):

@@ -31,15 +31,23 @@ _VALUES = {"-genv": 2, "-env": 2, "-hosts": 1, "-host": 1, "-f": 1, "-hostfile":
            "-map-by": 1, "-iface": 1, "-wdir": 1, "-genvlist": 1, "-envlist": 1, "-rmk": 1}
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number >= 1 (the error names the valid range)."""
+    if not text.strip().isdecimal() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xlgraph-run", description="Run COMMAND as instances of an xlgraph job via MPI.",
         add_help=False, allow_abbrev=False)
     parser.add_argument("--help", action="help", help="show this help and exit")
-    parser.add_argument("--num-instances", type=int, required=True, help="processes to start")
-    parser.add_argument("--num-replicas", type=int, required=True,
+    parser.add_argument("--num-instances", type=_at_least_one, required=True,
+                        help="processes to start (>= 1)")
+    parser.add_argument("--num-replicas", type=_at_least_one, required=True,
                         help="replicas over all instances (a multiple of --num-instances)")
-    parser.add_argument("--timeout", type=int, default=60,
+    parser.add_argument("--timeout", type=_at_least_one, default=60,
                         help="seconds a collective waits for the other instances (default 60)")
     parser.add_argument("--mpiexec", default=None, help="the mpiexec to use (default: found)")
     return parser
@@ -89,7 +97,7 @@ def mpiexec_command(argv: Sequence[str]) -> list[str]:
     options, command = _split(argv[n:])
     if not command:
         raise SystemExit("xlgraph-run: no COMMAND given")
-    if args.num_instances < 1 or args.num_replicas % args.num_instances:
+    if args.num_replicas % args.num_instances:
         raise SystemExit(f"xlgraph-run: --num-replicas {args.num_replicas} must be a multiple "
                          f"of --num-instances {args.num_instances}")
     env = {NUM_INSTANCES: args.num_instances, NUM_REPLICAS: args.num_replicas,

@@ -8,7 +8,11 @@ PopXL's ``"ipu_model"``: PopART creates a 4-tile Mk2 (``ipu2``) model unless tol
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
+
+from xlgraph.errors import ArgumentError, whole_number
 
 __all__ = ["Fact", "HARDWARE", "IPUModel"]
 
@@ -104,9 +108,6 @@ class IPUModel:
         if self.ipu_version not in HARDWARE:
             raise ValueError(f"IPUModel: ipu_version {self.ipu_version!r} is not one of "
                              f"{sorted(HARDWARE)}")
-        if self.num_ipus < 1 or self.tiles_per_ipu < 1:
-            raise ValueError(f"IPUModel: need at least one IPU and one tile, got "
-                             f"num_ipus={self.num_ipus}, tiles_per_ipu={self.tiles_per_ipu}")
         table = HARDWARE[self.ipu_version]
         defaults = {
             "memory_bytes_per_tile": "memory_bytes_per_tile", "tile_clock_frequency": "clock_hz",
@@ -118,6 +119,14 @@ class IPUModel:
             if getattr(self, knob) is None:
                 value = table[key].value
                 object.__setattr__(self, knob, int(value) if knob in _INTS else value)
+        for knob, least in _WHOLE.items():
+            whole_number(getattr(self, knob), f"IPUModel {knob}", least)
+        for knob in _REALS:
+            value, zero_ok = getattr(self, knob), knob == "host_sync_seconds"
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok)):
+                raise ArgumentError(f"IPUModel {knob} must be a finite number "
+                                    f"{'>= 0' if zero_ok else '> 0'}, got {value!r}")
 
     @classmethod
     def full(cls, ipu_version: str = "ipu2", num_ipus: int = 1, **knobs: object) -> IPUModel:
@@ -153,3 +162,7 @@ class IPUModel:
 
 
 _INTS = {"memory_bytes_per_tile", "num_worker_contexts", "sync_cycles"}
+_WHOLE = {"num_ipus": 1, "tiles_per_ipu": 1, "memory_bytes_per_tile": 1, "num_worker_contexts": 1,
+          "sync_cycles": 0}  # the smallest value of each whole-number knob
+_REALS = ("tile_clock_frequency", "exchange_bytes_per_cycle", "host_bytes_per_second",
+          "host_sync_seconds")  # positive, except host_sync_seconds (>= 0)

@@ -20,6 +20,20 @@ def _streams_used(ir: Ir, kind: str) -> list[Any]:
     return [s for s in streams if id(s) in used]
 
 
+def _downcast(stream: HostToDeviceStream, arr: np.ndarray, want: np.dtype) -> np.ndarray:
+    """``arr`` as ``want``; a finite float that the narrower type cannot hold (float64 1e300
+    into float32) is refused, naming the stream, rather than becoming inf."""
+    with np.errstate(over="ignore"):
+        out = arr.astype(want)
+    if arr.dtype.kind == "f" and want.kind == "f":
+        bad = np.isinf(out) & np.isfinite(arr)
+        if bad.any():
+            raise StreamInputError(
+                f"stream {stream.name!r} ({stream.spec}): the value {float(arr[bad][0])!r} does "
+                f"not fit in {stream.dtype.name}; downcasting it would give inf")
+    return out
+
+
 class HostIO:
     """Knows which streams a Session exchanges and the host shapes they take."""
 
@@ -48,6 +62,10 @@ class HostIO:
         Raises:
             StreamInputError: a missing or unexpected stream, or data of the wrong shape or dtype.
         """
+        if type(inputs) is not dict and not isinstance(inputs, Mapping):
+            raise StreamInputError(
+                f"run takes a dict {{h2d stream: array}}, got a {type(inputs).__name__}; pass "
+                f"{{stream: data}} for the streams {[s.name for s in self.expected]}")
         arrays = self._check_fast(inputs)
         return self._check_slow(inputs, downcast) if arrays is None else arrays
 
@@ -94,6 +112,11 @@ class HostIO:
         want = stream.dtype.as_numpy()
         if stream.dtype.is_fp8 and arr.dtype == np.uint8:
             arr = arr.view(want)  # PopXL passes fp8 data as uint8 bits
+        if not arr.dtype.isnative:
+            raise StreamInputError(
+                f"stream {stream.name!r} ({stream.spec}): got {arr.dtype.str} data in "
+                f"non-native byte order; convert it first, e.g. "
+                f"data.astype(data.dtype.newbyteorder('='))")
         if arr.dtype != want:
             known = arr.dtype.kind in "biuf"
             if not (downcast and known and dtypes.downcast(dtypes.of_array(arr)) is stream.dtype):
@@ -108,7 +131,7 @@ class HostIO:
                     f"stream {stream.name!r} ({stream.spec}): the value {wrapped} does not fit "
                     f"in {stream.dtype.name}; downcasting it would wrap around"
                 )
-            arr = arr.astype(want)
+            arr = _downcast(stream, arr, want)
         expected = self.host_shape(stream)
         if arr.shape != expected:
             raise StreamInputError(

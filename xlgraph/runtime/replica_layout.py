@@ -51,6 +51,18 @@ class ReplicaLayout:
             return device.copy()
         if v.retrieval_mode == "all_replicas":
             return device.copy() if self.local > 1 else device[0].copy()
+        return self.group_values(v, device, host)
+
+    def replica_values_shape(self, v: Variable) -> tuple[int, ...] | None:
+        """The shape ``get_tensor_data`` gives an ``all_replicas`` variable (one value per
+        local replica), or None when that is not how ``v`` is retrieved."""
+        if not self.replicated or v.retrieval_mode != "all_replicas":
+            return None
+        return (self.local, *v.shape) if self.local > 1 else v.shape
+
+    def group_values(self, v: Variable, device: np.ndarray, host: np.ndarray) -> np.ndarray:
+        """``shape_on_host`` data from the device layout: each group's value from its first
+        replica run here; groups with no replica here keep their ``host`` value."""
         grouping = v.replica_grouping
         values = []
         for g, members in enumerate(grouping.groups):

@@ -299,17 +299,25 @@ class Session:
                     f"{dtypes.of_array(arr).name if arr.dtype.kind in 'biuf' else arr.dtype}"
                 )
             arr = arr.astype(tensor.dtype.as_numpy())
-        if arr.shape != tensor.shape_on_host:
+        per_replica = self.layout.replica_values_shape(tensor)
+        device = None
+        if (arr.shape != tensor.shape_on_host and arr.shape == per_replica
+                and tensor not in self.remote.variables):
+            # an all_replicas variable takes back what get_tensor_data gave: a value per replica
+            device = arr.reshape(self.layout.device_shape(tensor))
+            arr = self.layout.group_values(tensor, device, self._host_values[tensor])
+        elif arr.shape != tensor.shape_on_host:
+            also = "" if per_replica is None else f" or {per_replica} (a value per replica)"
             raise ShapeError(
                 f"write_variable_data: {tensor.id} is {tensor.spec} and takes host data of shape "
-                f"{tensor.shape_on_host} (a leading dimension per replica group when there are "
-                f"several), got data of shape {arr.shape}"
+                f"{tensor.shape_on_host}{also} (a leading dimension per replica group when there "
+                f"are several), got data of shape {arr.shape}"
             )
         self._host_values[tensor] = arr.copy()
         if tensor in self.remote.variables:
             self.remote.write(tensor, arr)  # off-chip memory is the host's in the simulator
             return
-        np.copyto(self._host[tensor], self.layout.expand(tensor, arr))
+        np.copyto(self._host[tensor], self.layout.expand(tensor, arr) if device is None else device)
         if self._attached:
             np.copyto(self._device[tensor], self._host[tensor])
 

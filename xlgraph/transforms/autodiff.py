@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from xlgraph.errors import AutodiffError
+from xlgraph.errors import AutodiffError, user_source_line
 from xlgraph.graph import Graph
 from xlgraph.op import REGISTRY, Op
 from xlgraph.ops.call import CallSiteInfo, call, call_with_info
@@ -171,7 +172,8 @@ def _fit(grad: Tensor, target: Tensor) -> Tensor:
 
 def _check_differentiable(graph: Graph) -> None:
     if graph.is_main:
-        raise AutodiffError("autodiff works on subgraphs; the main graph cannot be differentiated")
+        raise AutodiffError("autodiff works on subgraphs; the main graph cannot be differentiated "
+                            f"[at {user_source_line()}]")
     for op in graph.ops:
         if op.defn.modifies_input:
             raise AutodiffError(
@@ -247,6 +249,21 @@ def differentiate(graph: Graph, provided: list[Tensor], required: list[Tensor],
     )
 
 
+def _warn_unreachable(graph: Graph, provided: list[Tensor], required: list[Tensor]) -> None:
+    """Warn (once per call) about required tensors that no provided gradient reaches: their
+    gradient outputs are zeros, which is rarely what was meant."""
+    reach = set(provided)
+    for op in reversed(graph.ops):
+        if any(o in reach for o in op.outputs):
+            reach.update(op.inputs)
+    missing = [t.name for t in required if t not in reach]
+    if missing:
+        warnings.warn(
+            f"autodiff({graph.name!r}): no path from the provided gradients "
+            f"{[t.name for t in provided]} to the required tensors {missing}; their gradients "
+            f"are zeros [at {user_source_line()}]", stacklevel=3)
+
+
 def autodiff(
     graph: Graph,
     grads_provided: Iterable[Tensor] | None = None,
@@ -277,5 +294,7 @@ def autodiff(
     required = list(graph.inputs if grads_required is None else grads_required)
     cache: dict[Graph, GradGraphInfo] = dict(called_graphs_grad_info or {})
     info = differentiate(graph, provided, required, cache)
+    if grads_required is not None:
+        _warn_unreachable(graph, provided, required)
     cache[graph] = info
     return cache if return_all_grad_graphs else info

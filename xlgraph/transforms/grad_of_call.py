@@ -21,7 +21,7 @@ from xlgraph.context import get_current_graph
 from xlgraph.errors import GraphMismatchError, user_source_line
 from xlgraph.ops.call import CallSiteInfo
 from xlgraph.tensor import Tensor, constant
-from xlgraph.transforms.autodiff import autodiff
+from xlgraph.transforms.autodiff import differentiate
 
 __all__ = ["grad_of_call"]
 
@@ -102,8 +102,7 @@ def grad_of_call(
                                  f"[at {where}]")
     seed_of = _seeds(fwd_call_info, seeds, where)
     required = _required(fwd_call_info, wrt, where)
-    info = autodiff(fwd_call_info.called_graph, grads_provided=list(seed_of),
-                    grads_required=required)
+    info = differentiate(fwd_call_info.called_graph, list(seed_of), required, {})
     grad_site = ops.call_with_info(info.graph, *seed_of.values(),
                                    inputs_dict=info.inputs_dict(fwd_call_info))
     grads: dict[Tensor, Tensor] = {}
