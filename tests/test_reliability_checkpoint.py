@@ -151,6 +151,9 @@ def test_write_variable_data_takes_back_what_get_tensor_data_gave() -> None:
         np.testing.assert_array_equal(session.get_tensor_data(t), data, err_msg=name)
     with pytest.raises(ShapeError, match=r"takes host data of shape \(3,\) or \(4, 3\)"):
         session.write_variable_data(v["all"], np.zeros((2, 3), np.float32))
+    if v["all"] in session.layout.held_once:  # the plan keeps it once: replicas cannot differ
+        with pytest.raises(ValueError, match="one value for every replica"):
+            session.write_variable_data(v["all"], np.arange(12, dtype=np.float32).reshape(4, 3))
 
 
 def test_save_writes_through_a_symlink(tmp_path) -> None:

@@ -60,6 +60,18 @@ class ReplicaLayout:
             return None
         return (self.local, *v.shape) if self.local > 1 else v.shape
 
+    def from_replica_values(self, v: Variable, values: np.ndarray,
+                            host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(device layout, shape_on_host data)`` of ``values`` shaped as
+        ``replica_values_shape``; a variable held once takes only one value for all replicas."""
+        per = values.reshape((self.local, *v.shape))
+        if v in self.held_once:
+            if not (per == per[:1]).all():
+                raise ValueError(f"{v.id} holds one value for every replica (no replica changes "
+                                 f"it on its own), got different values per replica")
+            return per[0].copy(), self.group_values(v, per, host)
+        return per, self.group_values(v, per, host)
+
     def group_values(self, v: Variable, device: np.ndarray, host: np.ndarray) -> np.ndarray:
         """``shape_on_host`` data from the device layout: each group's value from its first
         replica run here; groups with no replica here keep their ``host`` value."""

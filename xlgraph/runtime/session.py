@@ -304,8 +304,7 @@ class Session:
         if (arr.shape != tensor.shape_on_host and arr.shape == per_replica
                 and tensor not in self.remote.variables):
             # an all_replicas variable takes back what get_tensor_data gave: a value per replica
-            device = arr.reshape(self.layout.device_shape(tensor))
-            arr = self.layout.group_values(tensor, device, self._host_values[tensor])
+            device, arr = self.layout.from_replica_values(tensor, arr, self._host_values[tensor])
         elif arr.shape != tensor.shape_on_host:
             also = "" if per_replica is None else f" or {per_replica} (a value per replica)"
             raise ShapeError(
