@@ -61,3 +61,17 @@ def test_without_the_mode_nans_pass_silently() -> None:
     session = popxl.Session(ir)
     with session, np.errstate(invalid="ignore"):
         assert np.isnan(session.run({xs: np.array([1, -4, 9], np.float32)})[ys][1])
+
+
+def test_check_numerics_runs_replicas_and_names_the_replica() -> None:
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        xs = popxl.h2d_stream((3,), F32, "x")
+        ys = popxl.d2h_stream((3,), F32, "y")
+        ops.host_store(ys, ops.sqrt(ops.host_load(xs)) * 2.0)
+    session = popxl.Session(ir, check_numerics=True)
+    with session:
+        good = np.array([[1, 4, 9], [16, 25, 36]], np.float32)
+        np.testing.assert_array_equal(session.run({xs: good})[ys], np.sqrt(good) * 2)
+        with pytest.raises(ExecutionError, match=r"run failed in sqrt.*nan at index \(1, 2\)"):
+            session.run({xs: np.array([[1, 4, 9], [16, 25, -36]], np.float32)})

@@ -92,8 +92,9 @@ class _Layouts:
             p.use_out.add(s)
             c_out = True
         else:
-            c_out = isinstance(d.kernel, np.ufunc) and (
-                d.kernel.signature is not None or all(x == "C" for x in layouts))
+            c_out = getattr(d.kernel, "c_contiguous", False) or (  # replicated kernels' promise
+                isinstance(d.kernel, np.ufunc)
+                and (d.kernel.signature is not None or all(x == "C" for x in layouts)))
         for o in s.outs:
             lay[o] = "C" if c_out else "?"
 

@@ -4,12 +4,16 @@ The reference interpreter runs the program op by op and checks every floating-po
 produces (and every host transfer it loads). The first non-finite value raises
 ``NumericsError`` naming the op, its output and whether its inputs were finite; the Session
 reports it as an ``ExecutionError`` whose message starts with the op and the user's line where
-it was created. It is slower than the compiled path: a debugging tool.
+it was created. Under ``enableFloatingPointChecks`` the floating-point traps fire first, with the
+error every other mode raises. With replicas the index starts with the replica's. It is slower
+than the compiled path: a debugging tool.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import contextlib
 
 import numpy as np
 
@@ -36,7 +40,9 @@ class NumericsInterpreter(Interpreter):
     """The interpreter, raising ``NumericsError`` at the first non-finite value."""
 
     def op(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
-        with np.errstate(all="ignore"):  # the check below reports it, with the op
+        traps = self.ir.session_options.enableFloatingPointChecks
+        quiet = contextlib.nullcontext() if traps else np.errstate(all="ignore")
+        with quiet:  # the check below reports it, with the op
             outs = super().op(op, args, io)
         if op.defn.kind in ("call", "repeat", "conditional"):
             return outs  # their ops were checked one by one

@@ -94,19 +94,25 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
     local = ctx.local
     if defn.replica == "local" and defn.elementwise:
         rank = len(outs[0].shape)
-        if all(len(s.shape) == rank for s, v in zip(ins, vary) if v):
-            same = all(v and s.shape == outs[0].shape for s, v in zip(ins, vary))
-            keep_out = same or isinstance(defn.kernel_out, np.ufunc)
-            return dataclasses.replace(defn, kernel_out=defn.kernel_out if keep_out else None,
-                                       loop=defn.loop if same else None, replicated=None)
+        full = all(len(s.shape) == rank for s, v in zip(ins, vary) if v)
+        if all(v and s.shape == outs[0].shape for s, v in zip(ins, vary)):
+            return dataclasses.replace(defn, replicated=None)  # as it is, on longer arrays
+        ufuncs = isinstance(defn.kernel, np.ufunc) and defn.kernel_out in (None, defn.kernel)
+        if full and ufuncs:  # numpy broadcasts the values held once
+            return dataclasses.replace(defn, loop=None, replicated=None)
+        shape = (local, *outs[0].shape)
 
         def broadcast(*arrays: np.ndarray, **attrs: Any) -> Any:
-            lined = [aligned((a,), rank)[0] if v else a for a, v in zip(arrays, vary)]
+            lined = [a if i == defn.inplace_of else np.broadcast_to(
+                aligned((a,), rank)[0] if v else a, shape)
+                for i, (a, v) in enumerate(zip(arrays, vary))]
             result = defn.kernel(*lined, **attrs)
             return arrays[defn.inplace_of] if defn.inplace_of is not None else result
 
         return dataclasses.replace(defn, kernel=broadcast, kernel_out=None, loop=None,
                                    layout=None, replicated=None)
+
+    contiguous = not defn.view and defn.inplace_of is None
 
     def run(*arrays: np.ndarray, **attrs: Any) -> Any:
         result = None
@@ -119,9 +125,12 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
                 raise ExecutionError(f"{defn.name} has no replicated form")
             return _loop(defn, arrays, vary, local, attrs)
         held = [_writable(r) if v else np.array(r[0]) for r, v in zip(_results(result), out_vary)]
+        if contiguous:
+            held = [np.ascontiguousarray(r) if isinstance(r, np.ndarray) else r for r in held]
         return tuple(held) if isinstance(result, tuple) else held[0]
 
     run.loops = defn.replicated is None  # type: ignore[attr-defined]
+    run.c_contiguous = contiguous  # type: ignore[attr-defined]  # see ``layouts``
     return dataclasses.replace(defn, kernel=run, kernel_out=None, loop=None, layout=None,
                                replicated=None)
 

@@ -121,8 +121,10 @@ def nll_softmax(probs, labels, loss, grad, scale, count):  # noqa: ANN001, ANN20
     ps, labs, grads = probs.reshape(-1), labels.reshape(-1), grad.reshape(-1)
     total = ps[0] * 0  # replaced by the first term below (there is at least one label)
     for r in range(labs.size):
-        if not 0 <= labs[r] < c:  # as the numpy kernel: no label counts from the end
-            raise IndexError("a label is out of range for the number of classes")
+        if not 0 <= labs[r] < c:  # as the numpy kernel, in its words: none counts from the end
+            raise IndexError("label " + str(labs[r]) + " is out of range for " + str(c)
+                             + " classes (labels must be in [0, " + str(c)
+                             + ") or equal ignore_index=None)")
         k = r * c + labs[r]
         total = np.log(ps[k]) if r == 0 else total + np.log(ps[k])
     loss.reshape(1)[0] = -total / count

@@ -232,9 +232,27 @@ def _nll_softmax_loop(ins: list[TensorSpec], loss_grad: float, ignore_index: int
     return loops.float_only(ins[0], loops.nll_softmax, (loss_grad / count, count))
 
 
+def _nll_softmax_replicated(ctx: Any, probs, labels, loss_grad, ignore_index, reduction):
+    """All replicas in one call (without ``ignore_index``): the loss of each replica sums its
+    own row, the gradient is per item."""
+    if reduction == "none":
+        return _nll_softmax(probs, labels, loss_grad, ignore_index, reduction)
+    if ignore_index is not None:
+        return None
+    count = math.prod(labels.shape[1:])
+    p, lab, _, _ = _nll_parts(probs, labels, None)
+    rows = np.arange(lab.size)
+    total = np.negative(np.add.reduce(np.log(p[rows, lab]).reshape(len(probs), -1), axis=1))
+    loss = total / count if reduction == "mean" else total
+    scale = np.asarray(loss_grad / max(count, 1) if reduction == "mean" else loss_grad, p.dtype)
+    grad = np.multiply(p, scale)
+    grad[rows, lab] -= scale
+    return loss.astype(probs.dtype, copy=False), grad.reshape(probs.shape)
+
+
 _NLL_SOFTMAX = OpDef(
     "nll_loss_with_softmax_grad", _nll_softmax_infer, _nll_softmax, kernel_out=_nll_softmax_out,
-    loop=_nll_softmax_loop,
+    loop=_nll_softmax_loop, replicated=_nll_softmax_replicated,
     samples=lambda rng: [Sample(_probs_labels(rng), {"loss_grad": 1.0, "ignore_index": None,
                                                      "reduction": "mean"})],
 )

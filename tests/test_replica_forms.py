@@ -1,0 +1,81 @@
+"""Every op's replicated form (``xlgraph.lower.replicas.replica_defn``) against its plain kernel
+run once per replica, on the op's samples: with every input carrying the replica axis, and with
+each input in turn held once (the same array on every replica)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from op_harness import build_op, sample_arrays
+
+from xlgraph.lower.replicas import replica_defn
+from xlgraph.op import REGISTRY
+from xlgraph.ops.replicas import ReplicaContext
+from xlgraph.tensor import Constant
+
+REPLICAS = 3
+FORMS = sorted(name for name, d in REGISTRY.items()
+               if d.replica == "local" and (d.replicated is not None or d.elementwise)
+               and d.samples is not None)
+CASES = [(name, i) for name in FORMS
+         for i in range(len(REGISTRY[name].samples(np.random.default_rng(0))))]
+
+
+def _inputs(op, streams, arrays) -> list[np.ndarray] | None:
+    """The op's input arrays: fed from a stream or constants; None if the builder put other
+    ops in between."""
+    by_stream = dict(zip(streams, arrays))
+    values = []
+    for t in op.inputs:
+        if isinstance(t, Constant):
+            values.append(t.data)
+        elif t.producer is not None and t.producer.defn.kind == "host_load":
+            values.append(by_stream[t.producer.attrs["stream"]])
+        else:
+            return None
+    return values
+
+
+def _per_replica(name: str, index: int):
+    """The op and each replica's input arrays (replica r draws its sample with seed r)."""
+    defn = REGISTRY[name]
+    per = []
+    for r in range(REPLICAS):
+        sample = defn.samples(np.random.default_rng(r))[index]
+        arrays = sample_arrays(sample, np.float64)
+        ir, streams, _, op = build_op(defn, sample, arrays)
+        values = _inputs(op, streams, arrays)
+        if values is None:
+            pytest.skip(f"{name}: the builder inserts ops before it")
+        per.append(values)
+    return op, per
+
+
+def _results(result):
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_replicated_form_equals_the_kernel_per_replica(name: str, index: int) -> None:
+    op, per = _per_replica(name, index)
+    defn = op.defn
+    ctx = ReplicaContext(REPLICAS, REPLICAS)
+    ins, outs = [t.spec for t in op.inputs], [t.spec for t in op.outputs]
+    for once in [None, *range(len(ins))]:
+        if once is not None and once == defn.inplace_of:
+            continue  # the plan gives a value written in place the replica axis of the write
+        chosen = [[per[0][i] if i == once else values[i] for i in range(len(ins))]
+                  for values in per]
+        want = [_results(defn.kernel(*(np.array(a) for a in values), **op.attrs))
+                for values in chosen]
+        vary = [i != once for i in range(len(ins))]
+        if not any(vary):
+            continue  # a step of inputs held once runs the plain kernel
+        args = [np.stack([values[i] for values in chosen]) if vary[i] else per[0][i]
+                for i in range(len(ins))]
+        form = replica_defn(defn, vary, [True] * len(outs), ins, outs, ctx)
+        got = _results(form.kernel(*args, **op.attrs))
+        for k, out in enumerate(got):
+            for r in range(REPLICAS):
+                np.testing.assert_allclose(out[r], want[r][k], rtol=1e-12, atol=1e-12,
+                                           err_msg=f"{name} output {k} replica {r} once={once}")
