@@ -11,9 +11,8 @@ than the compiled path: a debugging tool.
 
 from __future__ import annotations
 
-from typing import Any
-
 import contextlib
+from typing import Any
 
 import numpy as np
 
