@@ -74,8 +74,24 @@ def test_replicated_form_equals_the_kernel_per_replica(name: str, index: int) ->
         args = [np.stack([values[i] for values in chosen]) if vary[i] else per[0][i]
                 for i in range(len(ins))]
         form = replica_defn(defn, vary, [True] * len(outs), ins, outs, ctx)
-        got = _results(form.kernel(*args, **op.attrs))
-        for k, out in enumerate(got):
-            for r in range(REPLICAS):
-                np.testing.assert_allclose(out[r], want[r][k], rtol=1e-12, atol=1e-12,
-                                           err_msg=f"{name} output {k} replica {r} once={once}")
+        forms = [_results(form.kernel(*args, **op.attrs))]
+        if form.kernel_out is not None and form.inplace_of is None:
+            forms.append(_into_buffers(form, args, op.attrs, forms[0]))
+        for got in forms:
+            for k, out in enumerate(got):
+                for r in range(REPLICAS):
+                    np.testing.assert_allclose(
+                        out[r], want[r][k], rtol=1e-12, atol=1e-12,
+                        err_msg=f"{name} output {k} replica {r} once={once}")
+
+
+def _into_buffers(form, args, attrs, like) -> list[np.ndarray]:
+    """``form.kernel_out`` into fresh buffers shaped like ``like`` (the kernel's results)."""
+    outs = [np.full(np.shape(x), np.nan, np.asarray(x).dtype) for x in like]
+    extra = {"scratch": tuple(np.empty_like(outs[0]) for _ in range(form.scratch))}
+    out = outs[0] if len(outs) == 1 else tuple(outs)
+    if isinstance(form.kernel_out, np.ufunc):
+        form.kernel_out(*args, out=out)
+    else:
+        form.kernel_out(*args, out=out, **attrs, **(extra if form.scratch else {}))
+    return outs

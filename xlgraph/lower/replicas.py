@@ -22,7 +22,7 @@ How an op runs over the axis (``replica_defn``, shared with the reference interp
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -112,6 +112,13 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
         return dataclasses.replace(defn, kernel=broadcast, kernel_out=None, loop=None,
                                    layout=None, replicated=None)
 
+    shift = getattr(defn.replicated, "shift", None)
+    if defn.replica == "local" and shift is not None and all(vary):
+        return _shifted_defn(defn, shift, len(ins[0].shape) + 1)
+    batch = getattr(defn.replicated, "batch", None)
+    batch = None if batch is None or defn.replica != "local" else batch(ins)
+    if batch is not None and all(v == (i in batch) for i, v in enumerate(vary)):
+        return _folded_defn(defn, batch)
     contiguous = not defn.view and defn.inplace_of is None
 
     def run(*arrays: np.ndarray, **attrs: Any) -> Any:
@@ -133,6 +140,54 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
     run.c_contiguous = contiguous  # type: ignore[attr-defined]  # see ``layouts``
     return dataclasses.replace(defn, kernel=run, kernel_out=None, loop=None, layout=None,
                                replicated=None)
+
+
+def _shifted_defn(defn: OpDef, shift: Callable[..., dict[str, Any]], rank: int) -> OpDef:
+    """``defn`` with its axis attributes moved past the replica axis, in every form it has
+    (``kernel_out`` and the loop form too: reductions and softmax keep their pool buffers and
+    compiled loops)."""
+
+    def kernel(*arrays: np.ndarray, **attrs: Any) -> Any:
+        return defn.kernel(*arrays, **shift(attrs, rank))
+
+    def kernel_out(*arrays: np.ndarray, **attrs: Any) -> Any:
+        return defn.kernel_out(*arrays, **shift(attrs, rank))
+
+    def loop(specs: list[TensorSpec], **attrs: Any) -> Any:
+        return defn.loop(specs, **shift(attrs, rank))
+
+    return dataclasses.replace(
+        defn, kernel=kernel, kernel_out=None if defn.kernel_out is None else kernel_out,
+        loop=None if defn.loop is None else loop, layout=None, replicated=None)
+
+
+def _fold(x: np.ndarray) -> np.ndarray:
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def _folded_defn(defn: OpDef, batch: tuple[int, ...]) -> OpDef:
+    """``defn`` with the replica axis folded into the batch axis of its inputs at ``batch``
+    (the others are held once) and of its outputs, ``kernel_out`` included."""
+
+    def args(arrays: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+        return [_fold(a) if i in batch else a for i, a in enumerate(arrays)]
+
+    def kernel(*arrays: np.ndarray, **attrs: Any) -> Any:
+        lead = arrays[batch[0]].shape[:2]
+        result = defn.kernel(*args(arrays), **attrs)
+        outs = [r.reshape(*lead, *r.shape[1:]) for r in _results(result)]
+        return tuple(outs) if isinstance(result, tuple) else outs[0]
+
+    def kernel_out(*arrays: np.ndarray, out: Any, **attrs: Any) -> Any:
+        folded = tuple(map(_fold, out)) if isinstance(out, tuple) else _fold(out)
+        if attrs.get("scratch"):
+            attrs["scratch"] = tuple(map(_fold, attrs["scratch"]))
+        defn.kernel_out(*args(arrays), out=folded, **attrs)
+        return out
+
+    return dataclasses.replace(
+        defn, kernel=kernel, kernel_out=None if defn.kernel_out is None else kernel_out,
+        loop=None, layout=None, replicated=None)
 
 
 class _Varying:
@@ -267,7 +322,11 @@ def _summed_defn(defn: OpDef, ctx: ReplicaContext, ins: list[TensorSpec],
 
     def summed(*arrays: np.ndarray, **attrs: Any) -> np.ndarray:
         result = defn.replicated.summed(*arrays, **attrs)
-        return np.add.reduce(full.kernel(*arrays, **attrs), 0) if result is None else result
+        if result is None:
+            result = np.add.reduce(full.kernel(*arrays, **attrs), 0)
+        return np.ascontiguousarray(result)
+
+    summed.c_contiguous = True  # type: ignore[attr-defined]  # see ``layouts``
 
     return dataclasses.replace(defn, kernel=summed, kernel_out=None, loop=None, layout=None,
                                replicated=None)
@@ -277,7 +336,10 @@ def _finish_defn(defn: OpDef, total: int) -> OpDef:
     """A sum or mean all-reduce whose input already holds the sum over every replica."""
 
     def finish(x: np.ndarray, op: str, **_: Any) -> np.ndarray:
-        return x / np.asarray(total, x.dtype) if op == "mean" else x.copy()
+        return np.divide(x, np.asarray(total, x.dtype), order="C") if op == "mean" else (
+            np.array(x, order="C"))
+
+    finish.c_contiguous = True  # type: ignore[attr-defined]  # see ``layouts``
 
     return dataclasses.replace(defn, kernel=finish, kernel_out=None, loop=None, replicated=None)
 

@@ -89,7 +89,7 @@ def aligned(arrays: tuple[np.ndarray, ...], rank: int) -> list[np.ndarray]:
 def shift_axes(kernel: Callable[..., Any], *names: str) -> Callable[..., Any]:
     """A replicated form for kernels whose attributes ``names`` hold non-negative axes (an int,
     a tuple of ints, or None for all): the same kernel with every axis moved past the replica
-    axis."""
+    axis. Its ``shift(attrs, rank)`` moves them for the op's ``kernel_out`` and loop form too."""
 
     def shifted(value: Any, rank: int) -> Any:
         if value is None:
@@ -98,11 +98,13 @@ def shift_axes(kernel: Callable[..., Any], *names: str) -> Callable[..., Any]:
             return int(value) + 1
         return tuple(int(v) + 1 for v in value)
 
-    def replicated(ctx: ReplicaContext, *arrays: np.ndarray, **attrs: Any) -> Any:
-        rank = arrays[0].ndim
-        attrs = {k: shifted(v, rank) if k in names else v for k, v in attrs.items()}
-        return kernel(*arrays, **attrs)
+    def shift(attrs: dict[str, Any], rank: int) -> dict[str, Any]:
+        return {k: shifted(v, rank) if k in names else v for k, v in attrs.items()}
 
+    def replicated(ctx: ReplicaContext, *arrays: np.ndarray, **attrs: Any) -> Any:
+        return kernel(*arrays, **shift(attrs, arrays[0].ndim))
+
+    replicated.shift = shift  # type: ignore[attr-defined]  # for the op's other forms
     return replicated
 
 
@@ -146,6 +148,7 @@ def batch_rule(kernel: Callable[..., Any], batch: tuple[int, ...] = (0,),
         return kernel(*args, **attrs)
 
     replicated.summed = summed if sums else None  # type: ignore[attr-defined]
+    replicated.batch = None if sums else lambda specs: batch  # type: ignore[attr-defined]
     return replicated
 
 
@@ -177,3 +180,5 @@ def matmul_rule(ctx: ReplicaContext, a: np.ndarray, b: np.ndarray) -> np.ndarray
 
 
 matmul_rule.summed = _matmul_summed  # type: ignore[attr-defined]
+matmul_rule.batch = lambda specs: (  # type: ignore[attr-defined]
+    (0,) if len(specs[0].shape) >= 2 and len(specs[1].shape) == 2 else None)
