@@ -95,6 +95,39 @@ from xlgraph.ops.nn import nll_loss, nll_loss_with_softmax_grad, onehot, softmax
 from xlgraph.ops.norm import batch_norm_inference, group_norm, layer_norm
 from xlgraph.ops.optim_updates import lamb_square
 from xlgraph.ops.placement import io_tile_copy, ipu_copy, remote_code_load
+from xlgraph.ops.pointwise import (
+    acos,
+    acosh,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    bitwise_and,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xor,
+    cosh,
+    erf,
+    expm1,
+    floor_divide,
+    greater_equal,
+    less,
+    less_equal,
+    log1p,
+    log10,
+    logical_xor,
+    maximum2,
+    minimum,
+    not_equal,
+    reciprocal,
+    remainder,
+    round,
+    rsqrt,
+    sinh,
+    tan,
+    trunc,
+)
 from xlgraph.ops.pool import average_pool, max_pool
 from xlgraph.ops.random import (
     dropout,
@@ -151,3 +184,10 @@ __all__ += ["groupedgather", "histogram", "roi_align", "scatter_reduce"]
 
 # -- remote memory ------------------------------------------------------------------------------
 __all__ += ["remote_load", "remote_load_", "remote_store"]
+
+# -- torch's remaining pointwise math (xlgraph extras for the PopTorch frontend) ----------------
+__all__ += ["acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
+            "bitwise_not", "bitwise_or", "bitwise_xor", "cosh", "erf", "expm1", "floor_divide",
+            "greater_equal", "less", "less_equal", "log1p", "log10", "logical_xor", "maximum2",
+            "minimum", "not_equal", "reciprocal", "remainder", "round", "rsqrt", "sinh", "tan",
+            "trunc"]

@@ -28,7 +28,13 @@ from xlgraph.poptorch import optim as pt_optim
 from xlgraph.poptorch import weights
 from xlgraph.poptorch.blocks import recorded_blocks, static_blocks
 from xlgraph.poptorch.enums import CommGroupType, OutputMode, ReductionType
-from xlgraph.poptorch.lowering import Lowered, lower_module, named_tensors, torch_to_numpy
+from xlgraph.poptorch.lowering import (
+    Lowered,
+    flat_tensors,
+    lower_module,
+    named_tensors,
+    torch_to_numpy,
+)
 from xlgraph.poptorch.options import Options
 from xlgraph.poptorch.support import Error, refuse
 from xlgraph.progress import tqdm
@@ -51,7 +57,7 @@ class _Compiled:
     output_streams: tuple[Any, ...]
     loss_stream: Any
     input_specs: list[tuple[tuple[int, ...], torch.dtype]]
-    concrete: dict[str, Any]
+    concrete: list[Any]
     optimizer: Any = None
     seed: Any = None
 
@@ -113,6 +119,11 @@ def _apply_output_mode(array: np.ndarray, steps: int, replicas: int, mode: Outpu
     if grid.ndim == 2:  # a scalar per micro-batch becomes a vector
         return grid.reshape(count)
     return grid.reshape((count * grid.shape[2],) + grid.shape[3:])
+
+
+def _concrete(bound: dict[str, Any]) -> list[Any]:
+    """The non-tensor leaves of ``forward``'s arguments (baked into the compiled graph)."""
+    return [v for v in pytree.tree_leaves(list(bound.values())) if not isinstance(v, torch.Tensor)]
 
 
 def _to_torch(array: np.ndarray) -> torch.Tensor:
@@ -193,6 +204,8 @@ class PoplarExecutor:
 
     def _micro_batch(self, name: str, t: torch.Tensor) -> torch.Tensor:
         steps = self._steps * self._input_replicas
+        if steps == 1:
+            return t  # one micro-batch per call: any shape, 0-d included
         size = t.shape[0] if t.dim() else "none"
         if not (t.dim() > 0 and t.shape[0] % steps == 0 and t.shape[0] >= steps):
             raise Error(
@@ -220,7 +233,7 @@ class PoplarExecutor:
     def _compile(self, args: dict[str, Any]) -> None:
         start = time.perf_counter()
         bar = _compile_bar(self.options.show_compilation_progress_bar)
-        sample = {k: self._micro_batch(k, v) if isinstance(v, torch.Tensor) else v
+        sample = {k: pytree.tree_map_only(torch.Tensor, lambda t, k=k: self._micro_batch(k, t), v)
                   for k, v in args.items()}
         ir = Ir(replication=self._replicas)
         with recorded_blocks() as blocks:
@@ -272,9 +285,8 @@ class PoplarExecutor:
         session = Session(ir, "cpu" if model is None else "ipu_model", ipu_model=model,
                           check_numerics=self.options.Precision.floating_point_exceptions)
         sync = weights.WeightSync(session, variables, tensors, torch_to_numpy)
-        input_specs = [(tuple(v.shape), v.dtype) for v in args.values()
-                       if isinstance(v, torch.Tensor)]
-        concrete = {k: v for k, v in args.items() if not isinstance(v, torch.Tensor)}
+        input_specs = [(tuple(v.shape), v.dtype) for v in flat_tensors(args)]
+        concrete = _concrete(args)
         self._compiled = _Compiled(session, lowered, sync, streams, out_streams, loss_stream,
                                    input_specs, concrete, xl_optimizer, seed_var)
         self.blocks = dict(blocks)
@@ -296,12 +308,16 @@ class PoplarExecutor:
         if self._compiled is None:
             self._compile(bound)
         compiled = self._compiled
-        tensors = [v for v in bound.values() if isinstance(v, torch.Tensor)]
+        tensors = flat_tensors(bound)
         got = [(tuple(t.shape), t.dtype) for t in tensors]
-        if got != compiled.input_specs or {k: v for k, v in bound.items()
-                                           if not isinstance(v, torch.Tensor)} != compiled.concrete:
-            raise Error(f"Shape mismatch for the inputs: compiled for {compiled.input_specs} and "
-                        f"{compiled.concrete}, got {got}; create a new wrapper or call destroy()")
+        if got != compiled.input_specs or _concrete(bound) != compiled.concrete:
+            # a new input signature: capture and compile again, as PopTorch does
+            compiled.sync.download()
+            if compiled.session.is_attached:
+                compiled.session.__exit__(None, None, None)
+            self._compiled = None
+            self._compile(bound)
+            compiled = self._compiled
         if not compiled.session.is_attached:
             self.attachToDevice()
         if not self.training:
@@ -317,7 +333,8 @@ class PoplarExecutor:
         mode = self.options.output_mode
         period = self.options.output_return_period
         results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,
-                                                period)) for s in compiled.output_streams]
+                                                period)).to(dtype)
+                   for s, dtype in zip(compiled.output_streams, compiled.lowered.output_dtypes)]
         return pytree.tree_unflatten(results, compiled.lowered.out_spec)
 
     # -- weights and device ------------------------------------------------------------------

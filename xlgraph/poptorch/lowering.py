@@ -1,38 +1,38 @@
-"""Trace a ``torch.nn.Module`` with ``torch.fx`` and write it into an xlgraph subgraph.
+"""Capture a ``torch.nn.Module`` at the ATen level and write it into an xlgraph subgraph.
 
-``lower_module`` runs the fx graph node by node: tensors become xlgraph tensors of the subgraph,
-everything else (sizes, shapes, flags) is computed in Python, and each torch target goes through
-the conversion table. Parameters and buffers become graph inputs named by their ``state_dict``
-keys, bound later to variables of the same names.
+``lower_module`` exports the module for one input signature (``xlgraph.poptorch.capture``),
+converts the ATen graph (``xlgraph.poptorch.convert``), and records how the subgraph connects:
+data inputs in the order of the flattened ``forward`` arguments, parameters and buffers by
+their ``state_dict`` keys, buffers ``forward`` mutates, and the loss of a training model.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from torch.export.graph_signature import InputKind, OutputKind
 
 from xlgraph import ops
 from xlgraph.errors import XlgraphError
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
-from xlgraph.poptorch import table
-from xlgraph.poptorch.functional import Unsupported, xlgraph_dtype
+from xlgraph.poptorch.capture import export_module
+from xlgraph.poptorch.convert import Context, UnsupportedOpError, convert_graph
+from xlgraph.poptorch.table import op_name
+from xlgraph.poptorch.util import torch_to_numpy, xlgraph_dtype
 from xlgraph.tensor import Tensor, constant, graph_input, graph_output
 from xlgraph.training import SEED_SPEC
 
-__all__ = ["UnsupportedOpError", "Lowered", "lower_module", "named_tensors", "torch_to_numpy"]
+__all__ = ["UnsupportedOpError", "Lowered", "lower_module", "named_tensors", "torch_to_numpy",
+           "split_arguments", "flat_tensors"]
 
-
-class UnsupportedOpError(XlgraphError, NotImplementedError):
-    """A torch operation (or argument value) that the PopTorch frontend cannot convert."""
+IDENTITY_LOSS = "xlgraph_poptorch.identity_loss.default"
 
 
 def named_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -42,21 +42,28 @@ def named_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A numpy array of ``t`` in the dtype xlgraph runs it as (64-bit types become 32-bit)."""
-    array = t.detach().cpu().numpy()
-    return array.astype(xlgraph_dtype(t.dtype).as_numpy(), copy=False)
+def split_arguments(model: torch.nn.Module, bound: Mapping[str, Any]
+                    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``forward``'s bound arguments (by name, ``*args``/``**kwargs`` included) as args, kwargs."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for name, p in inspect.signature(model.forward).parameters.items():
+        if name not in bound:
+            continue
+        if p.kind == p.VAR_POSITIONAL:
+            args.extend(bound[name])
+        elif p.kind == p.VAR_KEYWORD:
+            kwargs.update(bound[name])
+        elif p.kind == p.KEYWORD_ONLY:
+            kwargs[name] = bound[name]
+        else:
+            args.append(bound[name])
+    return tuple(args), kwargs
 
 
-class _Tracer(torch.fx.Tracer):
-    """fx's tracer, keeping every module the table converts as a leaf and recording sources."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.record_stack_traces = True
-
-    def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
-        return table.module_class(m) in table.MODULES or super().is_leaf_module(m, qualname)
+def flat_tensors(bound: Mapping[str, Any]) -> list[torch.Tensor]:
+    """The torch tensors among ``forward``'s arguments, nested ones included, in flat order."""
+    return [v for v in pytree.tree_leaves(list(bound.values())) if isinstance(v, torch.Tensor)]
 
 
 @dataclass
@@ -65,12 +72,13 @@ class Lowered:
 
     Attributes:
         graph: the subgraph; its inputs are the data, then parameters, then the seed.
-        data_inputs: the graph inputs of the tensor arguments, in call order.
+        data_inputs: the graph inputs of the tensor arguments, in flattened call order.
         params: ``{graph input: state_dict key}`` of the parameters and buffers it reads.
         outputs: the flattened forward outputs are graph outputs ``0..len(outputs)-1``.
         out_spec: the pytree spec that rebuilds ``forward``'s return structure.
+        output_dtypes: torch's dtype of each output (int64 stays int64 for the user).
         loss_index: the graph output holding the loss (None in inference).
-        seed: the dropout seed input, if any dropout is active.
+        seed: the seed input of the random ops, if any.
         buffer_updates: ``{graph output index: state_dict key}`` of updated buffers.
     """
 
@@ -79,198 +87,143 @@ class Lowered:
     params: dict[Tensor, str]
     outputs: list[Tensor]
     out_spec: Any
+    output_dtypes: list[torch.dtype] = field(default_factory=list)
     loss_index: int | None = None
     seed: Tensor | None = None
     buffer_updates: dict[int, str] = field(default_factory=dict)
 
 
-class _Context:
-    """What conversion functions see: parameters, dropout seeds, losses and buffer updates."""
+class _Seeds:
+    """The step's seed input, created on first use and split once per random op."""
 
-    def __init__(self, names: Mapping[int, str], training: bool) -> None:
-        self._names = names
-        self.training = training
-        self.params: dict[str, Tensor] = {}
-        self.seed: Tensor | None = None
-        self._seed_state: Tensor | None = None
-        self.updates: dict[str, Tensor] = {}
-        self.losses: list[Tensor] = []
-        self.node_losses: set[int] = set()
-        self.loss_values: dict[int, Tensor] = {}
+    def __init__(self) -> None:
+        self.input: Tensor | None = None
+        self._state: Tensor | None = None
 
-    def tensor(self, value: Any) -> Any:
-        """The graph tensor of a torch parameter, buffer or constant tensor (None stays None)."""
-        if value is None or not isinstance(value, torch.Tensor):
-            return value
-        name = self._names.get(id(value))
-        if name is None:
-            return constant(torch_to_numpy(value))
-        if name not in self.params:
-            spec_dtype = xlgraph_dtype(value.dtype)
-            self.params[name] = graph_input(tuple(value.shape), spec_dtype, name)
-        return self.params[name]
-
-    def next_seed(self) -> Tensor:
-        """A fresh ``uint32[2]`` seed for one random op (split from the step's seed input)."""
-        if self.seed is None:
-            self.seed = self._seed_state = graph_input(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
-        this, self._seed_state = ops.split_random_seed(self._seed_state)
+    def __call__(self) -> Tensor:
+        if self.input is None:
+            self.input = self._state = graph_input(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
+        this, self._state = ops.split_random_seed(self._state)
         return this
 
-    def mark_loss(self, t: Tensor) -> Tensor:
-        self.losses.append(t)
-        return t
 
-    def update_buffer(self, buffer: torch.Tensor, value: Tensor) -> None:
-        self.updates[self._names[id(buffer)]] = value
-
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
-
-
-def _source_line(node: torch.fx.Node) -> str:
-    """``file:line`` (and the code) in the user's ``forward`` that created ``node``."""
-    frames = [m for m in _FRAME.finditer(node.stack_trace or "")
-              if "/torch/" not in m.group(1) and "/xlgraph/poptorch/" not in m.group(1)]
-    if not frames:
-        return "<unknown source>"
-    path, line, _, code = frames[-1].groups()
-    return f"{path}:{line}: {code.strip()}"
-
-
-def _describe(node: torch.fx.Node, module: torch.nn.Module | None) -> str:
-    if node.op == "call_module":
-        return f"torch.nn.{table.module_class(module).__name__}"
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    return table.label(node.target)
-
-
-def _module_path(node: torch.fx.Node) -> str:
-    if node.op == "call_module":
-        return f"model.{node.target}"
-    stack = node.meta.get("nn_module_stack") or {}
-    return f"model.{list(stack)[-1]}" if stack else "model"
+def _placeholders(program: torch.export.ExportedProgram, flat_args: list[Any]
+                  ) -> tuple[list[Any], list[Tensor], dict[Tensor, str]]:
+    """One value per placeholder: data inputs first (graph inputs), then parameters, buffers
+    and lifted constants."""
+    specs = program.graph_signature.input_specs
+    user = iter(flat_args)
+    data: list[Tensor] = []
+    values: dict[int, Any] = {}
+    for i, spec in enumerate(specs):
+        if spec.kind == InputKind.USER_INPUT:
+            value = next(user)
+            if isinstance(value, torch.Tensor):
+                value = graph_input(tuple(value.shape), xlgraph_dtype(value.dtype),
+                                    spec.arg.name)
+                data.append(value)
+            values[i] = value
+    params: dict[Tensor, str] = {}
+    for i, spec in enumerate(specs):
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            val = _placeholder_val(program, spec.arg.name)
+            values[i] = graph_input(tuple(val.shape), xlgraph_dtype(val.dtype), spec.target)
+            params[values[i]] = spec.target
+        elif spec.kind != InputKind.USER_INPUT:
+            values[i] = constant(torch_to_numpy(program.constants[spec.target]))
+    return [values[i] for i in range(len(specs))], data, params
 
 
-def _builder(node: torch.fx.Node, root: torch.nn.Module) -> tuple[Any, Any]:
-    """The table entry of ``node`` and, for a module call, the module."""
-    if node.op == "call_module":
-        module = root.get_submodule(node.target)
-        return table.MODULES.get(table.module_class(module)), module
-    if node.op == "call_method":
-        return table.METHODS.get(node.target), None
-    return table.FUNCTIONS.get(node.target), None
+def _placeholder_val(program: torch.export.ExportedProgram, name: str) -> Any:
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name == name:
+            return node.meta["val"]
+    raise XlgraphError(f"no placeholder {name}")
 
 
-def _fail(node: torch.fx.Node, module: Any, why: str) -> UnsupportedOpError:
-    return UnsupportedOpError(
-        f"{_describe(node, module)} ({why}) at {_module_path(node)}, {_source_line(node)}.\n"
-        f"The PopTorch frontend converts: {', '.join(table.supported())}")
+_LOSS_FUNCTIONS = {"cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+                   "kl_div", "ctc_loss"}
 
 
-def _is_skipped(node: torch.fx.Node) -> bool:
-    """fx's guards on specialised arguments (``labels=None``) have nothing to convert."""
-    return node.op == "call_function" and getattr(node.target, "__name__", "") == "_assert_is_none"
+def _is_loss_function(torch_fn: Any) -> bool:
+    name = torch_fn[1].rsplit(".", 1)[-1] if torch_fn else ""
+    return name.endswith("_loss") or name in _LOSS_FUNCTIONS
 
 
-def _run_node(node: torch.fx.Node, root: torch.nn.Module, ctx: _Context,
-              env: dict[torch.fx.Node, Any]) -> Any:
-    args = torch.fx.node.map_arg(node.args, env.__getitem__)
-    kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-    if node.op == "get_attr":
-        return ctx.tensor(_attribute(root, node.target))
-    if _is_skipped(node):
-        return None
-    builder, module = _builder(node, root)
-    if builder is None:
-        raise _fail(node, module, "not supported")
-    try:
-        return builder(ctx, module, *args, **kwargs) if module is not None else \
-            builder(ctx, *args, **kwargs)
-    except (Unsupported, TypeError) as exc:
-        raise _fail(node, module, f"unsupported arguments: {exc}") from exc
-
-
-def _attribute(root: torch.nn.Module, target: str) -> Any:
-    value: Any = root
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def _losses(node: torch.fx.Node, ctx: _Context, before: int,
-            ancestry: dict[torch.fx.Node, frozenset[int]]) -> None:
-    """Track which loss nodes each node depends on; a loss fed by losses replaces them."""
-    inputs = frozenset().union(*(ancestry.get(n, frozenset()) for n in node.all_input_nodes))
-    if len(ctx.losses) > before:
-        ctx.node_losses -= inputs
-        ctx.node_losses.add(id(node))
-        ctx.loss_values[id(node)] = ctx.losses[-1]
-        inputs = inputs | {id(node)}
-    ancestry[node] = inputs
+def _independent_losses(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The last node of each torch loss call and each ``identity_loss``, less those that feed
+    another loss (a loss combined into an identity loss is part of it)."""
+    last: dict[str, torch.fx.Node] = {}
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        if op_name(node.target) == IDENTITY_LOSS:
+            last[node.name] = node
+        elif _is_loss_function(node.meta.get("torch_fn")):
+            last[node.meta["torch_fn"][0]] = node
+    losses = set(last.values())
+    below: dict[torch.fx.Node, set[torch.fx.Node]] = {}
+    fed: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        inherited = set().union(*(below.get(n, set()) for n in node.all_input_nodes))
+        if node in losses:
+            fed |= inherited
+            inherited = inherited | {node}
+        below[node] = inherited
+    return [n for n in last.values() if n not in fed]
 
 
 def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], training: bool,
                  name: str = "torch_forward") -> Lowered:
-    """Trace ``model.forward`` with the tensor ``args`` (others baked in) into a new subgraph.
+    """Capture ``model.forward`` with ``args`` (one batch) into a new subgraph of ``ir``.
 
     Args:
         ir: the Ir receiving the subgraph.
         model: the module; its ``training`` flags are read as they are now.
-        args: ``forward``'s arguments by name, defaults applied; torch tensors become graph
-            inputs (one batch), other values are constants of the trace.
+        args: ``forward``'s bound arguments by name, defaults applied; tensors (also inside
+            tuples, lists and dicts) become graph inputs, other values are baked in.
         training: build for training (dropout active, exactly one loss required).
 
     Raises:
-        UnsupportedOpError: naming the torch op, the module path and the source line.
+        UnsupportedOpError: listing every unconverted op with its module path and source line.
+        DataDependentError: ``forward`` branches on a tensor value.
     """
-    tensor_args = {k: v for k, v in args.items() if isinstance(v, torch.Tensor)}
-    concrete = {k: v for k, v in args.items() if k not in tensor_args}
-    fx_graph = _Tracer().trace(model, concrete_args=concrete or None)
-    ctx = _Context({id(t): k for k, t in named_tensors(model).items()}, training)
+    call_args, call_kwargs = split_arguments(model, args)
+    program = export_module(model, call_args, call_kwargs)
+    flat_args = pytree.tree_leaves((call_args, call_kwargs))
     graph = ir.create_empty_graph(name)
-    env: dict[torch.fx.Node, Any] = {}
-    ancestry: dict[torch.fx.Node, frozenset[int]] = {}
-    placeholders = iter(inspect.signature(model.forward).parameters)
-    data_inputs = []
+    seeds = _Seeds()
     with graph:
-        for node in fx_graph.nodes:
-            if node.op == "placeholder":
-                arg = next(placeholders)
-                if arg in tensor_args:
-                    t = tensor_args[arg]
-                    env[node] = graph_input(tuple(t.shape), xlgraph_dtype(t.dtype), arg)
-                    data_inputs.append(env[node])
-                else:
-                    env[node] = concrete[arg]
-                continue
-            if node.op == "output":
-                result = torch.fx.node.map_arg(node.args[0], env.__getitem__)
-                break
-            before = len(ctx.losses)
-            env[node] = _run_node(node, model, ctx, env)
-            _losses(node, ctx, before, ancestry)
-        leaves, out_spec = pytree.tree_flatten(result)
-        outputs = [t for t in leaves if isinstance(t, Tensor)]
-        if len(outputs) != len(leaves):
+        inputs, data, params = _placeholders(program, flat_args)
+        ctx = Context(training, seeds if training else None)
+        outs, env = convert_graph(program.graph_module, inputs, ctx,
+                                  f"{type(model).__name__}.forward")
+        specs = program.graph_signature.output_specs
+        user = [(v, s) for v, s in zip(outs, specs) if s.kind == OutputKind.USER_OUTPUT]
+        outputs = [v for v, _ in user]
+        if not all(isinstance(v, Tensor) for v in outputs):
             raise UnsupportedOpError(f"{type(model).__name__}.forward returns non-tensor values "
-                                     f"{[v for v in leaves if not isinstance(v, Tensor)]}")
+                                     f"{[v for v in outputs if not isinstance(v, Tensor)]}")
         for t in outputs:
             graph_output(t)
-        lowered = Lowered(graph, data_inputs, {t: k for k, t in ctx.params.items()}, outputs,
-                          out_spec, seed=ctx.seed)
+        out_nodes = list(program.graph.output_node().args[0])
+        dtypes_ = [n.meta["val"].dtype for n, s in zip(out_nodes, specs)
+                   if s.kind == OutputKind.USER_OUTPUT]
+        lowered = Lowered(graph, data, params, outputs, program.call_spec.out_spec, dtypes_,
+                          seed=seeds.input)
         if training:
-            lowered.loss_index = _loss_output(model, ctx, outputs)
-            for key, value in ctx.updates.items():
-                lowered.buffer_updates[len(graph.outputs)] = key
-                graph_output(value)
+            lowered.loss_index = _loss_output(model, program.graph, env, outputs)
+            for value, spec in zip(outs, specs):
+                if spec.kind == OutputKind.BUFFER_MUTATION:
+                    lowered.buffer_updates[len(graph.outputs)] = spec.target
+                    graph_output(value)
     return lowered
 
 
-def _loss_output(model: torch.nn.Module, ctx: _Context, outputs: list[Tensor]) -> int:
+def _loss_output(model: torch.nn.Module, graph: torch.fx.Graph, env: Mapping[Any, Any],
+                 outputs: list[Tensor]) -> int:
     """The graph output index of the one independent loss (added as an output if needed)."""
-    losses = [ctx.loss_values[n] for n in ctx.node_losses]
+    losses = _independent_losses(graph)
     if not losses:
         raise XlgraphError(f"Couldn't find a loss in graph! {type(model).__name__}.forward must "
                            f"compute a torch loss or wrap its loss in poptorch.identity_loss")
@@ -278,7 +231,7 @@ def _loss_output(model: torch.nn.Module, ctx: _Context, outputs: list[Tensor]) -
         raise XlgraphError(f"Multiple independent losses found in graph of "
                            f"{type(model).__name__}: wrap their combination in "
                            f"poptorch.identity_loss")
-    loss = losses[0]
+    loss = env[losses[0]]
     if loss.shape != ():
         loss = ops.sum(loss)  # a non-reduced identity loss: backprop a gradient of ones
     for i, t in enumerate(outputs):

@@ -1,0 +1,101 @@
+"""Capture torch code as an ATen graph, as PopTorch's dispatcher-level capture does.
+
+A module is captured with ``torch.export`` (non-strict: ordinary Python runs, on fake tensors)
+and lowered to core ATen with torch's decompositions, minus the few ops xlgraph runs as one fused
+op (``KEEP``). Parameters and buffers arrive as graph inputs named by their ``state_dict`` keys,
+buffers mutated in ``forward`` as extra outputs. Functions (the ``torch.compile`` backend, the op
+sweep) are captured with ``make_fx`` and the same decompositions.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from xlgraph.errors import XlgraphError
+
+__all__ = ["DataDependentError", "decompositions", "export_module", "trace_function"]
+
+aten = torch.ops.aten
+
+# Ops torch would decompose that xlgraph runs as one op with its own gradient.
+KEEP = (aten.nll_loss_forward, aten.nll_loss2d_forward, aten.silu, aten.logsumexp,
+        aten.upsample_nearest2d, aten.hardswish, aten.softplus, aten.mish, aten.glu)
+
+
+class DataDependentError(XlgraphError, RuntimeError):
+    """Python control flow on a tensor's value, which a captured graph cannot hold."""
+
+
+@functools.cache
+def decompositions() -> dict[Any, Callable[..., Any]]:
+    """torch's core-ATen decomposition table without the ops of ``KEEP``."""
+    table = dict(torch.export.default_decompositions())
+    for packet in KEEP:
+        for name in packet.overloads():
+            table.pop(getattr(packet, name), None)
+    return table
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_frames(frames: list[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
+    """The frames of ``frames`` in the user's code (not torch's, not xlgraph's)."""
+    return [f for f in frames if not f.filename.startswith((_TORCH_DIR, _OWN_DIR))
+            and not f.filename.startswith("<")]
+
+
+def _module_path(model: torch.nn.Module, tb: Any) -> str:
+    """The dotted path of the innermost module of ``model`` whose ``forward`` is on ``tb``."""
+    names = {id(m): name for name, m in model.named_modules()}
+    path = None
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if id(owner) in names:
+            path = names[id(owner)]
+        tb = tb.tb_next
+    return "model" + (f".{path}" if path else "")
+
+
+def _data_dependent(exc: BaseException) -> bool:
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    return isinstance(exc, GuardOnDataDependentSymNode | DataDependentOutputException) or (
+        "data-dependent" in str(exc) or "data dependent" in str(exc))
+
+
+def export_module(model: torch.nn.Module, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> torch.export.ExportedProgram:
+    """``model(*args, **kwargs)`` as a core-ATen ``ExportedProgram`` (shapes as given).
+
+    Raises:
+        DataDependentError: ``forward`` branches on a tensor's value; names the module path
+            and the user's line, and suggests ``poptorch.cond``.
+    """
+    try:
+        program = torch.export.export(model, args, kwargs, strict=False)
+    except Exception as exc:
+        if not _data_dependent(exc):
+            raise
+        frames = user_frames(traceback.extract_tb(exc.__traceback__))
+        where = f"{frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}" if frames \
+            else "<unknown source>"
+        raise DataDependentError(
+            f"data-dependent control flow at {_module_path(model, exc.__traceback__)}, {where}: "
+            f"Python decides on a tensor's value, which is only known on the device. Use "
+            f"poptorch.cond (or torch.where) for a branch on a tensor value.") from None
+    return program.run_decompositions(decompositions())
+
+
+def trace_function(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
+    """``fn(*args)`` as a core-ATen fx graph (make_fx on fake tensors)."""
+    return make_fx(fn, decomposition_table=decompositions(), tracing_mode="fake")(*args)

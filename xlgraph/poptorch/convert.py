@@ -1,0 +1,200 @@
+"""Write a captured ATen fx graph into the current xlgraph graph, node by node.
+
+Before converting anything, every node is checked against the table, so one error lists all the
+unsupported ops of a model with their source lines. Each node then goes through its
+``Conversion``: torch's type promotion is applied to its tensor inputs when the entry asks for
+it, and its results are cast to the dtypes torch's own meta data gives them (64-bit types run
+as 32-bit, as in PopTorch).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+import torch.fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from xlgraph import ops
+from xlgraph.errors import XlgraphError
+from xlgraph.poptorch.capture import user_frames
+from xlgraph.poptorch.table import CONVERSIONS, op_name
+from xlgraph.poptorch.util import Unsupported, torch_to_numpy, xlgraph_dtype
+from xlgraph.tensor import Tensor, constant
+
+__all__ = ["Context", "UnsupportedOpError", "convert_graph", "source_line", "SUPPORT_PAGE"]
+
+SUPPORT_PAGE = "docs/poptorch.md"
+
+
+class UnsupportedOpError(XlgraphError, NotImplementedError):
+    """Torch operations (or argument values) that the frontend cannot convert."""
+
+
+class Context:
+    """What conversions see: the mode, the node being converted and a seed source."""
+
+    def __init__(self, training: bool, seed: Callable[[], Tensor] | None = None) -> None:
+        self.training = training
+        self._seed = seed
+        self.node: torch.fx.Node | None = None
+
+    @property
+    def val(self) -> Any:
+        """torch's fake value of the current node's result (shape and dtype)."""
+        return self.node.meta["val"]
+
+    def next_seed(self) -> Tensor:
+        """A fresh ``uint32[2]`` seed for one random op."""
+        if self._seed is None:
+            raise Unsupported("random ops here (no seed source)")
+        return self._seed()
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """``file:line: code`` in the user's program that produced ``node``."""
+    frames = [traceback.FrameSummary(m.group(1), int(m.group(2)), m.group(3), line=m.group(4))
+              for m in _FRAME.finditer(node.meta.get("stack_trace") or "")]
+    frames = user_frames(frames)
+    if not frames:
+        return "<unknown source>"
+    return f"{frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line.strip()}"
+
+
+def module_path(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    path = next(reversed(stack.values()))[0] if stack else ""
+    return "model" + (f".{path}" if path else "")
+
+
+def _torch_name(node: torch.fx.Node) -> str:
+    """The torch-level call that produced ``node`` (``torch.sin``, ``F.conv2d``), if recorded."""
+    fn = node.meta.get("torch_fn")
+    return f" from {fn[1].split('.')[-1]}" if fn else ""
+
+
+def check_supported(graph: torch.fx.Graph, what: str) -> None:
+    """Raise one ``UnsupportedOpError`` listing every unconverted op of ``graph``."""
+    missing: dict[tuple[str, str], str] = {}
+    for node in graph.nodes:
+        if node.op == "call_function" and op_name(node.target) not in CONVERSIONS:
+            key = (op_name(node.target), source_line(node))
+            missing.setdefault(key, f"  {key[0]}{_torch_name(node)} at {module_path(node)}, "
+                                    f"{key[1]}")
+    if missing:
+        raise UnsupportedOpError(
+            f"{what} uses {len(missing)} operation(s) the PopTorch frontend does not convert "
+            f"(see {SUPPORT_PAGE} for what is supported):\n" + "\n".join(missing.values()))
+
+
+def _fail(node: torch.fx.Node, why: str) -> UnsupportedOpError:
+    return UnsupportedOpError(
+        f"{op_name(node.target)}{_torch_name(node)} ({why}) at {module_path(node)}, "
+        f"{source_line(node)} (see {SUPPORT_PAGE})")
+
+
+def _tensor_positions(args: tuple[Any, ...], promote: Any) -> Iterable[int]:
+    return range(len(args)) if promote is True else (i for i in promote if i < len(args))
+
+
+def _promoted_dtype(node: torch.fx.Node, promote: Any) -> Any:
+    """The dtype torch computes ``node`` in: its float result dtype, else the inputs' common
+    dtype by torch's promotion rules (0-d tensors and Python numbers weigh less)."""
+    out = node.meta.get("val")
+    if isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
+        return out.dtype
+    values = []
+    for i in _tensor_positions(node.args, promote):
+        arg = node.args[i]
+        for a in (arg if isinstance(arg, list | tuple) else [arg]):
+            if isinstance(a, torch.fx.Node):
+                values.append(a.meta["val"])
+            elif isinstance(a, bool | int | float):
+                values.append(a)
+    if not values:
+        return None
+    return elementwise_dtypes(
+        *values, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+
+
+def _cast(value: Any, dtype: Any) -> Any:
+    if isinstance(value, Tensor) and value.dtype != dtype:
+        return ops.cast(value, dtype)
+    if isinstance(value, list | tuple):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
+
+
+def _promote(node: torch.fx.Node, args: tuple[Any, ...], promote: Any) -> tuple[Any, ...]:
+    dtype = _promoted_dtype(node, promote)
+    if dtype is None:
+        return args
+    target = xlgraph_dtype(dtype)
+    args = list(args)
+    for i in _tensor_positions(args, promote):
+        args[i] = _cast(args[i], target)
+    return tuple(args)
+
+
+def _match(value: Any, val: Any) -> Any:
+    """``value`` cast to the dtype of torch's fake result ``val`` (recursively for tuples)."""
+    if isinstance(value, Tensor) and isinstance(val, torch.Tensor):
+        want = xlgraph_dtype(val.dtype)
+        if tuple(val.shape) != value.shape:
+            raise XlgraphError(f"conversion produced shape {value.shape}, torch gives "
+                               f"{tuple(val.shape)}")
+        return value if value.dtype == want else ops.cast(value, want)
+    if isinstance(value, list | tuple) and isinstance(val, list | tuple):
+        return type(value)(_match(v, m) for v, m in zip(value, val))
+    return value
+
+
+def convert_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any], ctx: Context) -> Any:
+    """The xlgraph value of one ``call_function`` node."""
+    conversion = CONVERSIONS[op_name(node.target)]
+    args = torch.fx.node.map_arg(node.args, env.__getitem__)
+    kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+    if conversion.promote:
+        args = _promote(node, args, conversion.promote)
+    ctx.node = node
+    try:
+        out = conversion.fn(ctx, *args, **kwargs)
+        return _match(out, node.meta.get("val"))
+    except (Unsupported, TypeError, KeyError) as exc:
+        raise _fail(node, f"unsupported arguments: {exc}") from exc
+    except XlgraphError as exc:
+        raise _fail(node, str(exc)) from exc
+
+
+def convert_graph(gm: torch.fx.GraphModule, inputs: Iterable[Any], ctx: Context,
+                  what: str = "the model") -> tuple[list[Any], dict[torch.fx.Node, Any]]:
+    """Convert ``gm``'s graph into the current xlgraph graph.
+
+    Args:
+        gm: the captured module; ``get_attr`` nodes read constants from it.
+        inputs: one value per placeholder (xlgraph tensors, or Python values).
+        ctx: the conversion context.
+
+    Returns:
+        the flattened output values, and every node's value.
+    """
+    check_supported(gm.graph, what)
+    env: dict[torch.fx.Node, Any] = {}
+    values = iter(inputs)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = next(values)
+        elif node.op == "get_attr":
+            env[node] = constant(torch_to_numpy(getattr(gm, node.target)))
+        elif node.op == "call_function":
+            env[node] = convert_node(node, env, ctx)
+        elif node.op == "output":
+            out = torch.fx.node.map_arg(node.args[0], env.__getitem__)
+            return list(out) if isinstance(out, list | tuple) else [out], env
+    raise XlgraphError("captured graph has no output")
