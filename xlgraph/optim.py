@@ -111,7 +111,10 @@ class Optimizer:
             copy_var_update_(counter, step)
         for pname, p in params.items():
             slots = {s: state[self.slot_name(s, pname)] for s in self.slots}
-            new_p = self._step_param(p, grads[pname], slots, lr, step)
+            # float16 parameters step in float16 (the rate and step count cast to match)
+            p_lr, p_step = (lr, step) if p.dtype == lr.dtype else (
+                ops.cast(lr, p.dtype), None if step is None else ops.cast(step, p.dtype))
+            new_p = self._step_param(p, grads[pname], slots, p_lr, p_step)
             copy_var_update_(p, new_p)
 
     def _l2(self, p: Tensor, g: Tensor) -> Tensor:

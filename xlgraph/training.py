@@ -28,7 +28,7 @@ from xlgraph.context import in_sequence
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
 from xlgraph.nn import Layer
-from xlgraph.ops.collectives import replicated_all_reduce
+from xlgraph.ops.collectives import replicated_all_reduce, replicated_slice
 from xlgraph.ops.random import create_seeds
 from xlgraph.ops.var_updates import copy_var_update_
 from xlgraph.optim import Optimizer
@@ -261,6 +261,8 @@ def build_train_step(
             if seed_var is not None:
                 bound[seed_in], next_seed = ops.split_random_seed(seed_local)
                 copy_var_update_(seed_local, next_seed)
+                if ir.replication_factor > 1:
+                    bound[seed_in] = _replica_seed(bound[seed_in], ir.replication_factor)
             site = ops.call_with_info(fwd, *data, inputs_dict=bound)
             step_loss = site.outputs[0]
             one = constant(np.ones((), step_loss.dtype.as_numpy()), step_loss.dtype)
@@ -282,6 +284,16 @@ def build_train_step(
     _loop(ir, body, n, wiring)
     return TrainStep(optimizer, tuple(streams), loss_stream, model.variables, state, seed_var, n,
                      tuple(out_streams))
+
+
+def _replica_seed(seed: Tensor, replicas: int) -> Tensor:
+    """A different seed on each replica, split from ``seed`` (each draws its own dropout)."""
+    seeds = []
+    for _ in range(replicas):
+        this, seed = ops.split_random_seed(seed)
+        seeds.append(ops.reshape(this, (1, 2)))
+    mine = replicated_slice(ops.concat(seeds, 0), 0)
+    return ops.reshape(mine, SEED_SPEC.shape)
 
 
 def build_inference(

@@ -69,7 +69,12 @@ from xlgraph.poptorch.enums import (
     SyncPattern,
     VariableRetrievalMode,
 )
-from xlgraph.poptorch.executor import PoplarExecutor, inferenceModel, trainingModel
+from xlgraph.poptorch.executor import (
+    PoplarExecutor,
+    inferenceModel,
+    registerPostCompileHook,
+    trainingModel,
+)
 from xlgraph.poptorch.identity import identity_loss
 from xlgraph.poptorch.lowering import UnsupportedOpError
 from xlgraph.poptorch.options import (
@@ -98,7 +103,8 @@ __all__ = [
     "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update", "for_loop", "fps",
     "identity_loss", "inferenceModel", "ipuHardwareIsAvailable", "ipuHardwareVersion",
     "ipu_print_tensor", "isRunningOnIpu", "load", "nearest", "nop", "optim", "poptorchAtExit",
-    "recomputationCheckpoint", "registerCustomArgParser", "registerGeometricCustomArgParsers",
+    "recomputationCheckpoint", "registerCustomArgParser", "registerPostCompileHook",
+    "registerGeometricCustomArgParsers",
     "removeBlocks", "serializedMatMul", "set_available_memory", "set_overlap_for_input",
     "set_overlap_for_output", "setLogLevel", "trainingModel",
 ]

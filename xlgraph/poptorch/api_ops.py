@@ -45,7 +45,10 @@ def _identity_op(name: str, schema: str, extra: int) -> Any:
 
 
 _nop = _identity_op("nop", "(Tensor x) -> Tensor", 0)
-_print = _identity_op("print_tensor", "(Tensor x, str title, bool print_gradient) -> Tensor", 2)
+_print = _identity_op(
+    "print_tensor", "(Tensor x, str title, bool print_gradient, int summarise_threshold, "
+    "int edge_items, int max_line_width, int digits, str float_format, str separator, "
+    "str open_bracket, str close_bracket) -> Tensor", 10)
 _checkpoint = _identity_op("recomputation_checkpoint", "(Tensor x) -> Tensor", 0)
 _memory = _identity_op("set_available_memory", "(Tensor x, float proportion) -> Tensor", 1)
 
@@ -108,12 +111,10 @@ def ipu_print_tensor(tensor: torch.Tensor, title: str = "", print_gradient: bool
                      max_line_width: int = 80, digits: int = 4, float_format: str = "auto",
                      separator: str = ", ", open_bracket: str = "(",
                      close_bracket: str = ")") -> torch.Tensor:
-    """Print ``tensor`` (and its gradient) each time the compiled model runs; returns it.
-
-    The formatting arguments are accepted; the simulator prints with ``ops.print_tensor``'s
-    defaults for them.
-    """
-    return _print(tensor, title, print_gradient)
+    """Print ``tensor`` (and its gradient) to stderr each time the compiled model runs, as
+    ``<title>: <values>`` formatted by the arguments; returns it (use the result)."""
+    return _print(tensor, title, print_gradient, summarise_threshold, edge_items,
+                  max_line_width, digits, float_format, separator, open_bracket, close_bracket)
 
 
 def recomputationCheckpoint(*tensors: torch.Tensor) -> Any:  # noqa: N802
@@ -254,8 +255,11 @@ def _convert_dynamic_update(ctx: Any, x: Any, src: Any, dim: int, start: Any, si
     return ops.dynamic_update(x, _index(start), src, [dim], [size])
 
 
-def _convert_print(ctx: Any, x: Any, title: str, print_gradient: bool) -> Any:
-    return ops.print_tensor(x, title or None, print_gradient=print_gradient)
+def _convert_print(ctx: Any, x: Any, title: str, print_gradient: bool, *formatting: Any) -> Any:
+    names = ("summarise_threshold", "edge_items", "max_line_width", "digits", "float_format",
+             "separator", "open_bracket", "close_bracket")
+    return ops.print_tensor(x, title or None, print_gradient=print_gradient,
+                            **dict(zip(names, formatting)))
 
 
 def _convert_select(ctx: Any, condition: Any, then: Any, otherwise: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.utils._pytree as pytree
+from tqdm import tqdm as raw_tqdm
 
 from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
@@ -82,10 +83,12 @@ def registerPostCompileHook(hook: Callable[[], None]) -> _HookHandle:  # noqa: N
 
 def _compile_bar(show: bool) -> tqdm:
     """The "Graph compilation" bar: only on a terminal (tqdm's ``disable=None``), off with
-    ``opts.showCompilationProgressBar(False)``; ``XLGRAPH_PROGRESS`` overrides both."""
-    return tqdm(total=100, desc="Graph compilation", leave=True, file=sys.stdout,
-                disable=None if show else True,
-                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
+    ``opts.showCompilationProgressBar(False)`` (which ``XLGRAPH_PROGRESS=1`` does not
+    override); ``XLGRAPH_PROGRESS=0`` hides it and ``=1`` shows it on any stream."""
+    bar = tqdm if show else raw_tqdm
+    return bar(total=100, desc="Graph compilation", leave=True, file=sys.stdout,
+               disable=None if show else True,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
 
 
 def _ipu_model(options: Options, blocks: dict[str, int | None]) -> IPUModel | None:
@@ -261,7 +264,8 @@ class PoplarExecutor:
             scale = pt_optim.loss_scaling(self._optimizer)
 
             def loss(outs: Any) -> Any:  # scaled: the optimiser unscales the gradients
-                value = outs if index is None else outs[index]
+                single = not isinstance(outs, (list, tuple))  # one forward output
+                value = outs if index is None or single else outs[index]
                 return value * scale if scale != 1.0 else value
 
             step = build_train_step(

@@ -793,7 +793,8 @@ class Options(OptionsDict):
                     value = rest.strip()
                 try:
                     self._apply(name, value)
-                except (AttributeError, TypeError, ValueError, AssertionError) as exc:
+                except (AttributeError, TypeError, ValueError, AssertionError,
+                        ConfigFileError) as exc:
                     raise ConfigFileError(f"{filepath}:{number}: {line}: {exc}") from None
         return self
 
