@@ -59,6 +59,15 @@ class Ir:
     def __repr__(self) -> str:
         return f"Ir[id={self.id}]"
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ir):
+            raise TypeError(f"an Ir can only be compared with another Ir, not "
+                            f"{type(other).__name__}")
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
     @property
     def num_host_transfers(self) -> int:
         """Transfers of every used stream per ``Session.run`` (each stream's host_load or

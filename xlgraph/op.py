@@ -223,8 +223,9 @@ def check_same_graph(op_name: str, graph: Graph, tensors: Sequence[Tensor], wher
             )
         if t.graph is not graph:
             raise GraphMismatchError(
-                f"{op_name}: tensor {t.id} {t.spec} belongs to graph {t.graph.name!r} but the op "
-                f"is being added to graph {graph.name!r}; there is no implicit capture, pass it "
+                f"{op_name}: tensor {t.id} {t.spec} is not in the current Graph: it belongs to "
+                f"graph {t.graph.name!r} but the op is being added to graph {graph.name!r}; "
+                f"there is no implicit capture, pass it "
                 f"in as a graph input [created at {where}]"
             )
 

@@ -352,6 +352,7 @@ class Variable(Tensor):
     def __init__(self, graph: Graph, name: str, spec: TensorSpec, data: np.ndarray) -> None:
         super().__init__(graph, name, spec)
         self.initial_data = data  # shaped ``shape_on_host``
+        self.host_memmap: np.memmap | None = None  # weights_to_host writes back into it
         self._replica_grouping: ReplicaGrouping | None = None
         self.retrieval_mode = "one_per_group"
 
@@ -431,6 +432,8 @@ def variable(
     v = graph.add_variable(arr, name or "v", arr.shape[1:] if grouped else None)
     v._replica_grouping = replica_grouping
     v.retrieval_mode = retrieval_mode or "one_per_group"
+    if isinstance(data, np.memmap) and data.shape == arr.shape and data.dtype == arr.dtype:
+        v.host_memmap = data  # as PopXL: the memmap is the variable's host copy
     return v
 
 

@@ -252,7 +252,8 @@ def getitem(t: Tensor, key: Any) -> Tensor:
     key = key if isinstance(key, tuple) else (key,)
     for k in key:
         if not isinstance(k, int | np.integer | builtins.slice | type(Ellipsis)):
-            raise TypeError(f"{t.id}[...]: only ints and slices are supported, got {k!r}")
+            raise TypeError(f"{t.id}[...]: {k!r} is not a valid index: only ints, slices, "
+                            f"integer and boolean tensors or arrays are")
     return _apply_slice(t, tuple(int(k) if isinstance(k, np.integer) else k for k in key))
 
 

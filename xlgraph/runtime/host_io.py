@@ -133,6 +133,8 @@ class HostIO:
                 )
             arr = _downcast(stream, arr, want)
         expected = self.host_shape(stream)
+        if arr.shape != expected and _squeezed(arr.shape) == _squeezed(expected):
+            arr = arr.reshape(expected)  # as PopXL: a scalar feeds a (1,) stream
         if arr.shape != expected:
             raise StreamInputError(
                 f"stream {stream.name!r} ({stream.spec}) expects host data of shape {expected}, "
@@ -158,3 +160,7 @@ class HostIO:
                 )
             arrays.append(arr)
         return arrays
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)

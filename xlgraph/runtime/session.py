@@ -254,6 +254,8 @@ class Session:
         self._require_attached("weights_to_host")
         for v, arr in self._device.items():
             np.copyto(self._host[v], arr)
+            if v.host_memmap is not None:
+                np.copyto(v.host_memmap, self._one_per_group(v))
         self._host_stale = False
 
     @_serialised
@@ -279,6 +281,15 @@ class Session:
             self.weights_to_host()
         return self.layout.retrieve(tensor, self._host[tensor], self._host_values[tensor])
 
+    def _one_per_group(self, v: Variable) -> np.ndarray:
+        """``v``'s host value in ``shape_on_host`` (one value per group), whatever its
+        retrieval mode."""
+        value = self.layout.retrieve(v, self._host[v], self._host_values[v])
+        if v.retrieval_mode != "all_replicas" or value.shape == v.shape_on_host:
+            return value
+        firsts = [members[0] for members in v.replica_grouping.groups]
+        return value[firsts].reshape(v.shape_on_host)
+
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         """``get_tensor_data`` for several tensors."""
         return {t: self.get_tensor_data(t) for t in tensors}
@@ -290,7 +301,7 @@ class Session:
         Raises:
             TypeError: not a Variable, or the dtype differs. ValueError: the shape differs.
         """
-        self._check_variable(tensor)
+        self._check_variable(tensor, writing=True)
         arr = np.asarray(data)
         if arr.dtype != tensor.dtype.as_numpy():
             if arr.ndim or not isinstance(data, int | float):
@@ -325,9 +336,12 @@ class Session:
         for t, value in tensors.items():
             self.write_variable_data(t, value)
 
-    def _check_variable(self, tensor: Any) -> None:
+    def _check_variable(self, tensor: Any, writing: bool = False) -> None:
         if not isinstance(tensor, Variable):
             what = tensor.id if isinstance(tensor, Tensor) else repr(tensor)
+            if writing:
+                raise TypeError(f"write_variable_data: {what} is not of type Variable (only "
+                                f"variables can be written)")
             raise TypeError(f"{what} is not of type Constant or Variable")
         if tensor not in self._host_values:
             raise ValueError(f"{tensor.id} is not a variable of this Session's Ir")
