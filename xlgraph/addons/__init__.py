@@ -15,7 +15,9 @@ from xlgraph.addons import (
     named_tensors,
     ops,
     optimizers,
+    remote,
     route_tensor,
+    rts,
     seed_variable,
     streams,
     transforms,
@@ -28,10 +30,24 @@ from xlgraph.addons.graph_cache import GraphCache, function
 from xlgraph.addons.module import Module
 from xlgraph.addons.named_replica_grouping import NamedReplicaGrouping
 from xlgraph.addons.named_tensors import NamedTensorData, NamedTensors
+from xlgraph.addons.remote import (
+    NamedRemoteBuffers,
+    create_remote_buffer,
+    load_remote_graph,
+    named_buffers,
+    named_variable_buffers,
+    store_remote_graph,
+)
 from xlgraph.addons.route_tensor import route_tensor_into_graph
 from xlgraph.addons.seed_variable import seed_variable  # noqa: F811
 from xlgraph.addons.streams import InputStreams, OutputStreams
-from xlgraph.addons.transforms.autodiff import autodiff, autodiff_with_accumulation
+from xlgraph.addons.transforms import (
+    autodiff,
+    autodiff_with_accumulation,
+    pipelined_execution,
+    recompute_graph,
+    repeat_graph,
+)
 from xlgraph.addons.utils import timer
 from xlgraph.addons.variable_factory import (
     NamedVariableFactories,
@@ -45,7 +61,9 @@ __all__ = [
     "NamedTensors", "NamedTensorData", "NamedVariableFactories", "VariableFactory",
     "add_variable_input", "add_replica_sharded_variable_input", "NamedReplicaGrouping",
     "route_tensor_into_graph", "seed_variable", "InputStreams", "OutputStreams", "timer",
-    "autodiff", "autodiff_with_accumulation",
+    "autodiff", "autodiff_with_accumulation", "pipelined_execution", "recompute_graph",
+    "repeat_graph", "NamedRemoteBuffers", "create_remote_buffer", "load_remote_graph",
+    "named_buffers", "named_variable_buffers", "store_remote_graph", "remote", "rts",
     "array_munging", "dot_tree", "graph", "graph_cache", "layers", "module",
     "named_replica_grouping", "named_tensors", "ops", "optimizers", "route_tensor", "streams",
     "transforms", "utils", "variable_factory",

@@ -1,5 +1,10 @@
-"""popxl-addons graph transforms."""
+"""popxl-addons graph transforms: autodiff (with accumulation), recomputation, pipelining,
+batch serialisation and repeat_graph."""
 
 from xlgraph.addons.transforms.autodiff import autodiff, autodiff_with_accumulation
+from xlgraph.addons.transforms.pipelining import pipelined_execution
+from xlgraph.addons.transforms.recomputation import add_recompute_inputs, recompute_graph
+from xlgraph.addons.transforms.repeat_graph import repeat_graph
 
-__all__ = ["autodiff", "autodiff_with_accumulation"]
+__all__ = ["autodiff", "autodiff_with_accumulation", "pipelined_execution",
+           "add_recompute_inputs", "recompute_graph", "repeat_graph"]

@@ -1,0 +1,71 @@
+"""Tutorial 3, data parallelism: tutorial 1's network on 2 replicas. Each replica trains on
+its own half of every batch; ``autodiff_with_accumulation`` keeps the gradients in named
+accumulators, which are averaged over the replicas before the update.
+
+Run: ``python -m xlgraph.popxl_compat examples/addons/data_parallel.py``
+"""
+
+import numpy as np
+import popxl
+import popxl.ops as ops
+import popxl_addons as addons
+from basic_concepts import Net, evaluate
+from mnist_utils import Batches, Timer, parser, session
+
+
+def train_program(opts):
+    ir = popxl.Ir(replication=opts.replicas)
+    with ir.main_graph, popxl.in_sequence():
+        # every stream carries one replica's micro-batch
+        img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
+        label_stream = popxl.h2d_stream((opts.batch_size,), popxl.int32, "labels")
+        img_t = ops.host_load(img_stream)
+        labels = ops.host_load(label_stream, "labels")
+
+        facts, fwd_graph = Net().create_graph(img_t)
+        # gradients of the variables go to accumulators (no gradient for the image)
+        accum_facts, bwd_graph = addons.autodiff_with_accumulation(
+            fwd_graph, fwd_graph.args.tensors, grads_required=[])
+        variables = facts.init()
+        accum = accum_facts.init()
+
+        fwd_info = fwd_graph.bind(variables).call_with_info(img_t)
+        loss, dx = addons.ops.cross_entropy_with_grad(fwd_info.outputs[0], labels)
+        loss_stream = popxl.d2h_stream(loss.shape, loss.dtype, "loss")
+        ops.host_store(loss_stream, loss)
+        bwd_graph.bind(accum).call(dx, args=bwd_graph.grad_graph_info.inputs_dict(fwd_info))
+
+        for name, var in variables.named_tensors.items():
+            grad = accum.accum.get(name)
+            # the mean over the replicas: every replica applies the same update
+            ops.collectives.replicated_all_reduce_(grad, op="mean")
+            ops.scaled_add_(var, grad, b=-opts.lr)
+        # the next step starts a new mean
+        ops.var_updates.accumulator_scale_(accum.mean_accum_counter, 0.0)
+    return session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
+
+
+def main(argv=None):
+    p = parser("addons tutorial 3: data parallelism", batch_size=4)
+    p.add_argument("--replicas", type=int, default=2)
+    opts = p.parse_args(argv)
+    np.random.seed(42)
+    global_batch = opts.batch_size * opts.replicas
+    train_data = Batches(True, global_batch, opts.datasets_dir, opts.limit_nbatches)
+
+    train_session, streams, variables, loss_stream = train_program(opts)
+    with Timer("training") as timer, train_session:
+        for epoch in range(opts.epochs):
+            for data, labels in train_data:
+                # (replicas, batch, ...): replica r gets rows r*batch .. (r+1)*batch
+                per_replica = [a.reshape((opts.replicas, opts.batch_size) + a.shape[1:])
+                               for a in (data, labels)]
+                losses = train_session.run(dict(zip(streams, per_replica)))[loss_stream]
+            print(f"epoch {epoch + 1}: last loss per replica {np.round(losses, 4)}")
+    trained = train_session.get_tensors_data(variables.tensors)
+    trained = {name: trained[t] for name, t in variables.named_tensors.items()}
+    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Tutorial 5, remote variables and replicated tensor sharding (RTS): tutorial 1's network on
+2 replicas whose variables live in remote (streaming) memory, each replica keeping half of
+every variable. Each step loads the shards, all-gathers them into whole weights, runs forward
+and backward, reduce-scatters the gradients (mean over replicas) back into shards, updates
+the shards and stores them.
+
+Run: ``python -m xlgraph.popxl_compat examples/addons/remote_rts.py``
+"""
+
+import numpy as np
+import popxl
+import popxl.ops as ops
+import popxl_addons as addons
+from basic_concepts import Net, evaluate
+from mnist_utils import Batches, Timer, parser, session
+from popxl_addons import NamedTensors
+
+
+def train_program(opts):
+    ir = popxl.Ir(replication=opts.replicas)
+    with ir.main_graph, popxl.in_sequence():
+        img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
+        label_stream = popxl.h2d_stream((opts.batch_size,), popxl.int32, "labels")
+        img_t = ops.host_load(img_stream)
+        labels = ops.host_load(label_stream, "labels")
+
+        facts, fwd_graph = Net().create_graph(img_t)
+        bwd_graph = addons.autodiff(fwd_graph, grads_required=fwd_graph.args.tensors)
+
+        # one remote buffer per variable, each replica holding one shard
+        shard_over = {name: opts.replicas for name in facts.keys_flat()}
+        buffers = addons.named_variable_buffers(facts, shard_over_dict=shard_over)
+        variables = facts.init_remote(buffers, 0)
+        load_graph, names = addons.load_remote_graph(buffers)
+        store_graph = addons.store_remote_graph(buffers)
+        gather_graph, _ = addons.rts.all_gather_replica_sharded_graph(
+            NamedTensors.pack(names, load_graph.graph.outputs))
+
+        # load the shards and gather whole weights
+        shards = NamedTensors.pack(names, load_graph.call(0))
+        weights = NamedTensors.pack(names, gather_graph.bind(shards).call())
+
+        fwd_info = fwd_graph.bind(weights).call_with_info(img_t)
+        loss, dx = addons.ops.cross_entropy_with_grad(fwd_info.outputs[0], labels)
+        loss_stream = popxl.d2h_stream(loss.shape, loss.dtype, "loss")
+        ops.host_store(loss_stream, loss)
+        bwd_info = bwd_graph.call_with_info(dx, args=bwd_graph.grad_graph_info.inputs_dict(fwd_info))
+        grads = bwd_graph.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(fwd_info, bwd_info)
+        named_grads = weights.remap(grads)
+
+        # mean over the replicas, each keeping the shard it owns
+        reduce_graph, names = addons.rts.reduce_replica_sharded_graph(named_grads, op="mean")
+        grad_shards = NamedTensors.pack(names, reduce_graph.bind(named_grads).call())
+        for name in names:
+            ops.scaled_add_(shards.get(name), grad_shards.get(name), b=-opts.lr)
+        store_graph.bind(shards).call(0)
+    return session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
+
+
+def main(argv=None):
+    p = parser("addons tutorial 5: remote variables and RTS", batch_size=4)
+    p.add_argument("--replicas", type=int, default=2)
+    opts = p.parse_args(argv)
+    np.random.seed(42)
+    train_data = Batches(True, opts.batch_size * opts.replicas, opts.datasets_dir,
+                         opts.limit_nbatches)
+
+    train_session, streams, variables, loss_stream = train_program(opts)
+    with Timer("training") as timer, train_session:
+        for epoch in range(opts.epochs):
+            for data, labels in train_data:
+                per_replica = [a.reshape((opts.replicas, opts.batch_size) + a.shape[1:])
+                               for a in (data, labels)]
+                losses = train_session.run(dict(zip(streams, per_replica)))[loss_stream]
+            print(f"epoch {epoch + 1}: last loss per replica {np.round(losses, 4)}")
+    # remote, sharded variables read back whole
+    trained = train_session.get_tensors_data(variables.tensors)
+    trained = {name: trained[t] for name, t in variables.named_tensors.items()}
+    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed}
+
+
+if __name__ == "__main__":
+    main()
