@@ -8,6 +8,7 @@ import importlib
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.test_example_mnist import synthetic_mnist
@@ -39,7 +40,7 @@ def tutorial():
         yield load
     finally:
         sys.path.remove(str(EXAMPLES))
-        for name in [*loaded, "basic_concepts", "mnist_utils"]:
+        for name in [*loaded, "basic_concepts", "mnist_utils"]:  # fresh for the next test
             sys.modules.pop(name, None)
         popxl_compat.uninstall()
 
@@ -49,3 +50,30 @@ def test_tutorial_trains_above_90_percent(tutorial, data_dir, name):
     result = tutorial(name).main(["--datasets-dir", str(data_dir), "--limit-nbatches", "200",
                                   "--test-batch-size", "40"])
     assert result["accuracy"] > 90
+
+
+def args(data_dir: Path, batches: int) -> list[str]:
+    return ["--datasets-dir", str(data_dir), "--limit-nbatches", str(batches),
+            "--test-batch-size", "40"]
+
+
+def test_data_parallel_and_remote_rts_train_alike(tutorial, data_dir):
+    """Tutorial 5 (sharded remote weights, reduce-scatter) computes what tutorial 3
+    (replicated weights, all-reduce) does: the same losses on both replicas."""
+    dp = tutorial("data_parallel").main(args(data_dir, 100))
+    rts = tutorial("remote_rts").main(args(data_dir, 100))
+    assert dp["accuracy"] > 50
+    assert dp["last_losses"].shape == (2,)
+    np.testing.assert_allclose(rts["last_losses"], dp["last_losses"], rtol=1e-4)
+    assert rts["accuracy"] == pytest.approx(dp["accuracy"], abs=1.0)
+
+
+def test_pipelining_and_phased_execution_train_alike(tutorial, data_dir):
+    """Tutorial 4 (two pipeline stages on two IPUs) and tutorial 6 (two phases, batch
+    serialised through remote buffers) both accumulate the mean gradient of 4 micro-batches:
+    the same losses, micro-batch by micro-batch."""
+    pipe = tutorial("pipelining").main(args(data_dir, 60))
+    phased = tutorial("phased_execution").main(args(data_dir, 60))
+    assert pipe["last_losses"].shape == (4,)
+    np.testing.assert_allclose(phased["last_losses"], pipe["last_losses"], rtol=1e-4)
+    assert pipe["accuracy"] > 50 and phased["accuracy"] > 50

@@ -101,7 +101,8 @@ def main(argv=None):
             print(f"epoch {epoch + 1}: last losses {np.round(losses, 4)}")
     trained = train_session.get_tensors_data(variables.tensors)
     trained = {name: trained[t] for name, t in variables.named_tensors.items()}
-    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed}
+    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed,
+            "last_losses": losses}
 
 
 if __name__ == "__main__":

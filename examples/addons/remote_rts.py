@@ -44,7 +44,8 @@ def train_program(opts):
         loss, dx = addons.ops.cross_entropy_with_grad(fwd_info.outputs[0], labels)
         loss_stream = popxl.d2h_stream(loss.shape, loss.dtype, "loss")
         ops.host_store(loss_stream, loss)
-        bwd_info = bwd_graph.call_with_info(dx, args=bwd_graph.grad_graph_info.inputs_dict(fwd_info))
+        activations = bwd_graph.grad_graph_info.inputs_dict(fwd_info)
+        bwd_info = bwd_graph.call_with_info(dx, args=activations)
         grads = bwd_graph.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(fwd_info, bwd_info)
         named_grads = weights.remap(grads)
 
@@ -76,7 +77,8 @@ def main(argv=None):
     # remote, sharded variables read back whole
     trained = train_session.get_tensors_data(variables.tensors)
     trained = {name: trained[t] for name, t in variables.named_tensors.items()}
-    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed}
+    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed,
+            "last_losses": losses}
 
 
 if __name__ == "__main__":

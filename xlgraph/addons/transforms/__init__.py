@@ -2,9 +2,18 @@
 batch serialisation and repeat_graph."""
 
 from xlgraph.addons.transforms.autodiff import autodiff, autodiff_with_accumulation
+from xlgraph.addons.transforms.batch_serialisation import (
+    BatchSerialResult,
+    RemoteHandle,
+    batch_serial_buffer,
+    batch_serialise,
+    batch_serialise_fwd_and_grad,
+)
 from xlgraph.addons.transforms.pipelining import pipelined_execution
 from xlgraph.addons.transforms.recomputation import add_recompute_inputs, recompute_graph
 from xlgraph.addons.transforms.repeat_graph import repeat_graph
 
 __all__ = ["autodiff", "autodiff_with_accumulation", "pipelined_execution",
-           "add_recompute_inputs", "recompute_graph", "repeat_graph"]
+           "add_recompute_inputs", "recompute_graph", "repeat_graph", "RemoteHandle",
+           "BatchSerialResult", "batch_serial_buffer", "batch_serialise",
+           "batch_serialise_fwd_and_grad"]

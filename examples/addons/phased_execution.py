@@ -1,0 +1,134 @@
+"""Tutorial 6, phased execution with batch serialisation: tutorial 1's network in two phases
+whose weights live in remote memory and are loaded only for their phase. Each phase runs its
+layers over ``--steps`` micro-batches in a row (batch serialisation); activations and the
+gradient between the phases go through remote buffers, one entry per micro-batch.
+
+Run: ``python -m xlgraph.popxl_compat examples/addons/phased_execution.py``
+"""
+
+import numpy as np
+import popxl
+import popxl.ops as ops
+import popxl_addons as addons
+from basic_concepts import Linear, evaluate
+from mnist_utils import Batches, Timer, parser, session
+from popxl_addons import NamedTensors
+from popxl_addons.transforms import RemoteHandle, batch_serial_buffer, batch_serialise_fwd_and_grad
+
+
+class Layers(addons.Module):
+    """fc1..fc3 with GELU: phase 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = Linear(512)
+        self.fc2 = Linear(512)
+        self.fc3 = Linear(512)
+
+    def build(self, x):
+        x = x.reshape((-1, 28 * 28))
+        return ops.gelu(self.fc3(ops.gelu(self.fc2(ops.gelu(self.fc1(x))))))
+
+
+class Head(addons.Module):
+    """fc4 and the loss: phase 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc4 = Linear(10)
+
+    def build(self, x, labels):
+        return addons.ops.cross_entropy(self.fc4(x), labels)
+
+
+class Phase:
+    """One phase's module: remote variables, their load/store graphs, accumulators."""
+
+    def __init__(self, module, *specs, input_grads=0):
+        self.facts, self.fwd = module.create_graph(*specs)
+        # gradients: accumulated for the weights, returned for the first `input_grads` inputs
+        self.accum_facts, self.bwd = addons.autodiff_with_accumulation(
+            self.fwd, self.fwd.args.tensors, grads_required=self.fwd.graph.inputs[:input_grads])
+        buffers = addons.named_variable_buffers(self.facts)
+        self.variables = self.facts.init_remote(buffers)
+        self.load, self.names = addons.load_remote_graph(buffers)
+        self.store = addons.store_remote_graph(buffers)
+        self.accum = self.accum_facts.init()
+
+    def load_weights(self):
+        return NamedTensors.pack(self.names, self.load.call(0))
+
+    def sgd_and_store(self, weights, lr):
+        for name in self.names:
+            ops.scaled_add_(weights.get(name), self.accum.accum.get(name), b=-lr)
+        ops.var_updates.accumulator_scale_(self.accum.mean_accum_counter, 0.0)
+        self.store.bind(weights).call(0)
+
+
+def train_program(opts):
+    ir = popxl.Ir(replication=1)
+    steps = opts.steps
+    with ir.main_graph, popxl.in_sequence():
+        img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
+        label_stream = popxl.h2d_stream((opts.batch_size,), popxl.int32, "labels")
+        loss_stream = popxl.d2h_stream((), popxl.float32, "loss")
+        layers = Phase(Layers(), popxl.TensorSpec(img_stream.shape, popxl.float32))
+        x_spec = popxl.TensorSpec((opts.batch_size, 512), popxl.float32)
+        head = Phase(Head(), x_spec, popxl.TensorSpec(label_stream.shape, popxl.int32),
+                     input_grads=1)
+        head_x, head_labels = head.fwd.graph.inputs[:2]
+
+        x_buffer = RemoteHandle(batch_serial_buffer(x_spec, steps))
+        dx_buffer = RemoteHandle(batch_serial_buffer(x_spec, steps))
+
+        # phase 0 forward: images in, activations to x_buffer
+        fwd0, bwd0 = batch_serialise_fwd_and_grad(
+            layers.fwd, layers.bwd, layers.fwd.args, steps,
+            load_handles={layers.fwd.graph.inputs[0]: img_stream,
+                          layers.bwd.graph.inputs[0]: dx_buffer},
+            store_streams={}, store_buffers={layers.fwd.graph.outputs[0]: x_buffer})
+        # phase 1 forward and backward: x_buffer in, loss out, input gradient to dx_buffer
+        fwd1, bwd1 = batch_serialise_fwd_and_grad(
+            head.fwd, head.bwd, head.fwd.args, steps,
+            load_handles={head_x: x_buffer, head_labels: label_stream},
+            store_streams={head.fwd.graph.outputs[0]: loss_stream},
+            store_buffers={head.bwd.graph.outputs[0]: dx_buffer})
+
+        weights0 = layers.load_weights()
+        fwd0.graph.bind(weights0).call()
+        weights1 = head.load_weights()
+        fwd1.graph.bind(weights1).call()
+        one = popxl.constant(1.0, popxl.float32, "loss_grad")
+        bwd1.graph.bind(NamedTensors.from_dict({**weights1.to_dict(),
+                                                **head.accum.to_dict()})).call(one)
+        head.sgd_and_store(weights1, opts.lr)
+        bwd0.graph.bind(NamedTensors.from_dict({**weights0.to_dict(),
+                                                **layers.accum.to_dict()})).call()
+        layers.sgd_and_store(weights0, opts.lr)
+    ir.num_host_transfers = steps
+    variables = NamedTensors.from_dict({**layers.variables.to_dict(),
+                                        **head.variables.to_dict()})
+    return session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
+
+
+def main(argv=None):
+    p = parser("addons tutorial 6: phased execution with batch serialisation", lr=0.05)
+    p.add_argument("--steps", type=int, default=4, help="micro-batches per phase")
+    opts = p.parse_args(argv)
+    np.random.seed(42)
+    train_data = Batches(True, opts.batch_size, opts.datasets_dir, opts.limit_nbatches,
+                         group=opts.steps)
+    train_session, streams, variables, loss_stream = train_program(opts)
+    with Timer("training") as timer, train_session:
+        for epoch in range(opts.epochs):
+            for data, labels in train_data:
+                losses = train_session.run(dict(zip(streams, [data, labels])))[loss_stream]
+            print(f"epoch {epoch + 1}: last losses {np.round(losses, 4)}")
+    trained = train_session.get_tensors_data(variables.tensors)
+    trained = {name: trained[t] for name, t in variables.named_tensors.items()}
+    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed,
+            "last_losses": losses}
+
+
+if __name__ == "__main__":
+    main()
