@@ -4,14 +4,13 @@
 Run: ``python -m xlgraph.popxl_compat examples/addons/basic_concepts.py``
 """
 
-from collections.abc import Mapping
 from functools import partial
 
 import numpy as np
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-from mnist_utils import Batches, Timer, accuracy, parser, session
+from mnist_utils import Batches, Timer, accuracy, load_inputs, parser, session
 
 
 class Linear(addons.Module):
@@ -57,10 +56,7 @@ def sgd(variables, grads, opts):
 def train_program(opts, cache, optimizer=sgd):
     ir = popxl.Ir(replication=1)
     with ir.main_graph:
-        img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
-        img_t = ops.host_load(img_stream)
-        label_stream = popxl.h2d_stream((opts.batch_size,), popxl.int32, "labels")
-        labels = ops.host_load(label_stream, "labels")
+        streams, img_t, labels = load_inputs(opts.batch_size)
 
         # forward graph and the factories of its variables (made once, kept by the cache)
         facts, fwd_graph = cache.create_graph(Net(), img_t)
@@ -81,7 +77,7 @@ def train_program(opts, cache, optimizer=sgd):
         grads = bwd_graph.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(fwd_info, bwd_info)
         optimizer(variables, grads, opts)
     ir.num_host_transfers = 1
-    return session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
+    return session(ir, opts.device), streams, variables, loss_stream
 
 
 def test_program(opts, cache):
@@ -114,22 +110,28 @@ def evaluate(opts, trained):
     return result
 
 
+def fit(opts, program, train_data, split=None):
+    """Train with ``program = (session, streams, variables, loss_stream)``, then test.
+
+    ``split`` reshapes each host array (e.g. into one slice per replica)."""
+    train_session, streams, variables, loss_stream = program
+    with Timer("training") as timer, train_session:
+        for epoch in range(opts.epochs):
+            for batch in train_data:
+                arrays = [split(a) if split else a for a in batch]
+                losses = train_session.run(dict(zip(streams, arrays)))[loss_stream]
+            print(f"epoch {epoch + 1}: last loss(es) {np.round(losses, 4)}")
+    trained = train_session.get_tensors_data(variables.tensors)
+    trained = {name: trained[t] for name, t in variables.named_tensors.items()}
+    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed,
+            "last_losses": losses}
+
+
 def main(argv=None, description="addons tutorial 1: basic concepts", lr=0.05, optimizer=sgd):
     opts = parser(description, lr=lr).parse_args(argv)
     np.random.seed(42)
     train_data = Batches(True, opts.batch_size, opts.datasets_dir, opts.limit_nbatches)
-    cache = addons.GraphCache()
-
-    train_session, streams, train_variables, loss_stream = train_program(opts, cache, optimizer)
-    with Timer("training") as timer, train_session:
-        for epoch in range(opts.epochs):
-            for data, labels in train_data:
-                inputs: Mapping = dict(zip(streams, [data, labels]))
-                loss = train_session.run(inputs)[loss_stream]
-            print(f"epoch {epoch + 1}: last loss {float(loss):.4f}")
-    trained = train_session.get_tensors_data(train_variables.tensors)
-    trained = {name: trained[t] for name, t in train_variables.named_tensors.items()}
-    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed}
+    return fit(opts, train_program(opts, addons.GraphCache(), optimizer), train_data)
 
 
 if __name__ == "__main__":

@@ -9,18 +9,15 @@ import numpy as np
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-from basic_concepts import Net, evaluate
-from mnist_utils import Batches, Timer, parser, session
+from basic_concepts import Net, fit
+from mnist_utils import Batches, load_inputs, parser, session
 
 
 def train_program(opts):
     ir = popxl.Ir(replication=opts.replicas)
     with ir.main_graph, popxl.in_sequence():
         # every stream carries one replica's micro-batch
-        img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
-        label_stream = popxl.h2d_stream((opts.batch_size,), popxl.int32, "labels")
-        img_t = ops.host_load(img_stream)
-        labels = ops.host_load(label_stream, "labels")
+        streams, img_t, labels = load_inputs(opts.batch_size)
 
         facts, fwd_graph = Net().create_graph(img_t)
         # gradients of the variables go to accumulators (no gradient for the image)
@@ -42,7 +39,7 @@ def train_program(opts):
             ops.scaled_add_(var, grad, b=-opts.lr)
         # the next step starts a new mean
         ops.var_updates.accumulator_scale_(accum.mean_accum_counter, 0.0)
-    return session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
+    return session(ir, opts.device), streams, variables, loss_stream
 
 
 def main(argv=None):
@@ -53,20 +50,9 @@ def main(argv=None):
     global_batch = opts.batch_size * opts.replicas
     train_data = Batches(True, global_batch, opts.datasets_dir, opts.limit_nbatches)
 
-    train_session, streams, variables, loss_stream = train_program(opts)
-    with Timer("training") as timer, train_session:
-        for epoch in range(opts.epochs):
-            for data, labels in train_data:
-                # (replicas, batch, ...): replica r gets rows r*batch .. (r+1)*batch
-                per_replica = [a.reshape((opts.replicas, opts.batch_size) + a.shape[1:])
-                               for a in (data, labels)]
-                losses = train_session.run(dict(zip(streams, per_replica)))[loss_stream]
-            print(f"epoch {epoch + 1}: last loss per replica {np.round(losses, 4)}")
-    trained = train_session.get_tensors_data(variables.tensors)
-    trained = {name: trained[t] for name, t in variables.named_tensors.items()}
-    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed,
-            "last_losses": losses}
-
+    # (replicas, batch, ...): replica r gets rows r*batch .. (r+1)*batch
+    return fit(opts, train_program(opts), train_data,
+               lambda a: a.reshape((opts.replicas, opts.batch_size) + a.shape[1:]))
 
 if __name__ == "__main__":
     main()

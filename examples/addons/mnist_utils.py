@@ -66,6 +66,18 @@ def session(ir: object, device: str) -> object:
     return popxl.Session(ir, device)
 
 
+def load_inputs(batch_size: int) -> tuple[list[object], object, object]:
+    """Image and label streams of ``batch_size`` rows and their loads in the current graph:
+    ``([img_stream, label_stream], images, labels)``."""
+    import popxl
+    import popxl.ops as ops
+
+    img_stream = popxl.h2d_stream((batch_size, 28, 28), popxl.float32, "image")
+    label_stream = popxl.h2d_stream((batch_size,), popxl.int32, "labels")
+    return [img_stream, label_stream], ops.host_load(img_stream), ops.host_load(label_stream,
+                                                                                 "labels")
+
+
 def accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:
     """Percentage of rows whose argmax is the label."""
     return float(np.mean(np.argmax(predictions, axis=-1) == labels) * 100)

@@ -9,8 +9,8 @@ import numpy as np
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-from basic_concepts import Linear, evaluate
-from mnist_utils import Batches, Timer, parser, session
+from basic_concepts import Linear, fit
+from mnist_utils import Batches, parser, session
 
 
 class Stage0(addons.Module):
@@ -93,17 +93,8 @@ def main(argv=None):
     train_data = Batches(True, opts.batch_size, opts.datasets_dir, opts.limit_nbatches,
                          group=opts.gradient_accumulation)
 
-    train_session, streams, variables, loss_stream = train_program(opts)
-    with Timer("training") as timer, train_session:
-        for epoch in range(opts.epochs):
-            for data, labels in train_data:  # (gradient_accumulation, batch, ...)
-                losses = train_session.run(dict(zip(streams, [data, labels])))[loss_stream]
-            print(f"epoch {epoch + 1}: last losses {np.round(losses, 4)}")
-    trained = train_session.get_tensors_data(variables.tensors)
-    trained = {name: trained[t] for name, t in variables.named_tensors.items()}
-    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed,
-            "last_losses": losses}
-
+    # each run takes (micro-batches, batch, ...) arrays
+    return fit(opts, train_program(opts), train_data)
 
 if __name__ == "__main__":
     main()

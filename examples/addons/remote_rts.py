@@ -11,18 +11,15 @@ import numpy as np
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-from basic_concepts import Net, evaluate
-from mnist_utils import Batches, Timer, parser, session
+from basic_concepts import Net, fit
+from mnist_utils import Batches, load_inputs, parser, session
 from popxl_addons import NamedTensors
 
 
 def train_program(opts):
     ir = popxl.Ir(replication=opts.replicas)
     with ir.main_graph, popxl.in_sequence():
-        img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
-        label_stream = popxl.h2d_stream((opts.batch_size,), popxl.int32, "labels")
-        img_t = ops.host_load(img_stream)
-        labels = ops.host_load(label_stream, "labels")
+        streams, img_t, labels = load_inputs(opts.batch_size)
 
         facts, fwd_graph = Net().create_graph(img_t)
         bwd_graph = addons.autodiff(fwd_graph, grads_required=fwd_graph.args.tensors)
@@ -55,7 +52,7 @@ def train_program(opts):
         for name in names:
             ops.scaled_add_(shards.get(name), grad_shards.get(name), b=-opts.lr)
         store_graph.bind(shards).call(0)
-    return session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
+    return session(ir, opts.device), streams, variables, loss_stream
 
 
 def main(argv=None):
@@ -66,20 +63,9 @@ def main(argv=None):
     train_data = Batches(True, opts.batch_size * opts.replicas, opts.datasets_dir,
                          opts.limit_nbatches)
 
-    train_session, streams, variables, loss_stream = train_program(opts)
-    with Timer("training") as timer, train_session:
-        for epoch in range(opts.epochs):
-            for data, labels in train_data:
-                per_replica = [a.reshape((opts.replicas, opts.batch_size) + a.shape[1:])
-                               for a in (data, labels)]
-                losses = train_session.run(dict(zip(streams, per_replica)))[loss_stream]
-            print(f"epoch {epoch + 1}: last loss per replica {np.round(losses, 4)}")
-    # remote, sharded variables read back whole
-    trained = train_session.get_tensors_data(variables.tensors)
-    trained = {name: trained[t] for name, t in variables.named_tensors.items()}
-    return {"accuracy": evaluate(opts, trained), "train_seconds": timer.elapsed,
-            "last_losses": losses}
-
+    # (replicas, batch, ...): replica r gets rows r*batch .. (r+1)*batch
+    return fit(opts, train_program(opts), train_data,
+               lambda a: a.reshape((opts.replicas, opts.batch_size) + a.shape[1:]))
 
 if __name__ == "__main__":
     main()
