@@ -22,6 +22,7 @@ How an op runs over the axis (``replica_defn``, shared with the reference interp
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -120,21 +121,31 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
     if batch is not None and all(v == (i in batch) for i, v in enumerate(vary)):
         return _folded_defn(defn, batch)
     contiguous = not defn.view and defn.inplace_of is None
+    # A value held once reaches a local form with a replica axis of length 1 (numpy broadcasts
+    # it; ``ops.replicas.held_once`` tells), a collective's as a broadcast of every replica.
+    exchanged = defn.replica != "local"
+
+    def expand(a: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(a, (local, *np.shape(a))) if exchanged else np.asarray(a)[None]
+
+    def finish(r: Any, varies: bool) -> Any:
+        r = _writable(r) if varies else np.array(r[0])
+        return np.ascontiguousarray(r) if contiguous and isinstance(r, np.ndarray) else r
+
+    every = all(vary)
 
     def run(*arrays: np.ndarray, **attrs: Any) -> Any:
         result = None
         if defn.replicated is not None:
-            full = [a if v else np.broadcast_to(a, (local, *np.shape(a)))
-                    for a, v in zip(arrays, vary)]
+            full = arrays if every else [a if v else expand(a) for a, v in zip(arrays, vary)]
             result = defn.replicated(ctx, *full, **attrs)
         if result is None:
-            if defn.replica != "local":
+            if exchanged:
                 raise ExecutionError(f"{defn.name} has no replicated form")
             return _loop(defn, arrays, vary, local, attrs)
-        held = [_writable(r) if v else np.array(r[0]) for r, v in zip(_results(result), out_vary)]
-        if contiguous:
-            held = [np.ascontiguousarray(r) if isinstance(r, np.ndarray) else r for r in held]
-        return tuple(held) if isinstance(result, tuple) else held[0]
+        if not isinstance(result, tuple):
+            return finish(result, out_vary[0])
+        return tuple(map(finish, result, out_vary))
 
     run.loops = defn.replicated is None  # type: ignore[attr-defined]
     run.c_contiguous = contiguous  # type: ignore[attr-defined]  # see ``layouts``
@@ -316,32 +327,40 @@ def _contractions(program: Program, vary: _Varying, ctx: ReplicaContext) -> dict
 
 
 def _summed_defn(defn: OpDef, ctx: ReplicaContext, ins: list[TensorSpec],
-                 out: TensorSpec) -> OpDef:
-    """``defn`` summed over the replica axis (every input carries it)."""
+                 out: TensorSpec, scale: float) -> OpDef:
+    """``defn`` summed over the replica axis (every input carries it), times ``scale``, a power
+    of two applied to its smallest input: exact, as a summed form is linear in each input, so
+    the bits equal those of scaling the sum, without a pass over the (larger) result."""
     full = replica_defn(defn, [True] * len(ins), [True], ins, [out], ctx)
+    smallest = min(range(len(ins)), key=lambda i: math.prod(ins[i].shape))
+
+    def summed_out(*arrays: np.ndarray, out: np.ndarray, **attrs: Any) -> np.ndarray:
+        if scale != 1:
+            arrays = list(arrays)
+            arrays[smallest] = arrays[smallest] * np.asarray(scale, arrays[smallest].dtype)
+        if defn.replicated.summed(*arrays, out=out, **attrs) is None:
+            np.add.reduce(full.kernel(*arrays, **attrs), 0, out=out)
+        return out
 
     def summed(*arrays: np.ndarray, **attrs: Any) -> np.ndarray:
-        result = defn.replicated.summed(*arrays, **attrs)
-        if result is None:
-            result = np.add.reduce(full.kernel(*arrays, **attrs), 0)
-        return np.ascontiguousarray(result)
+        return summed_out(*arrays, out=np.empty(out.shape, out.dtype.as_numpy()), **attrs)
 
-    summed.c_contiguous = True  # type: ignore[attr-defined]  # see ``layouts``
-
-    return dataclasses.replace(defn, kernel=summed, kernel_out=None, loop=None, layout=None,
-                               replicated=None)
+    return dataclasses.replace(defn, kernel=summed, kernel_out=summed_out, loop=None,
+                               layout=None, replicated=None)
 
 
-def _finish_defn(defn: OpDef, total: int) -> OpDef:
-    """A sum or mean all-reduce whose input already holds the sum over every replica."""
+def _finish_defn(defn: OpDef, divisor: int) -> OpDef:
+    """A sum or mean all-reduce whose input already holds the sum over every replica, to be
+    divided by ``divisor`` (1 when the sum was scaled already)."""
 
     def finish(x: np.ndarray, op: str, **_: Any) -> np.ndarray:
-        return np.divide(x, np.asarray(total, x.dtype), order="C") if op == "mean" else (
-            np.array(x, order="C"))
+        """In place: the input is the sum, which nothing else reads."""
+        if op == "mean" and divisor != 1:
+            return np.divide(x, np.asarray(divisor, x.dtype), out=x)
+        return x
 
-    finish.c_contiguous = True  # type: ignore[attr-defined]  # see ``layouts``
-
-    return dataclasses.replace(defn, kernel=finish, kernel_out=None, loop=None, replicated=None)
+    return dataclasses.replace(defn, kernel=finish, inplace_of=0, kernel_out=None, loop=None,
+                               replicated=None)
 
 
 class _Rewriter:
@@ -352,7 +371,13 @@ class _Rewriter:
         self.one = dict(program.specs)  # one replica's specs
         self.lift = _lift_defn(ctx.local)
         self.contracted = _contractions(program, vary, ctx)
-        self.producers = set(self.contracted.values())
+        self.producers = {p: s for s, p in self.contracted.items()}
+
+    def prescaled(self, reduce: Step) -> bool:
+        """Whether the mean of a contracted all-reduce scales the summed product's input: for
+        a power-of-two replica count, where that is exact."""
+        total = self.ctx.total
+        return reduce.attrs["op"] == "mean" and total & (total - 1) == 0
 
     def new_slot(self, like: int) -> int:
         slot = self.program.num_slots
@@ -378,10 +403,11 @@ class _Rewriter:
         vary = self.vary
         for s in steps:
             if s in self.contracted:
-                s.defn = _finish_defn(s.defn, self.ctx.total)
+                s.defn = _finish_defn(s.defn, 1 if self.prescaled(s) else self.ctx.total)
             elif s in self.producers:
+                scale = 1 / self.ctx.total if self.prescaled(self.producers[s]) else 1
                 s.defn = _summed_defn(s.defn, self.ctx, [self.one[x] for x in s.ins],
-                                      self.one[s.outs[0]])
+                                      self.one[s.outs[0]], scale)
             elif s.kind == "kernel" and (any(x in vary for x in s.ins)
                                          or s.defn.replica != "local"):
                 s.defn = replica_defn(s.defn, [x in vary for x in s.ins],

@@ -353,7 +353,7 @@ def _list_grad(g: Any, *dys: Tensor | None) -> tuple[Tensor | None, ...]:
 
 _ALL_REDUCE_LIST = OpDef(
     "all_reduce", _list_infer, _list_reduce, _list_grad,
-    replicated=lambda ctx, *xs, **attrs: _list_reduce(*xs, **attrs),
+    replicated=lambda ctx, *xs, **attrs: _list_reduce(*np.broadcast_arrays(*xs), **attrs),
     samples=lambda rng: [Sample(([rng.normal(size=(2, 3)), rng.normal(size=(2, 3))],))],
 )
 

@@ -148,6 +148,8 @@ def _nll_grad_rule(g: Any, dy: Tensor) -> tuple[Any, None]:
 def _nll_grad_replicated(ctx: Any, dy, probs, labels, ignore_index, reduction, log_prob):
     """All replicas in one call: per item as it is, and for a mean or sum over each replica's
     items (without ``ignore_index``) as a sum whose gradient seed is already divided."""
+    if probs.shape[0] != labels.shape[0]:
+        return None  # one of them is held once
     if reduction == "none":
         return _nll_loss_grad(dy, probs, labels, ignore_index, reduction, log_prob)
     if ignore_index is not None or not held_once(dy):
@@ -235,6 +237,8 @@ def _nll_softmax_loop(ins: list[TensorSpec], loss_grad: float, ignore_index: int
 def _nll_softmax_replicated(ctx: Any, probs, labels, loss_grad, ignore_index, reduction):
     """All replicas in one call (without ``ignore_index``): the loss of each replica sums its
     own row, the gradient is per item."""
+    if probs.shape[0] != labels.shape[0]:
+        return None  # one of them is held once
     if reduction == "none":
         return _nll_softmax(probs, labels, loss_grad, ignore_index, reduction)
     if ignore_index is not None:

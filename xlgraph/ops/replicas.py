@@ -114,8 +114,9 @@ def unchanged(kernel: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def held_once(x: np.ndarray) -> bool:
-    """Whether batched ``x`` is one value broadcast over the replica axis (stride 0)."""
-    return x.ndim > 0 and x.strides[0] == 0
+    """Whether batched ``x`` holds one value for every replica: a replica axis of length 1 or
+    of stride 0 (a broadcast). With one local replica every value counts as held once."""
+    return x.ndim > 0 and (x.shape[0] == 1 or x.strides[0] == 0)
 
 
 def _fold(x: np.ndarray) -> np.ndarray:
@@ -129,36 +130,41 @@ def batch_rule(kernel: Callable[..., Any], batch: tuple[int, ...] = (0,),
     outputs keep (convolutions, pooling): the replicas fold into that axis, so one call serves
     all of them, provided every other input is held once. With ``sums`` the kernel sums over
     the batch instead (a weight gradient): the form then has no batched result of its own
-    (None: the caller loops), only ``.summed``, the sum of its results over the replicas."""
+    (None: the caller loops), only ``.summed(*arrays, out=)``, the sum of its results over the
+    replicas written into ``out`` (None where it does not apply). Summed forms are linear in
+    each input."""
 
     def replicated(ctx: ReplicaContext, *arrays: np.ndarray, **attrs: Any) -> Any:
         if sums or not all(held_once(a) for i, a in enumerate(arrays) if i not in batch):
             return None
-        lead = arrays[batch[0]].shape[:2]
-        args = [_fold(a) if i in batch else a[0] for i, a in enumerate(arrays)]
+        lead = (max(arrays[i].shape[0] for i in batch), arrays[batch[0]].shape[1])
+        args = [a[0] if i not in batch else _fold(np.broadcast_to(a, (lead[0], *a.shape[1:])))
+                for i, a in enumerate(arrays)]
         result = kernel(*args, **attrs)
         if isinstance(result, tuple):
             return tuple(r.reshape(*lead, *r.shape[1:]) for r in result)
         return result.reshape(*lead, *result.shape[1:])
 
-    def summed(*arrays: np.ndarray, **attrs: Any) -> Any:
+    def summed(*arrays: np.ndarray, out: np.ndarray, **attrs: Any) -> Any:
         if any(held_once(arrays[i]) for i in batch):
             return None
         args = [_fold(a) if i in batch else a[0] for i, a in enumerate(arrays)]
-        return kernel(*args, **attrs)
+        np.copyto(out, kernel(*args, **attrs))
+        return out
 
     replicated.summed = summed if sums else None  # type: ignore[attr-defined]
     replicated.batch = None if sums else lambda specs: batch  # type: ignore[attr-defined]
     return replicated
 
 
-def _matmul_summed(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+def _matmul_summed(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray | None:
     """The sum over replicas of ``a[r] @ b[r]`` (matrices) as one product over the joined
-    contraction axis."""
+    contraction axis, into ``out``."""
     if a.ndim != 3 or b.ndim != 3 or held_once(a) or held_once(b):
         return None
     r, m, k = a.shape
-    return a.transpose(1, 0, 2).reshape(m, r * k) @ b.reshape(r * k, b.shape[-1])
+    return np.matmul(a.transpose(1, 0, 2).reshape(m, r * k), b.reshape(r * k, b.shape[-1]),
+                     out=out)
 
 
 def matmul_rule(ctx: ReplicaContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
