@@ -189,9 +189,16 @@ def render() -> str:
             internal.append(f"- `{signature(fn, name)}`: {summary(fn)} "
                             f"(gradient: {_gradient(defn)})")
     registered = {id(BUILDERS[n]) for n in REGISTRY}
-    composite = [_entry(path, fn, None, builders, aliases[id(fn)])
-                 for path, fn in sorted(builders.items())
-                 if id(fn) not in registered and path == path_of[id(fn)]]
+    composite = []
+    for path, fn in sorted(builders.items()):
+        if id(fn) in registered or path != path_of[id(fn)]:
+            continue
+        entry = _entry(path, fn, None, builders, aliases[id(fn)])
+        home = homes.get(id(fn))
+        if home in sections:  # with its family (ops.call and ops.repeat with the graph calls)
+            sections[home] = sorted([*sections[home], entry])
+        else:
+            composite.append(entry)
     available = {path.removeprefix("ops.") for path in builders}
     missing = [n for n in POPXL_OPS if n not in available]
     out = [
@@ -205,9 +212,10 @@ def render() -> str:
     ]
     for module_name in sorted(sections):
         out += [f"## {_section_title(module_name)}", "", *sections[module_name], ""]
-    out += ["## Composite builders", "",
-            "Public functions built from the registered ops above, with no op record of their "
-            "own.", "", *composite, ""]
+    if composite:
+        out += ["## Composite builders", "",
+                "Public functions built from the registered ops, with no op record of their own "
+                "and no family above.", "", *composite, ""]
     out += ["## Internal ops", "",
             "Registered helpers used by gradient rules and builders; not part of the public "
             "API.", "", *internal, ""]

@@ -1,4 +1,5 @@
-"""Every ```python block of README.md and docs/*.md runs, in order, one namespace per file."""
+"""Every ```python block of README.md and docs/*.md runs, in order, one namespace per file; a
+block that does not say it continues the one above also runs alone."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+CONTINUES = "# (continues the snippet above)\n"  # the first line of a block that needs the last
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
@@ -19,6 +21,25 @@ def test_snippets_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
     for i, code in enumerate(blocks):
         exec(compile(code, f"{path.name}[block {i}]", "exec"), namespace)  # noqa: S102
+
+
+STANDALONE = [(path, i) for path in DOCS
+              for i, code in enumerate(BLOCK.findall(path.read_text()))
+              if i > 0 and not code.startswith(CONTINUES)]
+
+
+@pytest.mark.parametrize("path, index", STANDALONE, ids=lambda v: getattr(v, "name", str(v)))
+def test_snippets_not_marked_as_continuing_run_alone(path: Path, index: int, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    code = BLOCK.findall(path.read_text())[index]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, f"{path.name}[block {index}]", "exec"), {"__name__": "alone"})  # noqa: S102
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_the_first_snippet_continues_nothing(path: Path) -> None:
+    blocks = BLOCK.findall(path.read_text())
+    assert not blocks or not blocks[0].startswith(CONTINUES)
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:

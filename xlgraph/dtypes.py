@@ -75,18 +75,22 @@ class dtype:  # noqa: N801 - PopXL's public name
 
     @property
     def is_floating_point(self) -> builtins.bool:
+        """Whether this is a floating-point type (float8 to float64)."""
         return self._kind == "f"
 
     @property
     def is_int(self) -> builtins.bool:
+        """Whether this is a signed or unsigned integer type."""
         return self._kind in "iu"
 
     @property
     def is_signed(self) -> builtins.bool:
+        """Whether values can be negative (signed integers, floats, complex)."""
         return self._kind in "ifc"
 
     @property
     def is_complex(self) -> builtins.bool:
+        """Whether this is a complex type."""
         return self._kind == "c"
 
     @property

@@ -47,30 +47,37 @@ class Graph:
     # -- views -------------------------------------------------------------------------------
     @property
     def inputs(self) -> tuple[Tensor, ...]:
+        """The graph's inputs, in order (parameters of a subgraph)."""
         return tuple(self._inputs)
 
     @property
     def inputs_by_name(self) -> dict[str, Tensor]:
+        """The inputs keyed by their names."""
         return {t.name: t for t in self._inputs}
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
+        """The graph's outputs, in order."""
         return tuple(self._outputs)
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:
+        """Every tensor of the graph: inputs, op outputs, variables and constants."""
         return tuple(self._tensors.values())
 
     @property
     def variables(self) -> tuple[Variable, ...]:
+        """The variables of the graph (only the main graph holds variables)."""
         return tuple(t for t in self._tensors.values() if isinstance(t, Variable))
 
     @property
     def constants(self) -> tuple[Constant, ...]:
+        """The constants of the graph."""
         return tuple(t for t in self._tensors.values() if isinstance(t, Constant))
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
+        """The subgraphs this graph's ops call (call, repeat, conditional), once each."""
         seen: dict[int, Graph] = {}
         for op in self.ops:
             for g in op.called_graphs:
@@ -84,9 +91,11 @@ class Graph:
 
     @property
     def main_graph(self) -> Graph:
+        """The main graph of this graph's Ir."""
         return self.ir.main_graph
 
     def get_tensor(self, tensor_id: str) -> Tensor:
+        """The tensor named ``tensor_id`` in this graph (``KeyError`` when there is none)."""
         return self._tensors[tensor_id]
 
     def __contains__(self, t: object) -> bool:
@@ -118,6 +127,7 @@ class Graph:
 
     # -- building ----------------------------------------------------------------------------
     def check_mutable(self) -> None:
+        """Raise ``IrFrozenError`` when a Session owns the Ir (its graphs can no longer change)."""
         if self.ir.frozen:
             raise IrFrozenError(
                 f"graph {self.name!r} belongs to an Ir owned by a Session and cannot be modified "
@@ -125,6 +135,7 @@ class Graph:
             )
 
     def unique_name(self, name: str) -> str:
+        """``name`` in the current name scope, with a ``__t<N>`` suffix if the graph has it."""
         name = context.scoped_name(name)
         if name not in self._tensors:
             return name
@@ -134,12 +145,14 @@ class Graph:
         return f"{name}__t{i}"
 
     def add_tensor(self, spec: TensorSpec, name: str, producer: Op | None = None) -> Tensor:
+        """Low-level: add a tensor of ``spec`` (produced by ``producer``); ops call this."""
         self.check_mutable()
         t = Tensor(self, self.unique_name(name), spec, producer)
         self._tensors[t.name] = t
         return t
 
     def add_input(self, spec: TensorSpec, name: str, by_ref: bool = False) -> Tensor:
+        """Low-level: add a graph input; ``graph_input`` is the public way."""
         if self.is_main:
             raise GraphMismatchError(
                 f"graph_input {name!r}: the main graph has no inputs; use h2d_stream + "
@@ -151,6 +164,7 @@ class Graph:
         return t
 
     def add_output(self, t: Tensor) -> None:
+        """Low-level: mark ``t`` as an output; ``graph_output`` is the public way."""
         self.check_mutable()
         if t.graph is not self:
             raise GraphMismatchError(
@@ -171,6 +185,7 @@ class Graph:
         return v
 
     def add_constant(self, data: np.ndarray, name: str) -> Constant:
+        """Low-level: add a constant holding ``data``; ``constant`` is the public way."""
         self.check_mutable()
         from xlgraph import dtypes
 
@@ -180,6 +195,7 @@ class Graph:
         return c
 
     def append_op(self, op: Op) -> None:
+        """Low-level: append ``op`` to the graph; op builders call this."""
         self.check_mutable()
         self.ops.append(op)
         for hook in list(self._op_created_hooks.values()):

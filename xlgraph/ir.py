@@ -25,6 +25,10 @@ _ir_ids = itertools.count()
 class Ir:
     """A program: a main graph plus the subgraphs it calls.
 
+    Args:
+        replication: replicas that run the program in data parallel (a positive integer), or
+            ``"popdist"`` to take the replica and instance counts from ``xlgraph-run``.
+
     Example:
         >>> import xlgraph
         >>> ir = xlgraph.Ir()
@@ -199,9 +203,11 @@ class Ir:
         return graph
 
     def get_all_h2d_streams(self) -> set[Any]:
+        """Every host-to-device stream of the Ir."""
         return set(self.h2d_streams)
 
     def get_all_d2h_streams(self) -> set[Any]:
+        """Every device-to-host stream of the Ir."""
         return set(self.d2h_streams)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm import tqdm as _tqdm
 
-ENV = "XLGRAPH_PROGRESS"
+ENV = "XLGRAPH_PROGRESS"  # the environment variable that shows (1) or hides (0) every bar
 
 
 def bar_disable(requested: bool | None = None) -> bool | None:

@@ -55,10 +55,12 @@ class ReplicaGrouping:
 
     @property
     def num_groups(self) -> int:
+        """How many groups the replicas form."""
         return max(self.assignment) + 1
 
     @property
     def group_size(self) -> int:
+        """How many replicas each group holds."""
         return self.num_replicas // self.num_groups
 
     @property
@@ -83,6 +85,7 @@ class ReplicaGrouping:
 
     @property
     def groups(self) -> tuple[tuple[int, ...], ...]:
+        """The replica indices of each group."""
         return tuple(self.members(g) for g in range(self.num_groups))
 
     def transpose(self) -> ReplicaGrouping:

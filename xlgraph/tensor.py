@@ -74,9 +74,11 @@ class TensorSpec(Mapping):
         return self.shape == other.shape and self.dtype is other.dtype
 
     def to_dict(self) -> dict[str, Any]:
+        """``{'shape': ..., 'dtype': ..., 'meta_shape': ...}``."""
         return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}
 
     def to_tuple(self) -> tuple[Any, ...]:
+        """``(shape, dtype, meta_shape)``."""
         return (self.shape, self.dtype, self.meta_shape)
 
     def __str__(self) -> str:
@@ -103,14 +105,17 @@ class Tensor:
     # -- description -------------------------------------------------------------------------
     @property
     def id(self) -> str:
+        """The tensor's unique id in its Ir (graph-qualified name)."""
         return self.name if self.graph.is_main else f"{self.graph.name}/{self.name}"
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The tensor's shape."""
         return self.spec.shape
 
     @property
     def dtype(self) -> dtype:
+        """The tensor's element type."""
         return self.spec.dtype
 
     @property
@@ -120,14 +125,17 @@ class Tensor:
 
     @property
     def rank(self) -> int:
+        """The number of dimensions."""
         return len(self.spec.shape)
 
     @property
     def nelms(self) -> int:
+        """The number of elements."""
         return int(np.prod(self.spec.shape, dtype=np.int64))
 
     @property
     def ir(self) -> Any:
+        """The Ir the tensor belongs to."""
         return self.graph.ir
 
     @property
@@ -219,49 +227,59 @@ class Tensor:
 
     # -- shape methods -----------------------------------------------------------------------
     def reshape(self, shape: tuple[int, ...]) -> Tensor:
+        """``ops.reshape(self, shape)``: a new tensor."""
         from xlgraph import ops
 
         return ops.reshape(self, shape)
 
     def reshape_(self, shape: tuple[int, ...]) -> Tensor:
+        """``ops.reshape_(self, shape)``: a view that aliases this tensor."""
         from xlgraph import ops
 
         return ops.reshape_(self, shape)
 
     def flatten(self) -> Tensor:
+        """A 1-D copy of the tensor."""
         from xlgraph import ops
 
         return ops.flatten(self)
 
     def flatten_(self) -> Tensor:
+        """A 1-D view that aliases this tensor."""
         from xlgraph import ops
 
         return ops.flatten_(self)
 
     def transpose(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+        """``ops.transpose(self, permutation)`` (reversed dimensions by default)."""
         from xlgraph import ops
 
         return ops.transpose(self, permutation)
 
     def transpose_(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+        """``ops.transpose_``: a transposed view that aliases this tensor."""
         from xlgraph import ops
 
         return ops.transpose_(self, permutation)
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - PopXL's public name
+        """The transpose (``transpose()``)."""
         return self.transpose()
 
     @property
     def T_(self) -> Tensor:  # noqa: N802 - PopXL's public name
+        """The transposed view (``transpose_()``)."""
         return self.transpose_()
 
     def detach(self) -> Tensor:
+        """``ops.detach(self)``: the same value with no gradient flowing back."""
         from xlgraph import ops
 
         return ops.detach(self)
 
     def detach_(self) -> Tensor:
+        """``ops.detach_(self)``: the in-place form of ``detach``."""
         from xlgraph import ops
 
         return ops.detach_(self)
@@ -363,6 +381,7 @@ class Variable(Tensor):
 
     @property
     def shape_on_replica(self) -> tuple[int, ...]:
+        """The shape each replica holds."""
         return self.shape
 
     @property

@@ -67,6 +67,7 @@ _COMMON = {
                                     "TileMapping.cpp): at least 128 bytes per tile"),
 }
 
+# the facts of each modelled chip ("ipu2": GC200, "ipu21": Bow), each with its source
 HARDWARE: dict[str, dict[str, Fact]] = {
     "ipu2": {**_COMMON, "clock_hz": Fact(1.33e9, f"{_GC200}: 1.33 GHz tile clock")},
     "ipu21": {**_COMMON, "clock_hz": Fact(1.85e9, f"{_BOW}: 1.85 GHz tile clock (350 TFLOPS "
@@ -153,6 +154,7 @@ class IPUModel:
         return self.tiles * self.fact("matrix_flops_per_cycle_16")
 
     def describe(self) -> str:
+        """One line naming the chip, the IPU count, tiles, memory per tile and clock."""
         return (f"{self.num_ipus} x {self.ipu_version} IPU, {self.tiles_per_ipu} tiles of "
                 f"{self.memory_bytes_per_tile:,} bytes, {self.tile_clock_frequency / 1e9:.2f} GHz")
 

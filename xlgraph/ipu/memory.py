@@ -50,6 +50,7 @@ class MemoryProfile:
 
     @property
     def always_live_total(self) -> np.ndarray:
+        """Always-live bytes per tile, all categories summed."""
         return sum(self.always_live.values(), np.zeros(self.model.tiles, np.int64))
 
     @property

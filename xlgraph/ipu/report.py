@@ -46,10 +46,12 @@ class ProfileReport:
     # -- figures ---------------------------------------------------------------------------------
     @property
     def estimated_cycles_per_run(self) -> float:
+        """Estimated cycles of one ``Session.run`` (device and host link)."""
         return self.cycles.total
 
     @property
     def estimated_seconds_per_run(self) -> float:
+        """``estimated_cycles_per_run`` at the model's tile clock."""
         return self.cycles.total / self.model.tile_clock_frequency
 
     def liveness(self) -> list[dict[str, Any]]:
@@ -65,6 +67,7 @@ class ProfileReport:
         return rows
 
     def tiles(self) -> list[dict[str, Any]]:
+        """Per tile: always-live bytes by category, not-always-live peak, peak and capacity."""
         always = self.memory.always_live
         peak_nal = self.memory.curve.max(axis=0)
         total = self.memory.always_live_total + peak_nal
@@ -73,6 +76,7 @@ class ProfileReport:
                  "capacity": self.model.memory_bytes_per_tile} for t in range(self.model.tiles)]
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as plain data (what ``to_json`` writes)."""
         return {
             "note": _NOTE,
             "model": dataclasses.asdict(self.model),

@@ -145,6 +145,7 @@ class Session:
 
     @property
     def is_attached(self) -> bool:
+        """Whether the Session is attached to its device (inside ``with session:``)."""
         return self._attached
 
     @_serialised

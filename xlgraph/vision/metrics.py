@@ -40,6 +40,7 @@ class ConfusionMatrixDisplay:
 
     def plot(self, *, cmap: str = "viridis", xticks_rotation: Any = "horizontal",
              values_format: str = "d", ax: Any = None) -> ConfusionMatrixDisplay:
+        """Draw the matrix with matplotlib; sets ``figure_`` and ``ax_``, returns self."""
         import matplotlib.pyplot as plt
 
         matrix = self.confusion_matrix
