@@ -183,3 +183,54 @@ def test_conv_transpose_pow2scaled_matches_the_float32_kernel() -> None:
                                              **attrs) / 4
     assert y.shape == want.shape == (1, 2, 8, 8) and y.dtype is popxl.float16
     np.testing.assert_allclose(run_once(ir)[s].astype(np.float32), want, rtol=2e-3, atol=2e-3)
+
+
+def test_remote_and_sharded_fp8_variables_round_trip() -> None:
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=8).astype(np.float32)
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((8,), F143, 1)
+        remote = popxl.remote_variable(data, buffer, 0, F143, "remote", log2_scale=3)
+        sharded, shard = popxl.replica_sharded_variable(data, F152, "sharded", log2_scale=-1)
+        loaded = ops.remote_load(buffer, 0)
+        doubled = ops.pow2scale_cast_to_fp8(
+            ops.pow2scale_cast_from_fp8(loaded, -3, popxl.float32) * 2.0, 3, F143)
+        ops.remote_store(buffer, 0, doubled)
+        halves = ops.pow2scale_cast_from_fp8(shard, 1, popxl.float32)  # undo the -1 scale
+        out = popxl.d2h_stream(halves.shape, popxl.float32, "shard")
+        ops.host_store(out, halves)
+    session = popxl.Session(ir)
+    start = session.get_tensors_data([remote, sharded])
+    assert start[remote].dtype == F143.as_numpy() and start[sharded].dtype == F152.as_numpy()
+    np.testing.assert_array_equal(bits(start[remote]),
+                                  bits((data * 8).astype(ml_dtypes.float8_e4m3fnuz)))
+    with session:
+        shards = session.run()[out]
+    want_sharded = host_pow2scale_cast_from_fp8(host_pow2scale_cast_to_fp8(data, F152, -1),
+                                                F152, 1)
+    np.testing.assert_array_equal(shards.reshape(-1), want_sharded)  # replica 0's half, then 1's
+    twice = host_pow2scale_cast_to_fp8(
+        host_pow2scale_cast_from_fp8(host_pow2scale_cast_to_fp8(data, F143, 3), F143, -3) * 2,
+        F143, 3)
+    np.testing.assert_array_equal(bits(session.get_tensor_data(remote)), bits(twice))
+
+
+def test_mse_scale_search_beats_every_other_scale() -> None:
+    from xlgraph.fp8_utils import find_exponential_range, host_fp8_mse_scale, log_histogram
+
+    assert find_exponential_range(F143) == (-10, 7)  # 2**-10 smallest subnormal, 240 < 2**8
+    assert find_exponential_range(F152) == (-17, 15)
+    x = np.random.default_rng(0).normal(size=2000).astype(np.float32) * 1e-3
+    counts, (low, high) = log_histogram(x, popxl.float32)
+    assert counts.sum() == np.count_nonzero(x) and (low, high) == (-149, 127)
+    np.testing.assert_array_equal(np.flatnonzero(counts) + low,
+                                  np.unique(np.floor(np.log2(np.abs(x)))))
+    for fmt in (F143, F152):
+        best = host_fp8_mse_scale(x, fmt)
+
+        def err(s: int, fmt=fmt) -> float:
+            f8 = host_pow2scale_cast_to_fp8(x, fmt, s, nan_on_overflow=False)
+            return float(np.mean((host_pow2scale_cast_from_fp8(f8, fmt, -s) - x) ** 2))
+
+        assert all(err(best) <= err(s) for s in range(best - 6, best + 7))
