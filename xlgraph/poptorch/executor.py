@@ -288,7 +288,7 @@ class PoplarExecutor:
         model = _ipu_model(self.options, blocks)
         session = Session(ir, "cpu" if model is None else "ipu_model", ipu_model=model,
                           check_numerics=self.options.Precision.floating_point_exceptions)
-        sync = weights.WeightSync(session, variables, tensors, torch_to_numpy)
+        sync = weights.WeightSync(session, variables, self._traced, torch_to_numpy)
         input_specs = [(tuple(v.shape), v.dtype) for v in flat_tensors(args)]
         concrete = _concrete(args)
         self._compiled = _Compiled(session, lowered, sync, streams, out_streams, loss_stream,
@@ -325,7 +325,7 @@ class PoplarExecutor:
         if not compiled.session.is_attached:
             self.attachToDevice()
         if not self.training:
-            weights.download_all()
+            weights.fetch_trained(self._user_model)
         compiled.sync.upload_changed()
         feeds = {stream: self._feed(stream, t) for stream, t in zip(compiled.streams, tensors)}
         out = compiled.session.run(feeds)

@@ -1,16 +1,23 @@
-"""Keeping a torch module's parameters and buffers in sync with a Session's variables.
+"""Keeping a torch module's parameters and buffers in sync with a Session's variables, per model.
 
-Host to device: before each call, tensors whose torch version counter moved since the last sync
-(``load_state_dict``, in-place edits, another model's training) are written to the device.
-Device to host: training marks the host copy stale; the module is switched to a subclass that
-copies the trained values back, in place, the first time anything reads its parameters,
-buffers, ``state_dict()`` or attributes. Nothing is copied per training step.
+Host to device: before each call, every ``state_dict`` entry is looked up again in its module
+and compared with what was last synced: the same tensor object (``model.fc.weight =
+nn.Parameter(t)`` replaces it), the same storage (``model.fc.weight.data = t`` changes its
+``data_ptr``) and the same torch version counter (``copy_`` under ``no_grad``,
+``load_state_dict``, an optimiser step in torch). Only the entries that changed are written to
+the device; nothing is copied when nothing changed.
+
+Device to host: training marks the host copy stale; the modules of a training model are switched
+to a subclass that copies the trained values back, in place, the first time anything reads its
+parameters, buffers, ``state_dict()`` or attributes. An inference model of the same module (or
+of a module sharing submodules with it) asks the training models that own its modules for their
+trained values before it runs: the two wrappers share weights, as PopTorch's do. There is no
+global registry: each module knows the training model that owns it.
 """
 
 from __future__ import annotations
 
 import copy
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -18,42 +25,79 @@ import torch
 
 from xlgraph.tensor import Variable
 
-__all__ = ["WeightSync", "hook_module", "unhook_module", "download_all"]
+__all__ = ["WeightSync", "hook_module", "unhook_module", "fetch_trained"]
 
 _OWNER = "_xlgraph_poptorch_sync"
-_TRAINING: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def download_all() -> None:
-    """Bring every training model's trained weights to the host (before another model runs)."""
-    for sync in list(_TRAINING):
-        sync.download()
+def fetch_trained(model: torch.nn.Module) -> None:
+    """Bring the trained weights of the training models that own ``model``'s modules to the
+    host (before an inference model of ``model`` runs)."""
+    owners = {id(o): o for m in model.modules() if (o := m.__dict__.get(_OWNER)) is not None}
+    for owner in owners.values():
+        if owner.host_stale:
+            owner.download()
+
+
+def _slot(root: torch.nn.Module, key: str) -> tuple[dict[str, Any], str]:
+    """The dict (``_parameters`` or ``_buffers`` of the owning module) and the name under which
+    the ``state_dict`` entry ``key`` of ``root`` lives."""
+    path, _, name = key.rpartition(".")
+    module = root.get_submodule(path)
+    return (module._parameters if name in module._parameters else module._buffers), name
 
 
 class WeightSync:
     """The variables of one Session and the torch tensors they mirror, by ``state_dict`` key."""
 
-    def __init__(self, session: Any, variables: dict[str, Variable],
-                 tensors: dict[str, torch.Tensor], to_numpy: Callable[[torch.Tensor], Any]) -> None:
+    def __init__(self, session: Any, variables: dict[str, Variable], root: torch.nn.Module,
+                 to_numpy: Callable[[torch.Tensor], Any]) -> None:
         self.session = session
         self.variables = variables
-        self.tensors = {k: tensors[k] for k in variables}
+        self._slots = {k: _slot(root, k) for k in variables}
         self._to_numpy = to_numpy
-        self.versions = {k: t._version for k, t in self.tensors.items()}
+        self.tensors: dict[str, torch.Tensor] = {}
+        self._stamps: dict[str, tuple[int, int]] = {}
+        for k in variables:
+            self._mark(k, self._current(k))
         self.host_stale = False
+
+    def _current(self, key: str) -> torch.Tensor:
+        table, name = self._slots[key]
+        t = table.get(name)
+        if t is None:
+            raise RuntimeError(f"poptorch: the model no longer has {key!r}; a compiled model's "
+                               f"parameters and buffers can change value but not disappear")
+        return t
+
+    def _mark(self, key: str, t: torch.Tensor) -> None:
+        self.tensors[key] = t
+        self._stamps[key] = (t.data_ptr(), t._version)
+
+    def changed(self) -> list[str]:
+        """The keys whose tensor was replaced, re-pointed (``.data =``) or written since the
+        last sync (no data is copied to find them)."""
+        out = []
+        for k in self._slots:
+            t = self._current(k)
+            if t is not self.tensors[k] or (t.data_ptr(), t._version) != self._stamps[k]:
+                self.tensors[k] = t
+                out.append(k)
+        return out
 
     def upload_changed(self) -> list[str]:
         """Write every torch tensor changed since the last sync into the session."""
-        changed = [k for k, t in self.tensors.items() if t._version != self.versions[k]]
+        changed = self.changed()
         for k in changed:
             self.session.write_variable_data(self.variables[k], self._to_numpy(self.tensors[k]))
-            self.versions[k] = self.tensors[k]._version
+            self._mark(k, self.tensors[k])
         return changed
 
     def upload_all(self) -> None:
+        self.changed()
         for k, t in self.tensors.items():
             self.session.write_variable_data(self.variables[k], self._to_numpy(t))
-            self.versions[k] = t._version
+            self._mark(k, t)
 
     def download(self) -> None:
         """Copy the session's values into the torch tensors, in place (host edits win)."""
@@ -63,7 +107,7 @@ class WeightSync:
         with torch.no_grad():
             for k, t in self.tensors.items():
                 t.copy_(torch.from_numpy(self.session.get_tensor_data(self.variables[k])))
-                self.versions[k] = t._version
+                self._mark(k, t)
         self.host_stale = False
 
 
@@ -141,7 +185,6 @@ def hook_module(model: torch.nn.Module, sync: Any) -> None:
         if isinstance(m, _SyncOnRead):
             raise RuntimeError(f"{type(model).__name__} is already wrapped by a "
                                f"poptorch.trainingModel: call destroy() on it first")
-    _TRAINING.add(sync)
     for m in model.modules():
         m.__dict__[_OWNER] = sync
         m.__class__ = _synced_class(type(m))
@@ -151,7 +194,5 @@ def unhook_module(model: torch.nn.Module) -> None:
     """Undo ``hook_module`` (the module keeps the values it holds)."""
     for m in model.modules():
         if isinstance(m, _SyncOnRead):
-            sync = m.__dict__.pop(_OWNER, None)
-            if sync is not None:
-                _TRAINING.discard(sync)
+            m.__dict__.pop(_OWNER, None)
             m.__class__ = m._xlgraph_original
