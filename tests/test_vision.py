@@ -84,3 +84,120 @@ def test_vision_works_without_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["numpy", "float32", "(1,", "28,", "28)", "int"]
+
+
+# -- torchvision's transforms PopTorch tutorials reach for -----------------------------------------
+@pytest.mark.parametrize("shape, size, antialias", [
+    ((3, 32, 32), 128, True),         # the mixed-precision tutorial's CIFAR-10 upscale
+    ((3, 37, 50), 20, True),          # shrink: the smaller edge becomes 20, aspect kept
+    ((2, 1, 28, 28), (10, 7), True),  # a batch, explicit (h, w)
+    ((3, 37, 50), 20, False),
+    ((3, 9, 13), (20, 31), False),
+])
+def test_resize_tensors_match_torch_bilinear_interpolation(shape, size, antialias):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+    out = transforms.Resize(size, antialias=antialias)(x)
+    batch = x if x.dim() == 4 else x[None]
+    expected = torch.nn.functional.interpolate(batch, size=tuple(out.shape[-2:]),
+                                               mode="bilinear", align_corners=False,
+                                               antialias=antialias)
+    torch.testing.assert_close(out, expected if x.dim() == 4 else expected[0], rtol=1e-5,
+                               atol=2e-5)
+    if isinstance(size, int):
+        h, w = shape[-2:]
+        short = min(out.shape[-2:])
+        assert short == size and out.shape[-1] == (size if w <= h else int(size * w / h))
+
+
+def test_resize_uint8_and_pil_follow_torchvision():
+    torch = pytest.importorskip("torch")
+    image_module = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(1)
+    pixels = rng.integers(0, 256, (3, 40, 30)).astype(np.uint8)
+    out = transforms.Resize(16)(torch.from_numpy(pixels))
+    expected = torch.nn.functional.interpolate(torch.from_numpy(pixels)[None].float(),
+                                               size=(21, 16), mode="bilinear", antialias=True)
+    assert out.dtype == torch.uint8 and tuple(out.shape) == (3, 21, 16)
+    assert (out.int() - expected[0].round().int()).abs().max() <= 1
+    pil = image_module.fromarray(pixels.transpose(1, 2, 0))
+    resized = transforms.Resize(16)(pil)
+    assert resized.size == (16, 21)  # PIL's (width, height): the smaller edge is 16
+    np.testing.assert_array_equal(np.asarray(resized),
+                                  np.asarray(pil.resize((16, 21), image_module.BILINEAR)))
+    assert transforms.Resize(16, max_size=18)(pil).size == (13, 18)  # the long edge capped
+    with pytest.raises(ValueError, match="bilinear"):
+        transforms.Resize(8, interpolation="nearest")
+
+
+def test_center_crop_pads_then_crops_as_torchvision():
+    image = np.arange(5 * 7, dtype=np.float32).reshape(1, 5, 7)
+    np.testing.assert_array_equal(transforms.CenterCrop(3)(image), image[:, 1:4, 2:5])
+    padded = transforms.CenterCrop((7, 9))(image)  # larger than the image: zero border
+    assert padded.shape == (1, 7, 9) and padded[0, 0].sum() == 0
+    np.testing.assert_array_equal(padded[:, 1:6, 1:8], image)
+
+
+def test_random_horizontal_flip_lambda_and_pil_to_tensor():
+    torch = pytest.importorskip("torch")
+    image = torch.arange(6.0).view(1, 2, 3)
+    torch.testing.assert_close(transforms.RandomHorizontalFlip(1.0)(image), image.flip(-1))
+    torch.testing.assert_close(transforms.RandomHorizontalFlip(0.0)(image), image)
+    assert transforms.Lambda(lambda t: t * 2)(3) == 6
+    with pytest.raises(TypeError, match="callable"):
+        transforms.Lambda(3)
+    pil = pytest.importorskip("PIL.Image").fromarray(np.full((2, 3, 3), 7, np.uint8))
+    tensor = transforms.PILToTensor()(pil)
+    assert tensor.dtype == torch.uint8 and tuple(tensor.shape) == (3, 2, 3)
+
+
+def test_convert_image_dtype_rescales_as_torchvision_documents():
+    torch = pytest.importorskip("torch")
+    pixels = torch.tensor([0, 1, 128, 255], dtype=torch.uint8)
+    half = transforms.ConvertImageDtype(torch.half)(pixels)
+    assert half.dtype == torch.half
+    torch.testing.assert_close(half, (pixels.float() / 255).half())
+    back = transforms.ConvertImageDtype(torch.uint8)(torch.tensor([0.0, 0.5, 1.0]))
+    assert back.tolist() == [0, int(0.5 * (256 - 1e-3)), 255]
+    wide = transforms.ConvertImageDtype(torch.int32)(pixels)
+    assert wide.tolist() == [v * 2 ** 23 for v in pixels.tolist()]  # (2**31) // 256
+    narrow = transforms.convert_image_dtype(np.array([0, 65535, 300], np.uint16), np.uint8)
+    assert narrow.tolist() == [0, 255, 1]
+    with pytest.raises(RuntimeError, match="safely"):
+        transforms.ConvertImageDtype(torch.int64)(torch.zeros(2))
+
+
+def test_cifar10_reads_torchvisions_batches_and_the_tutorial_pipeline(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("PIL")
+    import pickle
+
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    data = rng.integers(0, 256, (4, 3 * 32 * 32)).astype(np.uint8)
+    with open(folder / "test_batch", "wb") as f:
+        pickle.dump({"data": data, "labels": [3, 1, 4, 1]}, f)
+    pipeline = transforms.Compose([
+        transforms.Resize(64), transforms.ToTensor(),
+        transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+        transforms.ConvertImageDtype(torch.half)])
+    dataset = datasets.CIFAR10(str(tmp_path), train=False, transform=pipeline)
+    image, label = dataset[2]
+    assert len(dataset) == 4 and label == 4 and dataset.class_to_idx["cat"] == 3
+    assert image.dtype == torch.half and tuple(image.shape) == (3, 64, 64)
+    raw = datasets.CIFAR10(str(tmp_path), train=False)[0][0]
+    np.testing.assert_array_equal(np.asarray(raw), data[0].reshape(3, 32, 32).transpose(1, 2, 0))
+    with pytest.raises(RuntimeError, match="data_batch_1 is missing"):
+        datasets.CIFAR10(str(tmp_path), train=True)
+
+
+def test_fake_data_is_deterministic_per_index():
+    pytest.importorskip("PIL")
+    data = datasets.FakeData(size=5, image_size=(1, 8, 6), num_classes=3,
+                             transform=transforms.ToTensor())
+    (a, la), (b, lb) = data[1], data[1]
+    assert tuple(a.shape) == (1, 8, 6) and la == lb and 0 <= la < 3
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(IndexError):
+        data[5]

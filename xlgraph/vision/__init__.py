@@ -1,8 +1,10 @@
-"""A torchvision stand-in for the MNIST-family tutorials: ``datasets`` and ``transforms``.
+"""A torchvision stand-in for PopTorch programs: ``datasets`` and ``transforms``.
 
-``xlgraph.vision.datasets.MNIST`` and ``FashionMNIST`` take torchvision's constructor and return
-its items; ``xlgraph.vision.transforms`` has ``Compose``, ``ToTensor``, ``Normalize`` and
-``ToPILImage``. torch is optional: without it ``ToTensor`` returns float32 numpy arrays.
+``xlgraph.vision.datasets`` has ``MNIST``, ``FashionMNIST``, ``CIFAR10`` (local files) and
+``FakeData`` with torchvision's constructors and items; ``xlgraph.vision.transforms`` has
+``Compose``, ``ToTensor``, ``PILToTensor``, ``Normalize``, ``ToPILImage``, ``Resize``,
+``CenterCrop``, ``RandomHorizontalFlip``, ``Lambda`` and ``ConvertImageDtype``. torch is
+optional: without it the transforms return numpy arrays.
 
 Example:
     >>> from xlgraph.vision import datasets, transforms

@@ -15,16 +15,16 @@ import numpy as np
 
 from xlgraph import datasets as _data
 
-__all__ = ["MNIST", "FashionMNIST"]
+__all__ = ["MNIST", "FashionMNIST", "CIFAR10", "FakeData"]
 
 
 def _pil_image(pixels: np.ndarray) -> Any:
-    """A mode-"L" PIL image of ``pixels``, or the array itself when Pillow is not installed."""
+    """A PIL image of ``pixels`` (mode "L" or "RGB"), or the array itself without Pillow."""
     try:
         from PIL import Image
     except ImportError:
         return pixels
-    return Image.fromarray(pixels, mode="L")
+    return Image.fromarray(pixels)
 
 
 class MNIST:
@@ -110,3 +110,89 @@ class FashionMNIST(MNIST):
 
     classes = list(_data.FASHION_MNIST_CLASSES)
     _load = staticmethod(_data.load_fashion_mnist)
+
+
+class CIFAR10:
+    """CIFAR-10, as ``torchvision.datasets.CIFAR10``, read from ``root/cifar-10-batches-py``
+    (the python-pickle batches torchvision downloads). ``download=True`` cannot fetch them
+    here: a missing folder raises with where to put it.
+
+    Items are ``(RGB PIL image 32x32, int label)`` before the transforms.
+    """
+
+    base_folder = "cifar-10-batches-py"
+    train_list = [f"data_batch_{i}" for i in range(1, 6)]
+    test_list = ["test_batch"]
+    classes = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+               "truck"]
+
+    def __init__(self, root: str | os.PathLike, train: bool = True,
+                 transform: Callable[[Any], Any] | None = None,
+                 target_transform: Callable[[Any], Any] | None = None,
+                 download: bool = False) -> None:
+        import pickle
+
+        self.root = os.path.expanduser(os.fspath(root))
+        self.train, self.transform, self.target_transform = train, transform, target_transform
+        folder = os.path.join(self.root, self.base_folder)
+        images, labels = [], []
+        for name in self.train_list if train else self.test_list:
+            path = os.path.join(folder, name)
+            if not os.path.exists(path):
+                raise RuntimeError(f"Dataset not found or corrupted: {path} is missing. Put "
+                                   f"cifar-10-python.tar.gz's {self.base_folder} folder in "
+                                   f"{self.root} (download=True cannot fetch it here)")
+            with open(path, "rb") as f:
+                entry = pickle.load(f, encoding="latin1")  # noqa: S301 - torchvision's format
+            images.append(np.asarray(entry["data"], np.uint8).reshape(-1, 3, 32, 32))
+            labels += list(entry.get("labels", entry.get("fine_labels", [])))
+        self.data = np.concatenate(images).transpose(0, 2, 3, 1)  # (N, 32, 32, 3), as torchvision
+        self.targets = [int(v) for v in labels]
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """``{class name: label}``."""
+        return {name: i for i, name in enumerate(self.classes)}
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        """``(image, target)`` after the transforms."""
+        image, target = _pil_image(self.data[index]), self.targets[index]
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return image, target
+
+
+class FakeData:
+    """Random images, as ``torchvision.datasets.FakeData``: item ``i`` is the same on every read
+    (seeded by ``random_offset + i``); images are RGB/L PIL images of ``image_size`` (C, H, W)."""
+
+    def __init__(self, size: int = 1000, image_size: tuple[int, int, int] = (3, 224, 224),
+                 num_classes: int = 10, transform: Callable[[Any], Any] | None = None,
+                 target_transform: Callable[[Any], Any] | None = None,
+                 random_offset: int = 0) -> None:
+        self.size, self.image_size, self.num_classes = size, tuple(image_size), num_classes
+        self.transform, self.target_transform = transform, target_transform
+        self.random_offset = random_offset
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        """``(image, target)``; ``IndexError`` past the end."""
+        if not 0 <= index < self.size:
+            raise IndexError(f"FakeData index {index} out of range for size {self.size}")
+        rng = np.random.default_rng(index + self.random_offset)
+        channels, height, width = self.image_size
+        pixels = rng.integers(0, 256, (height, width, channels), dtype=np.uint8)
+        image = _pil_image(pixels[:, :, 0] if channels == 1 else pixels)
+        target = int(rng.integers(0, self.num_classes))
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return image, target
