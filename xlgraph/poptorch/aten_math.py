@@ -57,6 +57,16 @@ def _clamp(ctx: Any, x: Tensor, min: Any = None, max: Any = None) -> Tensor:  # 
     return ops.clip(x, low, high)
 
 
+@register("aten.clamp_min.default", promote=(0,))
+def _clamp_min(ctx: Any, x: Tensor, min: Any) -> Tensor:  # noqa: A002
+    return _clamp(ctx, x, min, None)
+
+
+@register("aten.clamp_max.default", promote=(0,))
+def _clamp_max(ctx: Any, x: Tensor, max: Any) -> Tensor:  # noqa: A002
+    return _clamp(ctx, x, None, max)
+
+
 @register("aten.clamp.Tensor", promote=True)
 def _clamp_tensor(ctx: Any, x: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     y = x if min is None else ops.maximum2(x, min)
@@ -168,11 +178,11 @@ def _reduce(op: Any) -> Any:
     return convert
 
 
-register("aten.sum.dim_IntList", "aten.sum.default", promote=True)(_reduce(ops.sum))
+register("aten.sum.dim_IntList", "aten.sum.default", promote="result")(_reduce(ops.sum))
 register("aten.mean.dim", "aten.mean.default", promote=True)(_reduce(ops.mean))
 register("aten.amax.default")(_reduce(ops.max))
 register("aten.amin.default")(_reduce(ops.min))
-register("aten.prod.dim_int", "aten.prod.default", promote=True)(_reduce(ops.prod))
+register("aten.prod.dim_int", "aten.prod.default", promote="result")(_reduce(ops.prod))
 register("aten.logsumexp.default")(_reduce(ops.logsumexp))
 
 
@@ -224,9 +234,8 @@ def _any(ctx: Any, x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return ops.greater(ops.sum(as_int, axes if axes else None, keepdims=keepdim), 0)
 
 
-@register("aten.var.correction", promote=True)
-def _var(ctx: Any, x: Tensor, dim: Any = None, *, correction: Any = None,
-         keepdim: bool = False) -> Tensor:
+def variance(x: Tensor, dim: Any, correction: Any, keepdim: bool) -> Tensor:
+    """torch's variance over ``dim`` (all dims when None) with Bessel's ``correction``."""
     axes = dims(dim, x.rank) or tuple(range(x.rank))
     count = math.prod(x.shape[a] for a in axes)
     centred = x - ops.mean(x, axes, keepdims=True)
@@ -234,12 +243,18 @@ def _var(ctx: Any, x: Tensor, dim: Any = None, *, correction: Any = None,
     return total * (1.0 / max(count - (1 if correction is None else correction), 0))
 
 
-@register("aten.cumsum.default", promote=True)
+@register("aten.var.correction", promote=True)
+def _var(ctx: Any, x: Tensor, dim: Any = None, *, correction: Any = None,
+         keepdim: bool = False) -> Tensor:
+    return variance(x, dim, correction, keepdim)
+
+
+@register("aten.cumsum.default", promote="result")
 def _cumsum(ctx: Any, x: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     return ops.cumsum(x, dims(dim, x.rank)[0]) if x.rank else x
 
 
-@register("aten.cumprod.default", promote=True)
+@register("aten.cumprod.default", promote="result")
 def _cumprod(ctx: Any, x: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     if not x.rank:
         return x

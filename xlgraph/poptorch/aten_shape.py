@@ -11,6 +11,7 @@ import numpy as np
 
 from xlgraph import dtypes, ops
 from xlgraph.op import broadcast_shapes
+from xlgraph.ops.indexing import take_along_axis
 from xlgraph.poptorch.table import register
 from xlgraph.poptorch.util import Unsupported, dims, xlgraph_dtype
 from xlgraph.tensor import Tensor, constant
@@ -22,10 +23,9 @@ def _d(dim: int, rank: int) -> int:
 
 @register("operator.getitem")
 def _getitem(ctx: Any, value: Any, index: Any) -> Any:
-    item = operator.getitem(value, index)
-    if item is None:
-        raise Unsupported("this output of the op (e.g. max pooling indices) is not converted")
-    return item
+    """An output of a multi-output op; outputs xlgraph does not compute (max pooling's
+    indices, batch norm's saved statistics) are None, and fail where something uses them."""
+    return operator.getitem(value, index)
 
 
 @register("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
@@ -36,6 +36,19 @@ def _view(ctx: Any, x: Tensor, size: Sequence[int]) -> Tensor:
 @register("aten.permute.default")
 def _permute(ctx: Any, x: Tensor, dims_: Sequence[int]) -> Tensor:
     return ops.transpose(x, [_d(d, x.rank) for d in dims_]) if x.rank > 1 else x
+
+
+@register("aten.transpose.int", "aten.transpose_.default")
+def _transpose(ctx: Any, x: Tensor, dim0: int, dim1: int) -> Tensor:
+    perm = list(range(x.rank))
+    a, b = _d(dim0, x.rank), _d(dim1, x.rank)
+    perm[a], perm[b] = perm[b], perm[a]
+    return ops.transpose(x, perm) if a != b else x
+
+
+@register("aten.t.default")
+def _t(ctx: Any, x: Tensor) -> Tensor:
+    return ops.transpose(x) if x.rank == 2 else x
 
 
 @register("aten.expand.default")
@@ -103,7 +116,7 @@ def _to_copy(ctx: Any, x: Tensor, *, dtype: Any = None, **_: Any) -> Tensor:
     return x if dtype is None else ops.cast(x, xlgraph_dtype(dtype))
 
 
-@register("aten.copy.default")
+@register("aten.copy.default", "aten.copy_.default")
 def _copy(ctx: Any, x: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
     src = src if src.dtype == x.dtype else ops.cast(src, x.dtype)
     return src if src.shape == x.shape else ops.expand(src, x.shape)
@@ -152,7 +165,9 @@ def _index(t: Tensor) -> Tensor:
 
 @register("aten.index_select.default")
 def _index_select(ctx: Any, x: Tensor, dim: int, index: Tensor) -> Tensor:
-    return ops.gather(x, _index(index), _d(dim, x.rank))
+    if not x.rank:
+        return x
+    return ops.gather(x, ops.reshape(_index(index), (index.nelms,)), _d(dim, x.rank))
 
 
 @register("aten.embedding.default")
@@ -169,7 +184,10 @@ def _embedding(ctx: Any, weight: Tensor, indices: Tensor, padding_idx: int = -1,
 
 @register("aten.gather.default")
 def _gather(ctx: Any, x: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
-    return ops.take_along_axis(x, _index(index), _d(dim, x.rank))
+    if not x.rank:  # a 0-d input: every index is 0
+        picked = take_along_axis(ops.reshape(x, (1,)), ops.reshape(_index(index), (-1,)), 0)
+        return ops.reshape(picked, index.shape)
+    return take_along_axis(x, _index(index), _d(dim, x.rank))
 
 
 @register("aten.index.Tensor")
@@ -194,61 +212,95 @@ def _index_tensor(ctx: Any, x: Tensor, indices: Sequence[Tensor | None]) -> Tens
     return ops.gather(y, flat, first)
 
 
-@register("aten.scatter.src", "aten.scatter.value", promote=(0, 3))
-def _scatter(ctx: Any, x: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
-    d = _d(dim, x.rank)
+def _flat_targets(x: Tensor, d: int, index: Tensor) -> Tensor:
+    """The position in flattened ``x`` that each element of ``index`` addresses (``index``
+    may be smaller than ``x`` in every dim, as torch allows)."""
+    strides = [int(np.prod(x.shape[k + 1:])) for k in range(x.rank)]
+    grid = np.indices(index.shape)
+    offsets = sum(grid[k] * strides[k] for k in range(index.rank) if k != d)
+    idx = _index(index)
+    idx = ops.where(ops.less(idx, 0), idx + x.shape[d], idx)
+    linear = idx * strides[d] + constant(np.asarray(offsets, np.int32))
+    return ops.reshape(linear, (index.nelms,))
+
+
+def _source(src: Any, index: Tensor, dtype: Any) -> Tensor:
+    """The leading ``index.shape`` block of ``src`` (a number fills it), flattened."""
     if not isinstance(src, Tensor):
-        src = constant(np.full(index.shape, src, x.dtype.as_numpy()))
+        src = constant(np.full(index.shape, src, dtype.as_numpy()))
     elif src.shape != index.shape:
         src = ops.slice(src, [0] * index.rank, list(index.shape), [1] * index.rank,
                         list(range(index.rank)))
-    return ops.scatter(x, _index(index), src, d)
+    return ops.reshape(src, (index.nelms,))
+
+
+@register("aten.scatter.src", "aten.scatter.value", promote=(0, 3))
+def _scatter(ctx: Any, x: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
+    if not x.rank:
+        return _source(src, ops.reshape(index, (1,)), x.dtype) if index.nelms else x
+    flat = ops.scatter(ops.reshape(x, (x.nelms,)), _flat_targets(x, _d(dim, x.rank), index),
+                       _source(src, index, x.dtype), 0)
+    return ops.reshape(flat, x.shape)
+
+
+@register("aten.scatter.reduce", "aten.scatter.value_reduce", promote=(0, 3))
+def _scatter_reduce_arg(ctx: Any, x: Tensor, dim: int, index: Tensor, src: Any,
+                        *, reduce: str) -> Tensor:
+    return scatter_reduce(x, dim, index, src, {"add": "sum", "multiply": "prod"}[reduce], True)
 
 
 @register("aten.scatter_add.default", promote=(0, 3))
 def _scatter_add(ctx: Any, x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
-    return _scatter_reduce(ctx, x, dim, index, src, "sum")
+    return scatter_reduce(x, dim, index, src, "sum", True)
 
 
 @register("aten.scatter_reduce.two", promote=(0, 3))
 def _scatter_reduce(ctx: Any, x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
                     *, include_self: bool = True) -> Tensor:
-    d = _d(dim, x.rank)
-    op = {"sum": "sum", "prod": "mul", "amax": "max", "amin": "min", "mean": "mean"}[reduce]
-    if src.shape != index.shape:
-        src = ops.slice(src, [0] * index.rank, list(index.shape), [1] * index.rank,
-                        list(range(index.rank)))
-    if index.shape[:d] + index.shape[d + 1:] != x.shape[:d] + x.shape[d + 1:]:
-        raise Unsupported("an index smaller than self outside the scatter dim")
-    idx = _index(index)
-    if op == "mean":
-        total = ops.scatter_reduce(src, idx, "sum", x if include_self else None, d, x.shape[d])
-        ones = constant(np.ones(index.shape, x.dtype.as_numpy()))
-        count = ops.scatter_reduce(ones, idx, "sum", None, d, x.shape[d])
-        count = count + 1.0 if include_self else count
+    return scatter_reduce(x, dim, index, src, reduce, include_self)
+
+
+def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str,
+                   include_self: bool) -> Tensor:
+    """torch's ``scatter_reduce`` (sum, prod, amax, amin, mean), on the flattened tensor."""
+    shape, n = x.shape, x.nelms
+    x1 = ops.reshape(x, (n,))
+    targets = _flat_targets(x, _d(dim, x.rank), index) if x.rank else ops.reshape(
+        _index(index), (index.nelms,))
+    values = _source(src, index, x.dtype)
+    op = {"sum": "sum", "prod": "mul", "amax": "max", "amin": "min", "mean": "sum"}[reduce]
+    reduced = ops.scatter_reduce(values, targets, op, x1 if include_self else None, 0, n)
+    if reduce == "mean" or not include_self:
+        ones = constant(np.ones(index.nelms, x.dtype.as_numpy()))
+        count = ops.scatter_reduce(ones, targets, "sum", None, 0, n)
         touched = ops.greater(count, 0.0)
-        mean = total / ops.where(touched, count, 1.0)
-        return ops.where(touched, mean, x)
-    reduced = ops.scatter_reduce(src, idx, op, x if include_self else None, d, x.shape[d])
-    if include_self:
-        return reduced
-    ones = constant(np.ones(index.shape, np.int32))
-    touched = ops.greater(ops.scatter_reduce(ones, idx, "sum", None, d, x.shape[d]), 0)
-    return ops.where(touched, reduced, x)
+        if reduce == "mean":
+            count = count + 1.0 if include_self else count
+            reduced = reduced / ops.where(touched, count, 1.0)
+        reduced = ops.where(touched, reduced, x1)
+    return ops.reshape(reduced, shape)
 
 
 @register("aten.index_put.default", promote=(0, 2))
 def _index_put(ctx: Any, x: Tensor, indices: Sequence[Tensor | None], values: Tensor,
                accumulate: bool = False) -> Tensor:
+    """``x[..., index, ...] = values`` (or ``+=``) with one 1-D index tensor on one dim."""
     used = [i for i, t in enumerate(indices) if t is not None]
-    if used != [0] or indices[0].rank != 1:
-        raise Unsupported("index_put with other than one 1-D index on dim 0")
-    idx = _index(indices[0])
+    if len(used) != 1 or indices[used[0]].rank != 1:
+        raise Unsupported("index_put with other than one 1-D index tensor")
+    d = used[0]
+    perm = [d] + [i for i in range(x.rank) if i != d]
+    moved = ops.transpose(x, perm) if d else x
+    idx = _index(indices[d])
     n = idx.shape[0]
-    rows = (n,) + x.shape[1:]
+    rows = (n,) + moved.shape[1:]
+    if values.rank == x.rank and d:
+        values = ops.transpose(values, perm)
     values = values if values.shape == rows else ops.expand(values, rows)
     full = ops.expand(ops.reshape(idx, (n,) + (1,) * (x.rank - 1)), rows)
-    return ops.scatter_reduce(values, full, "sum" if accumulate else "none", x, 0, x.shape[0])
+    out = ops.scatter_reduce(values, full, "sum", moved, 0, moved.shape[0]) if accumulate \
+        else ops.scatter(moved, full, values, 0)
+    return ops.transpose(out, list(np.argsort(perm))) if d else out
 
 
 # -- creation ----------------------------------------------------------------------------------
@@ -267,12 +319,13 @@ def _scalar_tensor(ctx: Any, s: Any, **_: Any) -> Tensor:
     return _filled(ctx, s)
 
 
-@register("aten.empty.memory_format", "aten.zeros.default", "aten.empty_strided.default")
+@register("aten.empty.memory_format", "aten.zeros.default", "aten.empty_strided.default",
+          "aten.empty_permuted.default", "aten.empty_like.default", "aten.zeros_like.default")
 def _zeros(ctx: Any, *args: Any, **_: Any) -> Tensor:
     return _filled(ctx, 0)
 
 
-@register("aten.ones.default")
+@register("aten.ones.default", "aten.ones_like.default")
 def _ones(ctx: Any, *args: Any, **_: Any) -> Tensor:
     return _filled(ctx, 1)
 

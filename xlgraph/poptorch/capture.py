@@ -9,10 +9,11 @@ sweep) are captured with ``make_fx`` and the same decompositions.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -53,6 +54,44 @@ def user_frames(frames: list[traceback.FrameSummary]) -> list[traceback.FrameSum
             and not f.filename.startswith("<")]
 
 
+def _cumulative_forward(original: Callable[..., Any]) -> Callable[..., Any]:
+    """BatchNorm's forward, with ``momentum=None`` (a cumulative average of the batch
+    statistics) written in tensor ops: torch computes its factor in Python from the batch
+    count, which a captured graph cannot do."""
+    def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        if self.momentum is not None or not self.training or not self.track_running_stats:
+            return original(self, x)
+        self._check_input_dim(x)
+        self.num_batches_tracked.add_(1)
+        factor = 1.0 / self.num_batches_tracked.to(x.dtype)
+        axes = [0] + list(range(2, x.dim()))
+        stats = x.detach()
+        self.running_mean.add_((stats.mean(axes) - self.running_mean) * factor)
+        self.running_var.add_((stats.var(axes) - self.running_var) * factor)
+        return torch.nn.functional.batch_norm(x, None, None, self.weight, self.bias, True, 0.0,
+                                              self.eps)
+    return forward
+
+
+@contextlib.contextmanager
+def _capturing() -> Iterator[None]:
+    """What capture changes while it runs: oneDNN off (LSTM decomposes into matmuls),
+    BatchNorm's cumulative average in tensor ops, and no argument validation in
+    ``torch.distributions`` (its checks read tensor values)."""
+    from torch.distributions import Distribution
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    original, validate = _BatchNorm.forward, Distribution._validate_args
+    _BatchNorm.forward = _cumulative_forward(original)
+    Distribution.set_default_validate_args(False)
+    try:
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
+    finally:
+        _BatchNorm.forward = original
+        Distribution.set_default_validate_args(validate)
+
+
 def _module_path(model: torch.nn.Module, tb: Any) -> str:
     """The dotted path of the innermost module of ``model`` whose ``forward`` is on ``tb``."""
     names = {id(m): name for name, m in model.named_modules()}
@@ -82,7 +121,8 @@ def export_module(model: torch.nn.Module, args: tuple[Any, ...],
             and the user's line, and suggests ``poptorch.cond``.
     """
     try:
-        program = torch.export.export(model, args, kwargs, strict=False)
+        with _capturing():
+            program = torch.export.export(model, args, kwargs, strict=False)
     except Exception as exc:
         if not _data_dependent(exc):
             raise
@@ -93,9 +133,11 @@ def export_module(model: torch.nn.Module, args: tuple[Any, ...],
             f"data-dependent control flow at {_module_path(model, exc.__traceback__)}, {where}: "
             f"Python decides on a tensor's value, which is only known on the device. Use "
             f"poptorch.cond (or torch.where) for a branch on a tensor value.") from None
-    return program.run_decompositions(decompositions())
+    with _capturing():
+        return program.run_decompositions(decompositions())
 
 
 def trace_function(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
     """``fn(*args)`` as a core-ATen fx graph (make_fx on fake tensors)."""
-    return make_fx(fn, decomposition_table=decompositions(), tracing_mode="fake")(*args)
+    with _capturing():
+        return make_fx(fn, decomposition_table=decompositions(), tracing_mode="fake")(*args)

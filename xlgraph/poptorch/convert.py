@@ -41,6 +41,13 @@ class Context:
         self.training = training
         self._seed = seed
         self.node: torch.fx.Node | None = None
+        self.mutations: dict[torch.fx.Node, Tensor] = {}
+
+    def mutate(self, arg: int, value: Tensor) -> None:
+        """Record that the current op updates its argument ``arg`` in place to ``value``."""
+        target = self.node.args[arg]
+        if isinstance(target, torch.fx.Node):
+            self.mutations[target] = value
 
     @property
     def val(self) -> Any:
@@ -79,11 +86,28 @@ def _torch_name(node: torch.fx.Node) -> str:
     return f" from {fn[1].split('.')[-1]}" if fn else ""
 
 
+def _writes_first(target: Any) -> bool:
+    """Whether an ATen op updates its first argument in place (``add_``, ``copy_``)."""
+    schema = getattr(target, "_schema", None)
+    info = schema.arguments[0].alias_info if schema is not None and schema.arguments else None
+    return info is not None and info.is_write
+
+
+def conversion_of(target: Any) -> Any:
+    """The table entry of an fx target; an in-place op (``aten.add_.Tensor``) without its own
+    entry uses its functional form's (``aten.add.Tensor``)."""
+    name = op_name(target)
+    if name in CONVERSIONS or not _writes_first(target):
+        return CONVERSIONS.get(name)
+    namespace, packet, overload = name.split(".")
+    return CONVERSIONS.get(f"{namespace}.{packet.rstrip('_')}.{overload}")
+
+
 def check_supported(graph: torch.fx.Graph, what: str) -> None:
     """Raise one ``UnsupportedOpError`` listing every unconverted op of ``graph``."""
     missing: dict[tuple[str, str], str] = {}
     for node in graph.nodes:
-        if node.op == "call_function" and op_name(node.target) not in CONVERSIONS:
+        if node.op == "call_function" and conversion_of(node.target) is None:
             key = (op_name(node.target), source_line(node))
             missing.setdefault(key, f"  {key[0]}{_torch_name(node)} at {module_path(node)}, "
                                     f"{key[1]}")
@@ -100,14 +124,16 @@ def _fail(node: torch.fx.Node, why: str) -> UnsupportedOpError:
 
 
 def _tensor_positions(args: tuple[Any, ...], promote: Any) -> Iterable[int]:
-    return range(len(args)) if promote is True else (i for i in promote if i < len(args))
+    if promote is True or promote == "result":
+        return range(len(args))
+    return (i for i in promote if i < len(args))
 
 
 def _promoted_dtype(node: torch.fx.Node, promote: Any) -> Any:
     """The dtype torch computes ``node`` in: its float result dtype, else the inputs' common
     dtype by torch's promotion rules (0-d tensors and Python numbers weigh less)."""
     out = node.meta.get("val")
-    if isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
+    if isinstance(out, torch.Tensor) and (out.dtype.is_floating_point or promote == "result"):
         return out.dtype
     values = []
     for i in _tensor_positions(node.args, promote):
@@ -156,16 +182,22 @@ def _match(value: Any, val: Any) -> Any:
 
 
 def convert_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any], ctx: Context) -> Any:
-    """The xlgraph value of one ``call_function`` node."""
-    conversion = CONVERSIONS[op_name(node.target)]
+    """The xlgraph value of one ``call_function`` node (an in-place op also rebinds the value
+    of the tensor it updates, and reports it as a mutation)."""
+    conversion = conversion_of(node.target)
     args = torch.fx.node.map_arg(node.args, env.__getitem__)
     kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+    if any(a is None and isinstance(n, torch.fx.Node) for a, n in zip(args, node.args)):
+        return None  # reads an output xlgraph does not compute (pooling indices): unused
     if conversion.promote:
         args = _promote(node, args, conversion.promote)
     ctx.node = node
     try:
-        out = conversion.fn(ctx, *args, **kwargs)
-        return _match(out, node.meta.get("val"))
+        out = _match(conversion.fn(ctx, *args, **kwargs), node.meta.get("val"))
+        if _writes_first(node.target) and isinstance(node.args[0], torch.fx.Node):
+            env[node.args[0]] = out
+            ctx.mutations[node.args[0]] = out
+        return out
     except (Unsupported, TypeError, KeyError) as exc:
         raise _fail(node, f"unsupported arguments: {exc}") from exc
     except XlgraphError as exc:

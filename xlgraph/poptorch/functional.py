@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes, ops
+from xlgraph.ops.indexing import take_along_axis
 from xlgraph.poptorch.table import register
 from xlgraph.poptorch.util import Unsupported, dims, pair, xlgraph_dtype
 from xlgraph.tensor import Tensor, constant
@@ -204,6 +205,21 @@ def _batch_norm_train(ctx: Any, x: Tensor, weight: Any, bias: Any, running_mean:
     return y, None, None, new_mean, new_var
 
 
+@register("aten.native_batch_norm.default", promote=(0, 1, 2))
+def _native_batch_norm(ctx: Any, x: Tensor, weight: Any, bias: Any, running_mean: Any,
+                       running_var: Any, training: bool, momentum: float,
+                       eps: float) -> tuple[Any, ...]:
+    """The in-place form (from ``make_fx``): running statistics are reported as updates."""
+    if running_mean is None:
+        return _batch_norm_no_stats(ctx, x, weight, bias, training, momentum, eps)
+    y, _, _, new_mean, new_var = _batch_norm_train(ctx, x, weight, bias, running_mean,
+                                                   running_var, training, momentum, eps)
+    if training:
+        ctx.mutate(3, new_mean)
+        ctx.mutate(4, new_var)
+    return y, None, None
+
+
 @register("aten._native_batch_norm_legit.no_stats", promote=(0, 1, 2))
 def _batch_norm_no_stats(ctx: Any, x: Tensor, weight: Any, bias: Any, training: bool,
                          momentum: float, eps: float) -> tuple[Any, ...]:
@@ -295,7 +311,7 @@ def _nll_loss(ctx: Any, x: Tensor, target: Tensor, weight: Any, reduction: int,
     # weighted: sum(w[t] * -x[t]) / sum(w[t]) over the items not ignored
     valid = ops.not_equal(labels, ignore_index)
     safe = ops.where(valid, labels, 0)
-    picked = ops.reshape(ops.take_along_axis(x, ops.reshape(safe, (-1, 1)), 1), (-1,))
+    picked = ops.reshape(take_along_axis(x, ops.reshape(safe, (-1, 1)), 1), (-1,))
     w = ops.where(valid, ops.gather(weight, safe, 0), 0.0)
     per_item = -picked * w
     if mode == "none":
@@ -307,3 +323,10 @@ def _nll_loss(ctx: Any, x: Tensor, target: Tensor, weight: Any, reduction: int,
 @register("xlgraph_poptorch.identity_loss.default")
 def _identity_loss(ctx: Any, x: Tensor, reduction: int) -> Tensor:
     return ops.sum(x) if reduction == 0 else ops.mean(x) if reduction == 1 else x
+
+
+@register("aten.randperm.default")
+def _randperm(ctx: Any, n: int, **_: Any) -> Tensor:
+    """A permutation: the order that sorts ``n`` uniform draws."""
+    draws = ops.random_uniform(ctx.next_seed(), (n,), 0.0, 1.0, dtypes.float32)
+    return ops.topk(draws, n, 0)[1]

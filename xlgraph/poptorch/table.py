@@ -29,19 +29,20 @@ class Conversion:
     Attributes:
         name: the overload's name, ``aten.add.Tensor``.
         fn: ``fn(ctx, *args, **kwargs)`` -> xlgraph tensor(s) or Python values.
-        promote: ``True`` to cast every tensor argument to torch's promoted dtype first, or
-            the positions of the arguments to cast (``where``'s condition stays bool).
+        promote: ``True`` to cast every tensor argument to torch's promoted dtype first,
+            ``"result"`` to cast them to the result's dtype (``sum`` of bools counts in int64),
+            or the positions of the arguments to cast (``where``'s condition stays bool).
     """
 
     name: str
     fn: Callable[..., Any]
-    promote: bool | tuple[int, ...] = False
+    promote: bool | str | tuple[int, ...] = False
 
 
 CONVERSIONS: dict[str, Conversion] = {}
 
 
-def register(*names: str, promote: bool | tuple[int, ...] = False
+def register(*names: str, promote: bool | str | tuple[int, ...] = False
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated ``fn(ctx, ...)`` as the conversion of each overload in ``names``."""
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -71,7 +72,13 @@ def converts(name: str) -> bool:
 
 
 # The op families fill CONVERSIONS when imported; PopTorch's own ops come from api_ops.
-from xlgraph.poptorch import aten_math, aten_shape, functional  # noqa: E402, F401
+from xlgraph.poptorch import (  # noqa: E402, F401
+    aten_layers,
+    aten_math,
+    aten_shape,
+    aten_sorting,
+    functional,
+)
 from xlgraph.poptorch.api_ops import CONVERSIONS as _POPTORCH_OPS  # noqa: E402
 
 for _op, _fn in _POPTORCH_OPS.items():
