@@ -129,3 +129,32 @@ def test_a_4_mib_variable_is_refused_naming_it() -> None:
     need = int(text.split("needs ")[1].split(" bytes")[0].replace(",", ""))
     assert f"{need - capacity:,} over" in text
     popxl.Session(ir, "ipu_model", ipu_model=IPUModel.full())  # a whole chip holds it
+
+
+def test_end_to_end_estimate_adds_the_host_side_measured_between_runs() -> None:
+    import time
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((64,), popxl.float32, "x")
+        out = popxl.d2h_stream((64,), popxl.float32, "y")
+        ops.host_store(out, ops.host_load(x_s) * 2.0)
+    session = popxl.Session(ir, "ipu_model")
+    assert session.report().host_side_s_per_run is None  # nothing measured before a run
+    with session:
+        for _ in range(5):
+            time.sleep(0.01)  # the program's own host work between runs (a data loader)
+            session.run({x_s: np.ones(64, np.float32)})
+    report = session.report()
+    timing = session.host_timing
+    assert timing.runs == 5 and timing.gaps == 4
+    assert 0.01 <= report.host_side_s_per_run < 0.1
+    split = report.end_to_end(runs=10)
+    clock = report.model.tile_clock_frequency
+    assert split["device"] == pytest.approx(10 * report.cycles.device_cycles / clock)
+    assert split["host_link"] == pytest.approx(10 * report.cycles.host_cycles / clock)
+    assert split["host_side"] == pytest.approx(10 * report.host_side_s_per_run)
+    assert split["total"] == pytest.approx(sum(split[k] for k in
+                                               ("host_side", "host_link", "device")))
+    assert "End to end per run" in str(report) and "host side dominates" in str(report)
+    assert report.to_dict()["measured_host_side_seconds_per_run"] == report.host_side_s_per_run

@@ -42,6 +42,7 @@ class ProfileReport:
         self.cycles = cycles
         self.model = memory.model
         self.steps_per_run = steps_per_run
+        self.host_side_s_per_run: float | None = None  # measured by the Session's runs
 
     # -- figures ---------------------------------------------------------------------------------
     @property
@@ -53,6 +54,18 @@ class ProfileReport:
     def estimated_seconds_per_run(self) -> float:
         """``estimated_cycles_per_run`` at the model's tile clock."""
         return self.cycles.total / self.model.tile_clock_frequency
+
+    def end_to_end(self, runs: int = 1) -> dict[str, float]:
+        """Seconds of ``runs`` runs in three parts: ``host_side`` (measured on this machine
+        during the simulated runs: the program's Python between runs, such as its data loader,
+        and the framework's inside ``run``; 0 before any run), ``host_link`` (modelled: stream
+        bytes over the link plus one host round trip per run) and ``device`` (modelled), and
+        their ``total``."""
+        clock = self.model.tile_clock_frequency
+        parts = {"host_side": (self.host_side_s_per_run or 0.0) * runs,
+                 "host_link": self.cycles.host_cycles / clock * runs,
+                 "device": self.cycles.device_cycles / clock * runs}
+        return {**parts, "total": sum(parts.values())}
 
     def liveness(self) -> list[dict[str, Any]]:
         """Not-always-live bytes (all tiles, and the fullest tile) at every step."""
@@ -88,6 +101,8 @@ class ProfileReport:
             "estimated_host_cycles_per_run": self.cycles.host_cycles,
             "estimated_seconds_per_run": self.estimated_seconds_per_run,
             "steps_per_run": self.steps_per_run,
+            "measured_host_side_seconds_per_run": self.host_side_s_per_run,
+            "end_to_end_seconds_per_run": self.end_to_end(),
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -112,8 +127,16 @@ class ProfileReport:
             f"Estimated time per run: {self.cycles.total:,.0f} cycles = {seconds * 1e6:,.1f} us "
             f"(device {self.cycles.device_cycles:,.0f}, host link and sync "
             f"{self.cycles.host_cycles:,.0f}); {self.steps_per_run / seconds:,.0f} steps/s",
-            "Top ops by estimated cycles:",
         ]
+        if self.host_side_s_per_run is not None:
+            split = self.end_to_end()
+            big = max(("host_side", "host_link", "device"), key=split.__getitem__)
+            lines.append(
+                f"End to end per run: {split['total'] * 1e6:,.1f} us = host side "
+                f"{split['host_side'] * 1e6:,.1f} us (measured here) + host link "
+                f"{split['host_link'] * 1e6:,.1f} us + device {split['device'] * 1e6:,.1f} us "
+                f"(modelled); {big.replace('_', ' ')} dominates")
+        lines.append("Top ops by estimated cycles:")
         for r in self.cycles.rows[:8]:
             lines.append(f"  {r.cycles:>12,.0f} cycles {r.flops:>14,.0f} flops  x{r.executions:<5}"
                          f" {r.name} ({r.where})")

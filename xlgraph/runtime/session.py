@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from xlgraph.runtime.threads import (
     has_threaded_kernels,
     largest_matrix_flops,
 )
+from xlgraph.runtime.timing import HostTiming
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
 from xlgraph.tensor import Constant, Tensor, Variable
 
@@ -112,6 +114,8 @@ class Session:
         self._chunks = 1  # chunk threads while attached
         self._thread_limit = ThreadLimit()
         self._attached = False
+        self.host_timing = HostTiming()  # measured host-side time of the runs
+        self._simulated = 0.0
         self._host_stale = False
         self._entered: list[bool] = []
         self._lock = threading.RLock()  # one run (or weight transfer) at a time
@@ -123,7 +127,8 @@ class Session:
 
     def report(self) -> ProfileReport:
         """The modelled IPU's memory per tile, liveness and estimated cycles per op (estimates,
-        not measurements; see ``xlgraph.ipu``).
+        not measurements; see ``xlgraph.ipu``), and after runs the end-to-end estimate with the
+        host-side time measured during them (``report.end_to_end(runs)``).
 
         Raises:
             UnsupportedDeviceError: on ``"cpu"``, which models no hardware.
@@ -135,6 +140,8 @@ class Session:
             )
         if self._report is None:
             self._report = make_report(self.ir, self._memory)
+        timing = self.host_timing
+        self._report.host_side_s_per_run = timing.host_side_s_per_run if timing.runs else None
         return self._report
 
     # -- attachment --------------------------------------------------------------------------
@@ -166,6 +173,7 @@ class Session:
             if self.weights_to_host_on_exit:  # also after an error: a failed run changed nothing
                 self.weights_to_host()
             self._attached = False
+            self.host_timing.detach()
             self._thread_limit.restore()
 
     def _require_attached(self, what: str) -> None:
@@ -200,9 +208,11 @@ class Session:
             NotAttachedError, StreamInputError, ExecutionError (variables are left unchanged).
         """
         self._require_attached("run")
+        started = self.host_timing.start()
         in_arrays = self.io.check_inputs(inputs or {}, downcast_inputs)
         outputs = self.create_host_outputs()
         self._execute(in_arrays, list(outputs.values()))
+        self.host_timing.end(started, self._simulated)
         return outputs
 
     def run_with_outputs(self, inputs: Mapping[HostToDeviceStream, Any] | None = None,
@@ -211,10 +221,12 @@ class Session:
         """``run``, writing into caller-provided output arrays (``outputs``: one per d2h
         stream; with None, the outputs are dropped)."""
         self._require_attached("run")
+        started = self.host_timing.start()
         in_arrays = self.io.check_inputs(inputs or {}, downcast_inputs)
         if outputs is None:
             outputs = self.create_host_outputs()
         self._execute(in_arrays, self.io.check_outputs(outputs))
+        self.host_timing.end(started, self._simulated)
 
     @_serialised
     def _execute(self, in_arrays: list[np.ndarray], out_arrays: list[np.ndarray]) -> None:
@@ -224,9 +236,11 @@ class Session:
         for live, saved in self._backup:  # one snapshot per run, however many transfers it has;
             np.copyto(saved, live)  # variables the executable double-buffers need none
         chunks = CHUNK_THREADS.set(self._chunks) if self._threaded else None
+        started = time.perf_counter()
         try:
             with self._float_traps():
                 self.executable.run(in_arrays, out_arrays)
+            self._simulated = time.perf_counter() - started
         except BaseException as exc:
             if self.executable.state is before:  # not committed (even if interrupted later)
                 for live, saved in self._backup:
