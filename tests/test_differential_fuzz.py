@@ -114,15 +114,16 @@ class FuzzGen(Gen):
         return ops.call(g, x, x * 3.0)[0]
 
 
-def build_fuzzed(data: st.DataObject) -> tuple[popxl.Ir, dict[Any, np.ndarray], list[Any]]:
+def build_fuzzed(data: st.DataObject, replicas: int = 1,
+                 ) -> tuple[popxl.Ir, dict[Any, np.ndarray], list[Any]]:
     rng = DrawnRng(data)
-    ir = popxl.Ir()
+    ir = popxl.Ir(replication=replicas)
     transfers = rng.integers(1, 4)
     event(f"num_host_transfers={transfers}")
     ir.num_host_transfers = transfers
     gen = FuzzGen(rng, ir)
     feeds: dict[Any, np.ndarray] = {}
-    lead = (transfers,) if transfers > 1 else ()
+    lead = tuple(n for n in (transfers, replicas) if n > 1)
     with ir.main_graph, popxl.in_sequence():
         popxl.h2d_stream((4,), F32, "never_loaded")  # an unused input: not expected by run
         for i, shape in enumerate([(16, 24), (24,)][: rng.integers(1, 3)]):
@@ -159,16 +160,19 @@ def spoil(feeds: dict[Any, np.ndarray], how: int) -> dict[Any, Any]:
     return bad
 
 
-def outcome(session: popxl.Session, feeds: dict[Any, Any], variables: list[Any]) -> list[Any]:
-    """Output bytes of two runs and the variables, or the error type and message of a run."""
+def outcome(session: popxl.Session, feeds: dict[Any, Any], variables: list[Any],
+            raw: bool = False) -> list[Any]:
+    """Output bytes (arrays if ``raw``) of two runs and the variables, or the error type and
+    message of a run."""
+    keep = (lambda a: a) if raw else (lambda a: a.tobytes())
     got: list[Any] = []
     with session:
         for _ in range(2):
             try:
-                got += [a.tobytes() for a in session.run(feeds).values()]
+                got += [keep(a) for a in session.run(feeds).values()]
             except popxl.errors.XlgraphError as exc:
                 got.append((type(exc).__name__, str(exc)))
-    return got + [session.get_tensor_data(v).tobytes() for v in variables]
+    return got + [keep(session.get_tensor_data(v)) for v in variables]
 
 
 @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
@@ -182,3 +186,22 @@ def test_fuzzed_programs_agree_or_fail_alike(data: st.DataObject, bad_input: int
     assert optimised == interpreted
     if bad_input >= 0:
         assert isinstance(optimised[0], tuple), "the bad input was accepted"
+
+
+@settings(max_examples=EXAMPLES // 2, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data(), st.integers(2, 3))
+def test_fuzzed_replicated_programs_agree_or_fail_alike(data: st.DataObject,
+                                                         replicas: int) -> None:
+    """The replicated plan (values held once where they can be, replicated forms folded into
+    one product) against the interpreter, which keeps every value on the replica axis. Equal
+    up to float32 rounding: a folded product runs the same sums through another BLAS call."""
+    ir, feeds, variables = build_fuzzed(data, replicas)
+    optimised, interpreted = (outcome(popxl.Session(ir, optimize=optimize), feeds, variables,
+                                      raw=True) for optimize in (True, False))
+    assert len(optimised) == len(interpreted)
+    for got, want in zip(optimised, interpreted):
+        if isinstance(want, tuple) or isinstance(got, tuple):
+            assert got == want
+        else:
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)

@@ -207,3 +207,33 @@ def test_calls_share_inputs_only_with_graphs_that_cannot_modify_them():
     with session:
         out = session.run({s_x: data})[s_out]
     np.testing.assert_array_equal(out, data + (data + 20 * data))
+
+
+def test_values_held_once_until_a_replica_write_and_dead_conditionals_still_check():
+    """An ``init`` is held once until an in-place op writes a per-replica value into it; a
+    0-d value written in place per replica; a conditional whose result nothing reads still
+    checks that the replicas agree. Compiled and interpreted runs agree."""
+    ir = xlgraph.Ir(replication=2)
+    with ir.main_graph, xlgraph.in_sequence():
+        s_x = xlgraph.h2d_stream((3,), xlgraph.float32, "x")
+        s_acc = xlgraph.d2h_stream((3,), xlgraph.float32, "acc")
+        s_top = xlgraph.d2h_stream((), xlgraph.float32, "top")
+        x = ops.host_load(s_x)
+        acc = ops.init((3,), xlgraph.float32)
+        ops.var_updates.accumulate_(acc, x)
+        top = ops.max(acc)
+        ops.relu_(top)
+        same = ir.create_graph(lambda t: t * 1.0, s_x.spec)
+        ops.conditional(ops.greater(ops.sum(x), xlgraph.constant(0.0)), same, same, [x], [x])
+        ops.host_store(s_acc, acc)
+        ops.host_store(s_top, top)
+    agree = np.array([[1, -2, 3], [4, 5, -6]], np.float32)
+    differ = np.array([[1, 2, 3], [-4, -5, -6]], np.float32)
+    for optimize in (True, False):
+        session = xlgraph.Session(ir, optimize=optimize)
+        with session:
+            out = session.run({s_x: agree})
+            np.testing.assert_array_equal(out[s_acc], agree)
+            np.testing.assert_array_equal(out[s_top], [3, 5])
+            with pytest.raises(xlgraph.errors.ExecutionError, match="disagree"):
+                session.run({s_x: differ})

@@ -49,7 +49,8 @@ def agree(op: Op, value: Any) -> np.ndarray:
 
 
 def _agree_defn(op: Op) -> OpDef:
-    return OpDef("replicas_agree", lambda *specs: specs[0], lambda value: agree(op, value))
+    return OpDef("replicas_agree", lambda *specs: specs[0], lambda value: agree(op, value),
+                 side_effect=True)  # checked even where the conditional is dead code
 
 
 def lifted(value: np.ndarray, local: int) -> np.ndarray:
@@ -80,7 +81,8 @@ def _loop(defn: OpDef, arrays: tuple[np.ndarray, ...], vary: list[bool], local: 
     """The plain kernel once per replica; in-place ops write through to the batched input."""
     if defn.inplace_of is not None and defn.view:
         raise ExecutionError("this aliasing op has no replicated form")
-    per = [_results(defn.kernel(*(a[r] if v else a for a, v in zip(arrays, vary)), **attrs))
+    per = [_results(defn.kernel(*(a[r, ...] if v else a for a, v in zip(arrays, vary)),
+                                **attrs))
            for r in range(local)]
     outs = [np.stack([np.asarray(x) for x in values]) for values in zip(*per)]
     if defn.inplace_of is not None:
@@ -150,6 +152,19 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
     run.loops = defn.replicated is None  # type: ignore[attr-defined]
     run.c_contiguous = contiguous  # type: ignore[attr-defined]  # see ``layouts``
     return dataclasses.replace(defn, kernel=run, kernel_out=None, loop=None, layout=None,
+                               replicated=None)
+
+
+def _lifting_defn(defn: OpDef, out_vary: list[bool], local: int) -> OpDef:
+    """``defn`` on values held once, with the outputs of ``out_vary`` copied onto the replica
+    axis (values a later in-place op makes differ between replicas, such as an ``init``)."""
+
+    def kernel(*arrays: np.ndarray, **attrs: Any) -> Any:
+        result = defn.kernel(*arrays, **attrs)
+        outs = [lifted(r, local) if v else r for r, v in zip(_results(result), out_vary)]
+        return tuple(outs) if isinstance(result, tuple) else outs[0]
+
+    return dataclasses.replace(defn, kernel=kernel, kernel_out=None, loop=None, layout=None,
                                replicated=None)
 
 
@@ -414,6 +429,10 @@ class _Rewriter:
                                       [o in vary for o in s.outs],
                                       [self.one[x] for x in s.ins],
                                       [self.one[o] for o in s.outs], self.ctx)
+            elif s.kind == "kernel" and any(o in vary for o in s.outs):
+                s.defn = _lifting_defn(s.defn, [o in vary for o in s.outs], self.ctx.local)
+            elif s.kind == "const" and s.outs[0] in vary:
+                s.value = lifted(s.value, self.ctx.local)
             elif s.kind == "bind" and s.outs[0] in vary and s.ins[0] not in vary:
                 s = Step("kernel", s.ins, s.outs, s.op, self.lift, {})
             elif s.kind == "func":
