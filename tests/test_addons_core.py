@@ -329,3 +329,46 @@ def test_seed_variable_and_named_tensors_remap():
         b = popxl.variable(2.0, name="b")
     named = NamedTensors(x=a)
     assert named.remap({a: b}).x is b and named.tensors == (a,)
+
+
+# -- TaskSession -------------------------------------------------------------------------------
+def sgd_ir():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        streams = addons.InputStreams(x=((1, 2), popxl.float32))
+        facts, graph = Lin(2).create_graph(popxl.TensorSpec((1, 2), popxl.float32))
+        variables = facts.init()
+        (y,) = graph.bind(variables).call(ops.host_load(streams.x))
+        ops.scaled_add_(variables.bias, ops.sum(y, 0), b=-0.1)
+        out = addons.OutputStreams(y=popxl.TensorSpec((1, 2), popxl.float32))
+        ops.host_store(out.y, y)
+    return ir, streams, out, variables
+
+
+def test_task_session_runs_from_a_dataloader_and_round_trips_checkpoints(tmp_path):
+    ir, streams, out, variables = sgd_ir()
+    session = addons.TaskSession(streams, out, variables, 1, ir, "cpu")
+    session.dataloader = [(np.ones((1, 2), np.float32),), (np.full((1, 2), 2, np.float32),)]
+    session.add_session_state_info({"steps": 3})
+    with session:
+        for _ in range(3):
+            result = session.run()
+        assert result[out.y].shape == (1, 2)
+        session.save_checkpoint(tmp_path / "ckpt")
+    saved = session.get_named_tensors_data()
+    assert saved.keys_flat() == ["weight", "bias"]
+
+    ir2, streams2, out2, variables2 = sgd_ir()
+    other = addons.TaskSession(streams2, out2, variables2, 1, ir2, "cpu")
+    other.load_checkpoint(tmp_path / "ckpt")
+    assert other.session_state == {"steps": 3}
+    for name, data in other.get_named_tensors_data().to_dict().items():
+        np.testing.assert_array_equal(data, saved.get(name))
+    ir3, streams3, out3, variables3 = sgd_ir()
+    third = addons.TaskSession(streams3, out3, variables3, 1, ir3, "cpu")
+    third.load_from_session(other)
+    np.testing.assert_array_equal(third.get_tensor_data(variables3.bias), saved.bias)
+    with pytest.raises(ValueError, match="report_missing"):
+        other.load_checkpoint(tmp_path / "ckpt", report_missing="loud")
+    with pytest.raises(NotImplementedError, match="Weights & Biases"):
+        other.wandb_variable_histograms()

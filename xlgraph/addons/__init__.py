@@ -20,6 +20,7 @@ from xlgraph.addons import (
     rts,
     seed_variable,
     streams,
+    task_session,
     transforms,
     utils,
     variable_factory,
@@ -41,6 +42,7 @@ from xlgraph.addons.remote import (
 from xlgraph.addons.route_tensor import route_tensor_into_graph
 from xlgraph.addons.seed_variable import seed_variable  # noqa: F811
 from xlgraph.addons.streams import InputStreams, OutputStreams
+from xlgraph.addons.task_session import TaskSession
 from xlgraph.addons.transforms import (
     autodiff,
     autodiff_with_accumulation,
@@ -60,7 +62,7 @@ __all__ = [
     "Module", "GraphCache", "function", "GraphWithNamedArgs", "BoundGraph", "DotTree",
     "NamedTensors", "NamedTensorData", "NamedVariableFactories", "VariableFactory",
     "add_variable_input", "add_replica_sharded_variable_input", "NamedReplicaGrouping",
-    "route_tensor_into_graph", "seed_variable", "InputStreams", "OutputStreams", "timer",
+    "route_tensor_into_graph", "seed_variable", "InputStreams", "OutputStreams", "timer", "TaskSession", "task_session",
     "autodiff", "autodiff_with_accumulation", "pipelined_execution", "recompute_graph",
     "repeat_graph", "NamedRemoteBuffers", "create_remote_buffer", "load_remote_graph",
     "named_buffers", "named_variable_buffers", "store_remote_graph", "remote", "rts",

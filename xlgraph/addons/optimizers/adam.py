@@ -23,6 +23,10 @@ class AdamOptimizerStep(Module):
     then ``graph.bind(facts.init()).call(var, grad)``.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """``Module``'s arguments (``cache``)."""
+        super().__init__(*args, **kwargs)
+
     @popxl.in_sequence(True)
     def build(self, var: popxl.TensorByRef, grad: popxl.Tensor,
               replica_grouping: popxl.ReplicaGrouping | None = None, *, lr: Any,

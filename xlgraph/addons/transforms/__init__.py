@@ -1,6 +1,7 @@
 """popxl-addons graph transforms: autodiff (with accumulation), recomputation, pipelining,
 batch serialisation and repeat_graph."""
 
+from xlgraph.addons.transforms import available_memory_proportion
 from xlgraph.addons.transforms.autodiff import autodiff, autodiff_with_accumulation
 from xlgraph.addons.transforms.batch_serialisation import (
     BatchSerialResult,
@@ -9,11 +10,11 @@ from xlgraph.addons.transforms.batch_serialisation import (
     batch_serialise,
     batch_serialise_fwd_and_grad,
 )
-from xlgraph.addons.transforms.pipelining import pipelined_execution
+from xlgraph.addons.transforms.pipelining import Pipeline, pipelined_execution
 from xlgraph.addons.transforms.recomputation import add_recompute_inputs, recompute_graph
 from xlgraph.addons.transforms.repeat_graph import repeat_graph
 
-__all__ = ["autodiff", "autodiff_with_accumulation", "pipelined_execution",
+__all__ = ["autodiff", "autodiff_with_accumulation", "pipelined_execution", "Pipeline",
            "add_recompute_inputs", "recompute_graph", "repeat_graph", "RemoteHandle",
            "BatchSerialResult", "batch_serial_buffer", "batch_serialise",
-           "batch_serialise_fwd_and_grad"]
+           "batch_serialise_fwd_and_grad", "available_memory_proportion"]

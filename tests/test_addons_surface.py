@@ -1,0 +1,62 @@
+"""Every popxl-addons public name (tests/data/popxl_addons_surface.json) exists in
+xlgraph.addons under its module path with popxl-addons' kind, parameters and bases, or is
+listed with its reason on docs/addons-support.md, and that page is current."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _generator() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "generate_addons_support", ROOT / "docs" / "generate_addons_support.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+ROWS = GEN.load_table()
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[GEN.row_id(r) for r in ROWS])
+def test_addons_row_matches(row: dict[str, Any]) -> None:
+    diffs = GEN.check(row)
+    rid = GEN.row_id(row)
+    if rid in GEN.DEVIATIONS:
+        assert diffs, f"{rid} now matches; remove it from DEVIATIONS"
+    else:
+        assert not diffs, "\n".join(diffs)
+
+
+def test_notes_and_deviations_name_rows() -> None:
+    ids = {GEN.row_id(r) for r in ROWS}
+    assert set(GEN.DEVIATIONS) <= ids and set(GEN.NOTES) <= ids
+
+
+def test_the_check_catches_differences() -> None:
+    row = {"section": "popxl_addons.graph_cache", "kind": "function", "name": "tensor_hash",
+           "params": "x"}
+    assert GEN.check(row)  # parameter named t, not x
+    row = {"section": "popxl_addons.dot_tree", "kind": "classmethod", "owner": "DotTree",
+           "name": "get", "params": "key"}
+    assert GEN.check(row) == ["popxl_addons.dot_tree.DotTree.get: not a classmethod"]
+    row = {"section": "popxl_addons.rts", "kind": "function", "name": "no_such", "params": ""}
+    assert GEN.check(row)
+
+
+def test_support_page_is_current() -> None:
+    assert GEN.main(["--check"]) == 0, "run python docs/generate_addons_support.py"
+
+
+def test_custom_cpp_ops_are_refused_in_one_line() -> None:
+    import xlgraph.addons as addons
+
+    with pytest.raises(AttributeError, match="custom C\\+\\+ ops are not re-implemented"):
+        addons.ops.sparse_matmul  # noqa: B018
