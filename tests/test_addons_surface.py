@@ -60,3 +60,27 @@ def test_custom_cpp_ops_are_refused_in_one_line() -> None:
 
     with pytest.raises(AttributeError, match="custom C\\+\\+ ops are not re-implemented"):
         addons.ops.sparse_matmul  # noqa: B018
+
+
+def test_popxl_addons_alias_is_opt_in_and_resolves_submodules() -> None:
+    import importlib
+    import sys
+
+    from xlgraph import popxl_compat
+
+    assert "popxl_addons" not in sys.modules
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("popxl_addons")
+    popxl_compat.install()
+    try:
+        import xlgraph.addons
+        import xlgraph.addons.transforms.batch_serialisation as real
+
+        assert importlib.import_module("popxl_addons") is xlgraph.addons
+        alias = importlib.import_module("popxl_addons.transforms.batch_serialisation")
+        assert alias is real
+        layers = importlib.import_module("popxl_addons.layers")
+        assert layers.Linear is xlgraph.addons.layers.Linear
+    finally:
+        popxl_compat.uninstall()
+    assert "popxl_addons" not in sys.modules
