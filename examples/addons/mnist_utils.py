@@ -55,14 +55,14 @@ class Batches:
             yield batch
 
 
-def session(ir: object, device: str) -> object:
-    """``popxl.Session(ir, device)``; on ``"ipu_model"`` the model is a whole GC200 chip
-    (``IPUModel.full()``): the tutorial networks do not fit PopXL's default 4-tile model, as
-    they would not on PopART's own 4-tile IPU model."""
+def session(ir: object, device: str, num_ipus: int = 1) -> object:
+    """``popxl.Session(ir, device)``; on ``"ipu_model"`` the model is ``num_ipus`` whole GC200
+    chips (``IPUModel.full()``): the tutorial networks do not fit PopXL's default 4-tile
+    model, as they would not on PopART's own 4-tile IPU model."""
     import popxl
 
     if device == "ipu_model":
-        return popxl.Session(ir, device, ipu_model=popxl.IPUModel.full())
+        return popxl.Session(ir, device, ipu_model=popxl.IPUModel.full(num_ipus=num_ipus))
     return popxl.Session(ir, device)
 
 

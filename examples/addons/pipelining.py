@@ -82,7 +82,7 @@ def train_program(opts):
     ir.num_host_transfers = steps
     variables = addons.NamedTensors.from_dict({**variables0.named_tensors,
                                                **variables1.named_tensors})
-    return session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
+    return session(ir, opts.device, num_ipus=2), [img_stream, label_stream], variables, loss_stream
 
 
 def main(argv=None):

@@ -84,6 +84,7 @@ def _loop(graph: popxl.Graph, pipeline: Pipeline) -> None:
             with op_hints(**op.hints):
                 attrs = {k: set(v) if isinstance(v, set) else v for k, v in op.attrs.items()}
                 outs = apply(op.defn, [new[t] for t in op.inputs], attrs)
+            body.ops[-1].created_at = op.created_at  # errors point at the user's line
             new.update(zip(op.outputs, outs))
     graph.remove_ops(recorded)
     with graph:
