@@ -372,3 +372,13 @@ def test_task_session_runs_from_a_dataloader_and_round_trips_checkpoints(tmp_pat
         other.load_checkpoint(tmp_path / "ckpt", report_missing="loud")
     with pytest.raises(NotImplementedError, match="Weights & Biases"):
         other.wandb_variable_histograms()
+
+
+def test_plain_ir_create_graph_of_an_addons_module_still_names_sub_module_inputs():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        module = Two()
+        graph = ir.create_graph(module, popxl.TensorSpec((2, 4), popxl.float32))
+    assert module._named_inputs.keys_flat() == ["fc1.weight", "fc1.bias", "fc2.weight",
+                                                "fc2.bias"]
+    assert len(graph.inputs) == 5

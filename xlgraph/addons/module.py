@@ -40,10 +40,15 @@ def _scoped_build(build: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(build)
     def run(self: Module, *args: Any, **kwargs: Any) -> Any:
         scope = self.__dict__.get("_name_scope")
-        if not scope:
-            return build(self, *args, **kwargs)
-        with popxl.name_scope(scope):
-            return build(self, *args, **kwargs)
+        pushed = not _building.stack or _building.stack[-1] is not self
+        if pushed:  # built by plain ``ir.create_graph(module)``: sub-modules still report here
+            _building.stack.append(self)
+        try:
+            with popxl.name_scope(scope) if scope else contextlib.nullcontext():
+                return build(self, *args, **kwargs)
+        finally:
+            if pushed:
+                _building.stack.pop()
 
     return run
 
