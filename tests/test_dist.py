@@ -37,13 +37,13 @@ def test_launcher_passes_unknown_options_to_mpiexec():
     cmd = mpiexec_command(["--num-instances", "2", "--num-replicas", "4", "--mpiexec", "mpx",
                            "-hosts", "a,b", "-verbose", "python", "-u", "train.py",
                            "--timeout", "9"])
-    assert cmd[:4] == ["mpx", "-n", "2", "-disable-auto-cleanup"]
-    assert cmd[-8:] == ["-hosts", "a,b", "-verbose", "python", "-u", "train.py", "--timeout",
-                        "9"]
+    assert cmd[:3] == ["mpx", "-n", "2"]
+    assert cmd[-11:] == ["-hosts", "a,b", "-verbose", sys.executable, "-m", "xlgraph.dist.guard",
+                         "python", "-u", "train.py", "--timeout", "9"]
     assert cmd[cmd.index("XLGRAPH_DIST_TIMEOUT") + 1] == "60"
     assert "XLGRAPH_NUM_REPLICAS" in cmd and "4" in cmd
     assert mpiexec_command(["--num-instances", "1", "--num-replicas", "1", "--mpiexec", "m",
-                            "-ppn", "1", "--", "-odd-name"])[-3:] == ["-ppn", "1", "-odd-name"]
+                            "-ppn", "1", "--", "-odd-name"])[-1] == "-odd-name"
     with pytest.raises(SystemExit, match="multiple"):
         mpiexec_command(["--num-instances", "2", "--num-replicas", "3", "python"])
 
@@ -96,14 +96,71 @@ def test_an_instance_that_raises_stops_the_others_with_its_error(mpi, tmp_path):
     done, elapsed = _run(_job(2, str(tmp_path / "x"), "--fail", "soft"))
     assert done.returncode != 0
     assert "RuntimeError: instance 1 fails on purpose" in done.stderr
-    assert "instance 0: stopped in the all-gather" in done.stderr
+    assert "instance 0: stopped in the all-reduce mean of float32" in done.stderr
     assert "because instance 1 failed" in done.stderr
     assert elapsed < 60
 
 
-def test_an_instance_that_vanishes_ends_the_job_after_the_timeout(mpi, tmp_path):
+def test_an_instance_that_vanishes_ends_the_job(mpi, tmp_path):
     done, elapsed = _run(_job(2, str(tmp_path / "x"), "--fail", "hard"))
     assert done.returncode != 0
-    assert "instance 0: the all-gather" in done.stderr
-    assert "within 3 s" in done.stderr
+    assert "xlgraph-run: instance 1 ended with exit status 3; stopping the job" in done.stderr
     assert elapsed < 60
+
+
+MISMATCH = ROOT / "tests" / "programs" / "dist_mismatch.py"
+
+
+def _mismatch(mode: str) -> tuple[subprocess.CompletedProcess, float]:
+    return _run([*_launcher(), "--num-instances", "2", "--num-replicas", "2", "--timeout", "5",
+                 sys.executable, str(MISMATCH), mode], timeout=60)
+
+
+@pytest.mark.parametrize("mode, mine, theirs", [
+    ("op", "all-reduce add of float32[4]", "all-reduce mean of float32[4]"),
+    ("dtype", "all-reduce add of float32[4]", "all-reduce add of int32[4]"),
+    ("shape", "all-reduce add of float32[4]", "all-reduce add of float32[3]"),
+    ("sequence", "finish (the program ended)", "all-reduce add of float32[4]"),
+])
+def test_collectives_that_disagree_raise_in_every_instance(mpi, mode, mine, theirs):
+    """Before the headers, the dtype and op cases combined garbage and exited 0."""
+    done, elapsed = _mismatch(mode)
+    assert done.returncode != 0
+    seq = 2 if mode == "sequence" else 1
+    for rank, (a, b) in ((0, (mine, theirs)), (1, (theirs, mine))):
+        assert (f"instance {rank}: the instances disagree on collective #{seq}: this instance "
+                f"runs '#{seq}: {a}', instance {1 - rank} runs '#{seq}: {b}'") in done.stderr
+    assert "nothing was combined" in done.stderr
+    assert elapsed < 30
+
+
+def test_a_failure_after_a_peer_finished_ends_the_job(mpi):
+    """Instance 0 used to hang in MPI_Finalize for ever (xlgraph-run --timeout did not help)."""
+    done, elapsed = _mismatch("late")
+    assert done.returncode != 0
+    assert "RuntimeError: instance 1 fails after instance 0 finished" in done.stderr
+    assert ("instance 0: stopped in the finish (the program ended) because instance 1 failed"
+            in done.stderr)
+    assert elapsed < 30
+
+
+def test_a_vanishing_after_a_peer_finished_ends_the_job(mpi):
+    done, elapsed = _mismatch("late-hard")
+    assert done.returncode != 0
+    assert "xlgraph-run: instance 1 ended with exit status 3" in done.stderr
+    assert elapsed < 30
+
+
+def test_a_failure_before_mpi_starts_ends_the_job(mpi):
+    """The other instance used to wait in MPI_Init for ever."""
+    done, elapsed = _mismatch("early")
+    assert done.returncode != 0
+    assert "RuntimeError: instance 1 fails before it starts MPI" in done.stderr
+    assert elapsed < 30
+
+
+def test_instances_that_agree_exit_zero(mpi):
+    done, _ = _mismatch("same")
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):  # the instances' lines may interleave
+        assert done.stdout.count(f"instance {rank}: [3.0, 3.0, 3.0, 3.0]") == 1

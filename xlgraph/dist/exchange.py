@@ -1,19 +1,32 @@
-"""Collectives between instances over MPI: contiguous buffers, no pickling, bounded waits.
+"""Collectives between instances over MPI: contiguous buffers, no pickling, checked, bounded.
 
 Every exchange is an ``Iallgather`` of the instances' replica values: each instance then
 reduces the full ``(replicas, ...)`` array with the same numpy code as a single process, so a
 job's results equal the one-process run bit for bit (MPI's own reductions sum in an order that
-depends on the number of processes). Waits poll with a deadline (``XLGRAPH_DIST_TIMEOUT``
-seconds, default 60) and watch for failure notices: an instance that dies of a Python
-exception tells the others, which stop at once with an error naming it; one that vanishes
-without a word is reported when the deadline passes.
+depends on the number of processes).
+
+Each collective starts with a fixed-size record (``RECORD_BYTES``) from every instance: a
+header (the collective's number in this process, its sequence; what it is, ``all-reduce add``;
+the dtype and shape of this instance's part) followed by the data itself when it fits
+(``INLINE_BYTES``), so a small collective is still one exchange; larger data follows in a
+second exchange once the headers agree. Instances whose headers differ combine nothing: every
+instance raises a ``DistributedError`` naming its own collective and the other side's.
+``benchmarks/dist_headers.py`` measures what the headers cost. The end of the program is
+a header too (``finish``): an instance that ends waits for the others to end as well, so one
+that fails after a peer has finished still ends the whole job.
+
+Waits poll with a deadline (``XLGRAPH_DIST_TIMEOUT`` seconds, default 60) and watch for failure
+notices: an instance that dies of a Python exception tells the others, which stop at once with
+an error naming it; one that vanishes without a word is reported when the deadline passes.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -24,7 +37,11 @@ from xlgraph.errors import DistributedError
 __all__ = ["MpiExchange", "import_mpi"]
 
 FAILURE_TAG = 7301
+HEADER_BYTES = 256
+RECORD_BYTES = 4096
+INLINE_BYTES = RECORD_BYTES - HEADER_BYTES  # data up to this size travels with the header
 _POLL_SECONDS = 0.0002
+_JOB: MpiExchange | None = None  # one per process: the collective sequence spans Sessions
 
 
 def import_mpi() -> Any:
@@ -37,19 +54,38 @@ def import_mpi() -> Any:
     return MPI
 
 
+def _describe(what: str, local: np.ndarray | None) -> str:
+    return what if local is None else f"{what} of {local.dtype}{list(local.shape[1:])}"
+
+
+def _header(seq: int, text: str) -> np.ndarray:
+    """``text`` (with the sequence and a checksum, so a cut-off text still compares exactly)
+    as ``HEADER_BYTES`` bytes."""
+    body = f"#{seq}: {text}".encode(errors="replace")
+    record = f"{zlib.crc32(body):08x}".encode() + body
+    return np.frombuffer(record[:HEADER_BYTES].ljust(HEADER_BYTES, b"\0"), np.uint8)
+
+
+def _text(header: np.ndarray) -> str:
+    return header.tobytes().rstrip(b"\0")[8:].decode(errors="replace")
+
+
 class MpiExchange:
     """Swaps replica data between the instances of ``comm``."""
 
-    def __init__(self, comm: Any, timeout: float) -> None:
+    def __init__(self, comm: Any, timeout: float, check_headers: bool = True) -> None:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.timeout = timeout
+        self.check_headers = check_headers
+        self.sequence = 0
         self._mpi = import_mpi()
 
     @classmethod
     def for_ir(cls, ir: Any) -> MpiExchange:
-        """The exchange of this process's job; checks it matches ``ir``'s instances."""
+        """The exchange of this process's job (made once); checks it matches ``ir``'s instances."""
+        global _JOB
         comm = import_mpi().COMM_WORLD
         if comm.Get_size() != ir.num_instances or comm.Get_rank() != ir.instance_index:
             raise DistributedError(
@@ -57,17 +93,52 @@ class MpiExchange:
                 f"runs rank {comm.Get_rank()} of {comm.Get_size()}; start the job with "
                 f"xlgraph-run"
             )
-        exchange = cls(comm, float(_int_env(TIMEOUT, 60)))
-        exchange.report_failures()
-        return exchange
+        if _JOB is None:
+            _JOB = cls(comm, float(_int_env(TIMEOUT, 60)))
+            _JOB.report_failures()
+        return _JOB
 
-    def allgather(self, local: np.ndarray) -> np.ndarray:
-        """Every instance's ``local`` (all the same shape), stacked on axis 0."""
+    def allgather(self, local: np.ndarray, what: str = "collective") -> np.ndarray:
+        """Every instance's ``local`` (all the same shape), stacked on axis 0; ``what`` names
+        the collective in the header and in errors."""
+        described = _describe(what, local)
+        self.sequence += 1
         out = np.empty((self.size * local.shape[0], *local.shape[1:]), local.dtype)
-        request = self.comm.Iallgather(local.view(np.uint8).reshape(-1),
-                                       out.view(np.uint8).reshape(-1))
-        self._wait(request, f"all-gather of {local.dtype}{list(local.shape[1:])}")
+        data = local.view(np.uint8).reshape(-1)
+        if self.check_headers:
+            records = self._agree(described, data if data.size <= INLINE_BYTES else None)
+            if data.size <= INLINE_BYTES:
+                out.view(np.uint8).reshape(self.size, -1)[:] = \
+                    records[:, HEADER_BYTES:HEADER_BYTES + data.size]
+                return out
+        request = self.comm.Iallgather(data, out.view(np.uint8).reshape(-1))
+        self._wait(request, described)
         return out
+
+    def _agree(self, described: str, inline: np.ndarray | None = None) -> np.ndarray:
+        """Swap records (header, then ``inline`` data); raise in this instance when any other
+        instance's header differs. Returns every instance's record."""
+        mine = np.zeros(RECORD_BYTES, np.uint8)
+        header = mine[:HEADER_BYTES]
+        header[:] = _header(self.sequence, described)
+        if inline is not None:
+            mine[HEADER_BYTES:HEADER_BYTES + inline.size] = inline
+        records = np.empty((self.size, RECORD_BYTES), np.uint8)
+        self._wait(self.comm.Iallgather(mine, records), described)
+        for other in range(self.size):
+            if not np.array_equal(records[other, :HEADER_BYTES], header):
+                raise DistributedError(
+                    f"instance {self.rank}: the instances disagree on collective "
+                    f"#{self.sequence}: this instance runs {_text(header)!r}, instance {other} "
+                    f"runs {_text(records[other, :HEADER_BYTES])!r}; every instance must run the "
+                    f"same program on data of the same shapes, so nothing was combined")
+        return records
+
+    def finish(self) -> None:
+        """At exit: wait (at most the timeout) until every instance has ended its program; an
+        instance still in a collective, or one that failed, ends this one with an error."""
+        self.sequence += 1
+        self._agree("finish (the program ended)")
 
     def _wait(self, request: Any, what: str) -> None:
         deadline = time.monotonic() + self.timeout
@@ -102,16 +173,29 @@ class MpiExchange:
             requests = [r for r in requests if not r.Test()]
             time.sleep(_POLL_SECONDS)
 
+    def _fail(self, message: str) -> None:
+        """Print, notify the other instances, then exit at once (MPI's finalisation would wait
+        for instances that will never arrive)."""
+        sys.stderr.flush()
+        sys.stdout.flush()
+        self.notify_failure(message)
+        os._exit(1)
+
     def report_failures(self) -> None:
-        """On an uncaught exception: print it, notify the other instances, then exit at once
-        (MPI's finalisation would wait for instances that will never arrive)."""
+        """On an uncaught exception: print it and fail (``_fail``). At a normal exit: ``finish``
+        first, failing if the other instances do not end too."""
         previous = sys.excepthook
 
         def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
             previous(kind, exc, tb)
-            sys.stderr.flush()
-            sys.stdout.flush()
-            self.notify_failure(f"{kind.__name__}: {exc}")
-            os._exit(1)
+            self._fail(f"{kind.__name__}: {exc}")
+
+        def at_exit() -> None:
+            try:
+                self.finish()
+            except DistributedError as exc:
+                print(f"DistributedError: {exc}", file=sys.stderr)
+                self._fail(f"DistributedError: {exc}")
 
         sys.excepthook = hook
+        atexit.register(at_exit)  # runs before mpi4py's MPI_Finalize (registered earlier)

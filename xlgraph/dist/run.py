@@ -7,8 +7,10 @@ Usage::
 Each instance runs COMMAND with the job described in its environment (``xlgraph.dist``), so
 ``Ir(replication="popdist")`` takes R replicas, R / I of them in this process. Options before
 COMMAND that xlgraph-run does not know (``-hosts a,b``, ``-ppn 1``, ...) go to ``mpiexec``.
-Instances keep running when one dies, so that each reports the failure itself (collectives
-wait at most ``--timeout`` seconds); the job's exit status is non-zero.
+Each instance runs under a guard (``xlgraph.dist.guard``): when one fails, the others first get
+a moment to report it themselves (collectives also wait at most ``--timeout`` seconds, and an
+instance that finishes waits at most that long for the others to finish), then ``mpiexec`` ends
+the job; its exit status is non-zero.
 """
 
 from __future__ import annotations
@@ -103,8 +105,8 @@ def mpiexec_command(argv: Sequence[str]) -> list[str]:
     env = {NUM_INSTANCES: args.num_instances, NUM_REPLICAS: args.num_replicas,
            TIMEOUT: args.timeout}
     genv = [x for name, value in env.items() for x in ("-genv", name, str(value))]
-    return [args.mpiexec or _find_mpiexec(), "-n", str(args.num_instances),
-            "-disable-auto-cleanup", *genv, *options, *command]
+    return [args.mpiexec or _find_mpiexec(), "-n", str(args.num_instances), *genv, *options,
+            sys.executable, "-m", "xlgraph.dist.guard", *command]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

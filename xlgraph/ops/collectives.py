@@ -56,7 +56,8 @@ def _all_reduce(x: np.ndarray, op: str, group: Any) -> np.ndarray:
 
 
 def _all_reduce_replicated(ctx: ReplicaContext, x: np.ndarray, op: str, group: Any) -> np.ndarray:
-    return ctx.per_group(x, group, lambda s: _REDUCE[op](s)[None]).astype(x.dtype, copy=False)
+    return ctx.per_group(x, group, lambda s: _REDUCE[op](s)[None],
+                         f"all-reduce {op}").astype(x.dtype, copy=False)
 
 
 def _all_reduce_inplace(x: np.ndarray, op: str, group: Any) -> np.ndarray:
@@ -199,7 +200,7 @@ def _gather(x: np.ndarray, axis: int, group_size: int, group: Any, new_axis: boo
 def _gather_replicated(ctx: ReplicaContext, x: np.ndarray, axis: int, group_size: int,
                        group: Any, new_axis: bool) -> np.ndarray:
     join = np.stack if new_axis else np.concatenate
-    return ctx.per_group(x, group, lambda s: join(list(s), axis)[None])
+    return ctx.per_group(x, group, lambda s: join(list(s), axis)[None], f"all-gather axis {axis}")
 
 
 def _gather_grad(g: Any, dy: Tensor) -> tuple[Tensor]:
@@ -262,7 +263,8 @@ def _padded(x: np.ndarray, group_size: int) -> np.ndarray:
 def _scatter_replicated(ctx: ReplicaContext, x: np.ndarray, group_size: int, group: Any,
                         op: str, sharded: bool) -> np.ndarray:
     flat = np.stack([_padded(xi, group_size) for xi in x])
-    reduced = ctx.per_group(flat, group, lambda s: _REDUCE[op](s)[None]).astype(x.dtype)
+    reduced = ctx.per_group(flat, group, lambda s: _REDUCE[op](s)[None],
+                            f"reduce-scatter {op}").astype(x.dtype)
     return _slice_replicated(ctx, reduced, 0, group_size, group)
 
 

@@ -24,7 +24,7 @@ __all__ = ["Exchange", "ReplicaContext", "aligned", "shift_axes", "unchanged", "
 class Exchange(Protocol):
     """How instances swap replica data (``xlgraph.dist`` implements it over MPI)."""
 
-    def allgather(self, local: np.ndarray) -> np.ndarray: ...
+    def allgather(self, local: np.ndarray, what: str = "collective") -> np.ndarray: ...
 
 
 @dataclass
@@ -36,21 +36,23 @@ class ReplicaContext:
     offset: int = 0
     exchange: Exchange | None = None
 
-    def gather(self, x: np.ndarray) -> np.ndarray:
-        """Every replica's value, ``(total, ...)``, from this instance's ``(local, ...)``."""
+    def gather(self, x: np.ndarray, what: str = "collective") -> np.ndarray:
+        """Every replica's value, ``(total, ...)``, from this instance's ``(local, ...)``;
+        ``what`` names the collective to the other instances (they check that it matches)."""
         if self.exchange is None:
             return x
-        return self.exchange.allgather(np.ascontiguousarray(x))
+        return self.exchange.allgather(np.ascontiguousarray(x), what)
 
     def grouping(self, group: ReplicaGrouping | None) -> ReplicaGrouping:
         return group if group is not None else ReplicaGrouping.from_stride(self.total)
 
     def per_group(self, x: np.ndarray, group: ReplicaGrouping | None,
-                  combine: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+                  combine: Callable[[np.ndarray], np.ndarray],
+                  what: str = "collective") -> np.ndarray:
         """Apply ``combine`` to the stacked values of each group's members, ``(G, ...)``; it
         returns one result per member (or one broadcast to all). Returns the local replicas'
         (a read-only broadcast view when one group of every replica has one result)."""
-        everyone = self.gather(x)
+        everyone = self.gather(x, what)
         mine = range(self.offset, self.offset + self.local)
         out: np.ndarray | None = None
         for members in self.grouping(group).groups:
