@@ -522,3 +522,60 @@ def test_unknown_option_values_are_checked():
     with pytest.raises(ValueError):
         poptorch.Options().Distributed.configureProcessId(2, 2)
     np.testing.assert_equal(poptorch.Options().Precision.partials_type, torch.float32)
+
+
+def test_anchored_gradients_follow_their_output_mode():
+    torch.manual_seed(11)
+    net = Regression()
+    reference = copy.deepcopy(net)
+    opts = poptorch.Options().deviceIterations(2)
+    opts.Training.gradientAccumulation(3)
+    opts.anchorTensor("grad_bias", "Gradient___model.fc.bias")
+    opts.anchorTensor("grad_weights", "Gradient___fc.weight", poptorch.OutputMode.All)
+    model = poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=0.1))
+    x, y = torch.randn(12, 4), torch.randn(12, 1)
+    model(x, y)
+    assert "Gradient___fc.bias" in model.getTensorNames()
+    eager = torch.optim.SGD(reference.parameters(), lr=0.1)
+    weight_grads = []
+    for i in range(2):  # two steps of 3 micro-batches of 2
+        eager.zero_grad()
+        nn.functional.mse_loss(reference.fc(x[6 * i:6 * i + 6]), y[6 * i:6 * i + 6]).backward()
+        weight_grads.append(reference.fc.weight.grad.clone())
+        eager.step()
+    torch.testing.assert_close(model.getAnchoredTensor("grad_bias"), reference.fc.bias.grad)
+    torch.testing.assert_close(model.getAnchoredTensor("grad_weights"), torch.cat(weight_grads))
+
+
+class Pair:
+    """A user's argument type: two tensors and a setting."""
+
+    def __init__(self, a, b, scale):
+        self.a, self.b, self.scale = a, b, scale
+
+
+class PairParser(poptorch.ICustomArgParser):
+    def yieldTensors(self, struct):  # noqa: N802 - PopTorch's interface
+        yield struct.a
+        yield struct.b
+
+    def reconstruct(self, original_structure, tensor_iterator):
+        return Pair(next(tensor_iterator), next(tensor_iterator), original_structure.scale)
+
+
+def test_custom_arg_parser_flattens_a_users_argument_type():
+    poptorch.registerCustomArgParser(Pair, PairParser())
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, pair):
+            return self.fc(pair.a) * pair.scale + pair.b
+
+    net = Net()
+    pair = Pair(torch.randn(2, 3), torch.randn(2, 3), 2.0)
+    torch.testing.assert_close(poptorch.inferenceModel(net)(pair), net(pair).detach())
+    with pytest.raises(TypeError, match="ICustomArgParser"):
+        poptorch.registerCustomArgParser(Pair, object())

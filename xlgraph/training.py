@@ -126,6 +126,8 @@ class TrainStep:
         seed: the dropout seed variable (``uint32[2]``), or None.
         num_host_transfers: training steps per ``run``.
         output_streams: with ``store_outputs``, the d2h stream of each forward output.
+        grad_streams: ``{parameter name: d2h stream}`` of the reduced gradient of each step,
+            for the names given as ``store_grads``.
     """
 
     optimizer: Optimizer
@@ -136,6 +138,7 @@ class TrainStep:
     seed: Variable | None
     num_host_transfers: int
     output_streams: tuple[DeviceToHostStream, ...] = ()
+    grad_streams: dict[str, DeviceToHostStream] | None = None
 
     def run(self, session: Any, *arrays: Any) -> np.ndarray:
         """Train on one group of batches; returns the loss of each step, shape ``(n,)``.
@@ -177,6 +180,7 @@ def build_train_step(
     init_seed: int | None = None,
     num_host_transfers: int | None = None,
     store_outputs: bool = False,
+    store_grads: Collection[str] = (),
     frozen: Collection[str] = (),
     updates: Mapping[int, str] | None = None,
     accumulation: int = 1,
@@ -200,6 +204,10 @@ def build_train_step(
         num_host_transfers: steps per ``run`` (sets ``ir.num_host_transfers``).
         store_outputs: also stream every forward output of every step to the host
             (``TrainStep.output_streams``).
+        store_grads: parameter names whose gradient (reduced as the optimiser receives it) is
+            streamed to the host every step (``TrainStep.grad_streams``; like every stream it
+            makes one transfer per batch, so each step's gradient is repeated ``accumulation``
+            times).
         frozen: names of variables the forward reads but the optimiser leaves alone.
         updates: ``{forward output index: variable name}``: after each step the variable takes
             that output's value (e.g. BatchNorm running statistics; name them in ``frozen``).
@@ -248,6 +256,8 @@ def build_train_step(
         loss_stream = d2h_stream((), value.dtype, "loss")
         out_streams = [d2h_stream(t.shape, t.dtype, f"output{i}")
                        for i, t in enumerate(outs if store_outputs else ())]
+        grad_streams = {k: d2h_stream(model.variables[k].shape, model.variables[k].dtype,
+                                      f"Gradient___{k}") for k in names if k in store_grads}
     with body, in_sequence():
         local = {k: graph_input(v.shape, v.dtype, k) for k, v in everything.items()}
         bound = {fwd_params[k]: local[k] for k in used}
@@ -279,11 +289,14 @@ def build_train_step(
         count = accumulation * ir.replication_factor
         if count > 1 and accumulation_reduction == "mean":
             total = [g * (1.0 / count) for g in total]
+        for k, g in zip(names, total):
+            for _ in range(accumulation if k in grad_streams else 0):  # once per transfer
+                ops.host_store(grad_streams[k], g)
         optimizer.update({k: local[k] for k in names}, dict(zip(names, total)),
                          {k: local[k] for k in state})
     _loop(ir, body, n, wiring)
     return TrainStep(optimizer, tuple(streams), loss_stream, model.variables, state, seed_var, n,
-                     tuple(out_streams))
+                     tuple(out_streams), grad_streams)
 
 
 def _replica_seed(seed: Tensor, replicas: int) -> Tensor:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import copy
 import functools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -245,9 +246,27 @@ def registerCustomArgParser(arg_data_type: type, arg_parser: ICustomArgParser) -
         raise TypeError(f"registerCustomArgParser: {arg_parser!r} is not an ICustomArgParser")
     if arg_data_type not in _PARSERS:
         pytree.register_pytree_node(
-            arg_data_type, lambda s: (list(_PARSERS[type(s)].yieldTensors(s)), s),
-            lambda tensors, s: _PARSERS[type(s)].reconstruct(s, iter(tensors)))
+            arg_data_type, _flatten, _unflatten, flatten_with_keys_fn=_flatten_with_keys,
+            serialized_type_name=f"{arg_data_type.__module__}.{arg_data_type.__qualname__}")
     _PARSERS[arg_data_type] = arg_parser
+
+
+def _flatten(struct: Any) -> tuple[list[Any], Any]:
+    """The parser's tensors, and the structure without them (capture copies the context)."""
+    skeleton = copy.copy(struct)
+    for key, value in vars(skeleton).items() if hasattr(skeleton, "__dict__") else ():
+        if isinstance(value, torch.Tensor):
+            setattr(skeleton, key, None)
+    return list(_PARSERS[type(struct)].yieldTensors(struct)), skeleton
+
+
+def _flatten_with_keys(struct: Any) -> tuple[list[tuple[Any, Any]], Any]:
+    leaves, context = _flatten(struct)
+    return [(pytree.SequenceKey(i), leaf) for i, leaf in enumerate(leaves)], context
+
+
+def _unflatten(leaves: Any, struct: Any) -> Any:
+    return _PARSERS[type(struct)].reconstruct(struct, iter(leaves))
 
 
 def registerGeometricCustomArgParsers() -> None:  # noqa: N802

@@ -129,6 +129,13 @@ def _concrete(bound: dict[str, Any]) -> list[Any]:
     return [v for v in pytree.tree_leaves(list(bound.values())) if not isinstance(v, torch.Tensor)]
 
 
+def _anchor_key(long_name: str) -> str:
+    """The ``state_dict`` key an anchor names (``Gradient___model.fc.weight`` -> ``fc.weight``)."""
+    for prefix in ("Gradient___", "UpdatedVar___"):
+        long_name = long_name.removeprefix(prefix)
+    return long_name.removeprefix("model.")
+
+
 def _to_torch(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(array, order="C"))  # 0-d stays 0-d
 
@@ -160,7 +167,9 @@ class PoplarExecutor:
             pt_optim.hyperparameters(self._optimizer)  # refuse unsupported optimisers now
         self._compiled: _Compiled | None = None
         self._compile_seconds = 0.0
-        self._anchors: dict[str, np.ndarray] = {}
+        self._anchors: dict[str, torch.Tensor] = {}
+        self._grad_streams: dict[str, Any] = {}
+        self._grad_keys: list[str] = []
         if training:
             weights.hook_module(model, self)
 
@@ -255,6 +264,7 @@ class PoplarExecutor:
             trained = pt_optim.parameter_ids(self._optimizer)
             frozen = [k for k in variables if id(tensors[k]) not in trained
                       or not tensors[k].requires_grad]
+            self._grad_keys = [k for k in variables if k not in frozen]
             index = lowered.loss_index
             seed = None
             if lowered.seed is not None:
@@ -271,12 +281,14 @@ class PoplarExecutor:
             step = build_train_step(
                 ir, lowered.graph, loss, xl_optimizer, specs, params=params, seed=seed,
                 seed_input=lowered.seed,
-                store_outputs=True, frozen=frozen, updates=lowered.buffer_updates,
+                store_outputs=True, store_grads=self._anchored_gradients(),
+                frozen=frozen, updates=lowered.buffer_updates,
                 num_host_transfers=self.options.device_iterations,
                 accumulation=self.options.Training.gradient_accumulation,
                 accumulation_reduction="sum" if reduction == ReductionType.Sum else "mean")
             streams, loss_stream, seed_var = step.streams, step.loss_stream, step.seed
             out_streams = step.output_streams[: len(lowered.outputs)]
+            self._grad_streams = dict(step.grad_streams or {})
         else:
             xl_optimizer, loss_stream, seed_var = None, None, None
             step = build_inference(ir, lowered.graph, specs, params=params,
@@ -334,6 +346,7 @@ class PoplarExecutor:
             # the device stepped the optimizer: flag it as optimizer.step() does, so torch's LR
             # schedulers know the step came before theirs
             self._optimizer._opt_called = True
+            self._keep_anchored_gradients(out)
         mode = self.options.output_mode
         period = self.options.output_return_period
         results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,
@@ -439,25 +452,49 @@ class PoplarExecutor:
         return result
 
     # -- anchors, profiling and executables ----------------------------------------------------
+    def _anchored_gradients(self) -> list[str]:
+        """Parameter keys of the ``Gradient___<key>`` anchors."""
+        return [_anchor_key(long) for long, _, _ in self.options.anchored_tensors.values()
+                if long.startswith("Gradient___")]
+
+    def _keep_anchored_gradients(self, out: dict[Any, np.ndarray]) -> None:
+        """Keep each anchored gradient of this call, selected by the anchor's output mode."""
+        for short, (long, mode, period) in self.options.anchored_tensors.items():
+            stream = self._grad_streams.get(_anchor_key(long))
+            if long.startswith("Gradient___") and stream is not None:
+                steps = self.options.device_iterations
+                data = out[stream]
+                if self._steps > 1:  # one copy per micro-batch: keep each step's last
+                    data = data.reshape((steps, -1) + data.shape[1:])[:, -1]
+                    data = data[0] if steps == 1 else data
+                self._anchors[short] = _to_torch(_apply_output_mode(
+                    data, steps, self._replicas,
+                    mode if mode is not None else self.options.output_mode, period))
+
     def getTensorNames(self) -> list[str]:  # noqa: N802
         """Names ``Options.anchorTensor`` can anchor: the inputs, each parameter and buffer
-        (its ``state_dict`` key) and ``UpdatedVar___<key>``."""
+        (its ``state_dict`` key), ``UpdatedVar___<key>`` and, in training,
+        ``Gradient___<key>`` of each trained parameter."""
         compiled = self._require_compiled()
         keys = list(compiled.sync.variables)
+        grads = [f"Gradient___{k}" for k in self._grad_keys]
         return [t.name for t in compiled.lowered.data_inputs] + keys + [
-            f"UpdatedVar___{k}" for k in keys]
+            f"UpdatedVar___{k}" for k in keys] + grads
 
     def getAnchoredTensor(self, short_name: str) -> torch.Tensor:  # noqa: N802
-        """The value of the tensor anchored as ``short_name`` after the last call."""
+        """The value of the tensor anchored as ``short_name`` after the last call (gradients
+        as the anchor's output mode selects them over the call's steps)."""
         if short_name not in self.options.anchored_tensors:
             raise Error(f"getAnchoredTensor: no tensor anchored as {short_name!r}; anchored: "
                         f"{sorted(self.options.anchored_tensors)}")
         compiled = self._require_compiled()
+        if short_name in self._anchors:
+            return self._anchors[short_name]
         long_name = self.options.anchored_tensors[short_name][0]
-        key = long_name.removeprefix("UpdatedVar___").removeprefix("model.")
-        if key not in compiled.sync.variables:
+        key = _anchor_key(long_name)
+        if key not in compiled.sync.variables or long_name.startswith("Gradient___"):
             raise Error(f"getAnchoredTensor: {long_name!r} is not one of getTensorNames() "
-                        f"(gradients are not anchored by xlgraph)")
+                        f"or has no value yet (gradients exist after a training call)")
         data = compiled.session.get_tensor_data(compiled.sync.variables[key])
         return _to_torch(np.asarray(data))
 

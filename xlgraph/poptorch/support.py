@@ -33,8 +33,6 @@ STATUS: dict[str, tuple[str, str]] = {
     "poptorchAtExit": (IGNORED, "nothing to release: the simulator holds no device"),
     "setLogLevel": (IGNORED, "xlgraph does not log"),
     "load": (REFUSED, "executables are not saved to disk; rebuild the wrapper instead"),
-    "registerCustomArgParser": (RECORDED, "the type becomes a torch pytree node, so forward "
-                                "arguments of that type flatten to the parser's tensors"),
     "registerGeometricCustomArgParsers": (IGNORED, "torch_geometric types are not converted"),
     "ctc_beam_search_decoder": (REFUSED, "no CTC beam search op in xlgraph"),
     "fps": (REFUSED, "torch_cluster's farthest point sampling is not in xlgraph"),

@@ -27,6 +27,15 @@ def _pil_image(pixels: np.ndarray) -> Any:
     return Image.fromarray(pixels)
 
 
+def _transformed(dataset: Any, image: Any, target: Any) -> tuple[Any, Any]:
+    """``(image, target)`` through the dataset's ``transform`` and ``target_transform``."""
+    if dataset.transform is not None:
+        image = dataset.transform(image)
+    if dataset.target_transform is not None:
+        target = dataset.target_transform(target)
+    return image, target
+
+
 class MNIST:
     """The MNIST digits, as ``torchvision.datasets.MNIST``.
 
@@ -90,11 +99,7 @@ class MNIST:
         """``(image, target)``: the transformed image and the (transformed) int label."""
         image = _pil_image(self._images[index])
         target = int(self._labels[index])
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return image, target
+        return _transformed(self, image, target)
 
     def __repr__(self) -> str:
         split = "Train" if self.train else "Test"
@@ -160,11 +165,7 @@ class CIFAR10:
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         """``(image, target)`` after the transforms."""
         image, target = _pil_image(self.data[index]), self.targets[index]
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return image, target
+        return _transformed(self, image, target)
 
 
 class FakeData:
@@ -191,8 +192,4 @@ class FakeData:
         pixels = rng.integers(0, 256, (height, width, channels), dtype=np.uint8)
         image = _pil_image(pixels[:, :, 0] if channels == 1 else pixels)
         target = int(rng.integers(0, self.num_classes))
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return image, target
+        return _transformed(self, image, target)
