@@ -158,3 +158,16 @@ def test_end_to_end_estimate_adds_the_host_side_measured_between_runs() -> None:
                                                ("host_side", "host_link", "device")))
     assert "End to end per run" in str(report) and "host side dominates" in str(report)
     assert report.to_dict()["measured_host_side_seconds_per_run"] == report.host_side_s_per_run
+
+
+def test_in_place_updates_need_no_second_copy_of_the_weight() -> None:
+    """512 KiB of a 2 MiB weight on each of the 4 tiles, updated in place, fits: the IPU's
+    vertices need no temporary of the weight's size (the simulator's numpy scratch is not
+    device memory)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        w = popxl.variable(np.zeros((512, 1024), np.float32), name="w")
+        ops.var_updates.accumulate_(w, popxl.constant(np.float32(1)), f=0.5)
+    memory = popxl.Session(ir, "ipu_model").report().memory
+    assert memory.peak.max() < memory.model.memory_bytes_per_tile
+    np.testing.assert_array_equal(memory.always_live["variables"], [512 * 1024] * 4)

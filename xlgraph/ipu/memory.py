@@ -8,8 +8,10 @@ on the device a stream's data is the value ``host_load`` makes, live like any ot
 every op was charged 512 bytes of code on every tile it used; Poplar shares a codelet between
 all vertices of its type.) *Not-always-live* memory is every other value, from
 the step that makes its storage to its last use, as the shared liveness analysis and the buffer
-plan give them (views cost nothing, scratch arrays count during their step, a compiled
-function's peak counts at its call). Every tensor sits on tiles by the linear mapping: values
+plan give them (views cost nothing, a compiled function's peak counts at its call). The
+simulator's scratch arrays (numpy temporaries of kernels such as ``accumulate_``) are not
+device memory: the IPU's vertices update in place, so the model does not charge them. Every
+tensor sits on tiles by the linear mapping: values
 made by ops on the IO tile set (``popxl.io_tiles()``) on the ``numIOTiles`` reserved IO tiles,
 everything else on the compute tiles.
 """
@@ -117,19 +119,9 @@ class _Builder:
                 roots_out.append((start, end, size, self.names.get(root, f"%{root}"),
                                   str(specs[root]), where))
         for s, pos in live.positions.items():
-            extra = np.zeros(self.model.tiles, np.int64)
-            if s.defn is not None and s.defn.scratch and s in plan.use_out:
-                size = nbytes(specs[s.outs[0]]) * s.defn.scratch
-                extra += self.tiles(nbytes(specs[s.outs[0]]), tile_set_of(s)) * s.defn.scratch
-                if roots_out is not None:
-                    name = f"{s.op.name if s.op is not None else s.defn.name} scratch"
-                    roots_out.append((pos, pos, size, name, str(specs[s.outs[0]]),
-                                      tile_set_of(s)))
             if s.kind == "func":
-                extra += self.function_peaks[s.func]
-            if extra.any():
-                delta[pos] += extra
-                delta[pos + 1] -= extra
+                delta[pos] += self.function_peaks[s.func]
+                delta[pos + 1] -= self.function_peaks[s.func]
         return np.cumsum(delta[:-1], axis=0)
 
     def always_live(self) -> dict[str, np.ndarray]:
