@@ -4,6 +4,7 @@ block that does not say it continues the one above also runs alone."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,40 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 CONTINUES = "# (continues the snippet above)\n"  # the first line of a block that needs the last
 
 
+# ``print(...)  # OUTPUT``: a comment that starts like printed values claims the output
+CLAIM = re.compile(r"^\s*print\(.*\)\s+#\s*((?:[-(\[{'\"\d]|True|False|torch\.Size).*)$")
+
+
+def _same_start(printed: str, claim: str) -> bool:
+    """Whether ``claim`` begins with ``printed`` (whitespace runs count as one space)."""
+    printed, claim = " ".join(printed.split()), " ".join(claim.split())
+    return claim == printed or claim.startswith(printed + " ") or \
+        claim.startswith(printed + ":")
+
+
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
 def test_snippets_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every block runs, and every output a ``print(...)  # ...`` comment claims is printed."""
     blocks = BLOCK.findall(path.read_text())
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
+    printed: dict[tuple[str, int], str] = {}
+
+    def record(*args: object, **kwargs: object) -> None:
+        frame = sys._getframe(1)
+        text = " ".join(map(str, args))
+        printed.setdefault((frame.f_code.co_filename, frame.f_lineno), text)
+        print(*args, **kwargs)
+
+    namespace: dict[str, object] = {"__name__": f"docs_{path.stem}", "print": record}
     for i, code in enumerate(blocks):
-        exec(compile(code, f"{path.name}[block {i}]", "exec"), namespace)  # noqa: S102
+        name = f"{path.name}[block {i}]"
+        exec(compile(code, name, "exec"), namespace)  # noqa: S102
+        for lineno, line in enumerate(code.splitlines(), 1):
+            claim = CLAIM.match(line)
+            if claim and (name, lineno) in printed:
+                assert _same_start(printed[name, lineno], claim.group(1)), (
+                    f"{name} line {lineno} prints {printed[name, lineno]!r}, the comment says "
+                    f"{claim.group(1)!r}")
 
 
 STANDALONE = [(path, i) for path in DOCS
