@@ -142,3 +142,25 @@ def test_autodiff_says_when_a_required_gradient_has_no_path() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         popxl.transforms.autodiff(g, grads_required=[a])
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_integer_division_rounds_toward_zero_and_refuses_zero(optimize: bool) -> None:
+    """A zero divisor gave INT_MIN (a float inf cast to int32), and the quotient was a float64
+    array inside an int32 program."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.h2d_stream((4,), popxl.int32, "x")
+        z = popxl.h2d_stream((4,), popxl.int32, "z")
+        q = ops.host_load(x) / ops.host_load(z)
+        out = popxl.d2h_stream((4,), popxl.int32, "q")
+        ops.host_store(out, q + 1)
+    a = np.array([7, -7, 7, -7], np.int32)
+    b = np.array([2, 2, -2, -2], np.int32)
+    with popxl.Session(ir, optimize=optimize) as session:
+        got = session.run({x: a, z: b})[out]
+        np.testing.assert_array_equal(got, np.trunc(a / b).astype(np.int32) + 1)
+        with pytest.raises(popxl.errors.ExecutionError,
+                           match=r"run failed in div\..*ZeroDivisionError: integer division by "
+                                 r"zero \(1 zero divisor"):
+            session.run({x: a, z: np.array([2, 0, 1, 1], np.int32)})

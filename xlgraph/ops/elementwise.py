@@ -37,9 +37,23 @@ sub = binary("sub", np.subtract, grad=lambda g, dy: (dy, -dy), kernel_out=np.sub
 mul = binary(
     "mul", np.multiply, grad=lambda g, dy: (dy * g.x(1), dy * g.x(0)), kernel_out=np.multiply
 )
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a / b``. Integers divide as C does: the quotient rounds toward zero, and a zero divisor
+    raises ``ZeroDivisionError`` (PopXL's CPU reference runs C++ integer division, which has no
+    result for it; it used to give INT_MIN here)."""
+    if a.dtype.kind not in "iu":
+        return np.true_divide(a, b)
+    if not np.all(b):
+        raise ZeroDivisionError(f"integer division by zero ({b.size - np.count_nonzero(b)} zero "
+                                f"divisor(s))")
+    return np.floor_divide(a, b) + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0)))
+
+
 div = binary(
-    "div", np.true_divide, grad=lambda g, dy: (dy / g.x(1), -dy * g.y(0) / g.x(1)),
+    "div", _divide, grad=lambda g, dy: (dy / g.x(1), -dy * g.y(0) / g.x(1)),
     kernel_out=np.true_divide,
+    doc="Elementwise division with broadcasting; integers round toward zero, and an integer "
+        "division by zero raises (the run fails naming the op).",
 )
 pow = binary(  # noqa: A001 - PopXL's public name
     "pow", np.power,
