@@ -382,3 +382,28 @@ def test_plain_ir_create_graph_of_an_addons_module_still_names_sub_module_inputs
     assert module._named_inputs.keys_flat() == ["fc1.weight", "fc1.bias", "fc2.weight",
                                                 "fc2.bias"]
     assert len(graph.inputs) == 5
+
+
+def train_step_of_two(cache):
+    np.random.seed(0)
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        x = popxl.variable(np.random.normal(size=(3, 4)).astype(np.float32), name="x")
+        facts, fwd = Two(cache=cache).create_graph(x)
+        bwd = addons.autodiff(fwd)
+        variables = facts.init()
+        info = fwd.bind(variables).call_with_info(x)
+        dy = popxl.constant(np.ones((3, 4), np.float32))
+        grad_info = bwd.call_with_info(dy, args=bwd.grad_graph_info.inputs_dict(info))
+        grads = bwd.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(info, grad_info)
+        for t in variables.tensors:
+            ops.scaled_add_(t, grads[t], b=-0.1)
+    _, s = run(ir)
+    return {k: s.get_tensor_data(t) for k, t in variables.named_tensors.items()}
+
+
+def test_outlined_sub_modules_train_like_inlined_ones():
+    inline, outlined = train_step_of_two(False), train_step_of_two(addons.GraphCache())
+    assert list(inline) == list(outlined)
+    for name in inline:
+        np.testing.assert_allclose(outlined[name], inline[name], rtol=1e-5)

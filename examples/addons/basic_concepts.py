@@ -32,7 +32,9 @@ class Linear(addons.Module):
 
 
 class Net(addons.Module):
-    def __init__(self, cache: bool = False):
+    def __init__(self, cache: addons.GraphCache | bool = False):
+        # with a cache, fc1..fc4 become calls of outlined graphs: fc2 and fc3 are alike
+        # (same class, settings and input spec), so one graph serves both
         super().__init__(cache=cache)
         self.fc1 = Linear(512)
         self.fc2 = Linear(512)
@@ -58,8 +60,8 @@ def train_program(opts, cache, optimizer=sgd):
     with ir.main_graph:
         streams, img_t, labels = load_inputs(opts.batch_size)
 
-        # forward graph and the factories of its variables (made once, kept by the cache)
-        facts, fwd_graph = cache.create_graph(Net(), img_t)
+        # forward graph and the factories of its variables
+        facts, fwd_graph = Net(cache).create_graph(img_t)
         # backward graph
         bwd_graph = addons.autodiff(fwd_graph)
         # initialise the variables in the main graph
@@ -85,7 +87,7 @@ def test_program(opts, cache):
     with ir.main_graph:
         in_stream = popxl.h2d_stream((opts.test_batch_size, 28, 28), popxl.float32, "image")
         in_t = ops.host_load(in_stream)
-        facts, graph = cache.create_graph(Net(), in_t)
+        facts, graph = Net(cache).create_graph(in_t)
         variables = facts.init()
         (outputs,) = graph.bind(variables).call(in_t)
         out_stream = popxl.d2h_stream(outputs.shape, outputs.dtype, "outputs")
