@@ -146,3 +146,25 @@ def test_rts_gather_and_reduce_scatter_over_two_replicas():
     np.testing.assert_allclose(res[outs[0]], [data, data])  # every replica: the whole tensor
     np.testing.assert_allclose(res[outs[1]], (2 * data).reshape(2, 3))  # its half, summed
     np.testing.assert_allclose(s.get_tensor_data(var), data)
+
+
+def test_batch_serialise_gives_each_step_its_own_seed():
+    def noise(seed: popxl.Tensor):
+        return ops.random_normal(seed, (2,))
+
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        graph = addons.GraphWithNamedArgs(ir.create_graph(noise, popxl.TensorSpec((2,),
+                                                                                  popxl.uint32)))
+        out = popxl.d2h_stream((2,), popxl.float32, "noise")
+        seed_in = graph.graph.inputs[0]
+        result = batch_serialise(graph, 3, {}, {graph.graph.outputs[0]: out}, {},
+                                 seed_input=seed_in)
+        seed = addons.seed_variable(11)
+        result.graph.call(seed)
+    ir.num_host_transfers = 3
+    first, _ = run(ir)
+    again, _ = run(ir)
+    draws = first[out]
+    assert draws.shape == (3, 2) and len({tuple(r) for r in draws.round(6)}) == 3
+    np.testing.assert_array_equal(again[out], draws)  # a fresh session: the same draws
