@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import xlgraph.poptorch as poptorch  # noqa: E402
+from xlgraph.errors import ExecutionError  # noqa: E402
 
 
 # -- PopTorch's own operations -------------------------------------------------------------------
@@ -579,3 +580,17 @@ def test_custom_arg_parser_flattens_a_users_argument_type():
     torch.testing.assert_close(poptorch.inferenceModel(net)(pair), net(pair).detach())
     with pytest.raises(TypeError, match="ICustomArgParser"):
         poptorch.registerCustomArgParser(Pair, object())
+
+
+def test_floating_point_exceptions_stop_at_the_first_nan():
+    class Net(nn.Module):
+        def forward(self, x):
+            return torch.log(x) * 2.0
+
+    opts = poptorch.Options()
+    opts.Precision.enableFloatingPointExceptions(True)
+    x = -torch.ones(2, 3)
+    torch.testing.assert_close(poptorch.inferenceModel(Net())(x).isnan(),
+                               torch.ones(2, 3, dtype=torch.bool))  # off: NaN flows through
+    with pytest.raises(ExecutionError, match="log.*holds nan"):
+        poptorch.inferenceModel(Net(), opts)(x)
