@@ -236,3 +236,16 @@ def test_names_popxl_never_defined_fail_as_in_popxl() -> None:
     ir = popxl.Ir()
     with ir.main_graph, pytest.raises(TypeError, match="grouping"):
         popxl.variable(np.ones(2, np.float32), grouping=ir.replica_grouping())
+
+
+def test_calling_a_grad_graph_info_says_to_pass_its_graph() -> None:
+    from xlgraph.transforms import autodiff
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, np.float32))
+        grad = autodiff(ir.create_graph(lambda t: ops.sin(t), x))
+        with pytest.raises(TypeError) as info:
+            ops.call(grad, x, x)
+    text = str(info.value)
+    assert "got a GradGraphInfo; pass its .graph" in text and len(text) < 300

@@ -291,7 +291,9 @@ def check_callees(op_name: str, callees: Sequence[Graph]) -> None:
 def _site(defn: OpDef, graph: Graph, inputs: Sequence[Any],
           inputs_dict: Mapping[Tensor, Any] | None, **attrs: Any) -> CallSiteInfo:
     if not isinstance(graph, Graph) or graph.is_main:
-        raise TypeError(f"{defn.name} expects a subgraph, got {graph!r}")
+        what = repr(graph) if isinstance(graph, Graph) else f"a {type(graph).__name__}"
+        hint = "; pass its .graph" if isinstance(getattr(graph, "graph", None), Graph) else ""
+        raise TypeError(f"{defn.name} expects a subgraph, got {what}{hint}")
     check_callees(defn.name, [graph])
     bound = _bind_inputs(graph, inputs, inputs_dict)
     op = site_op(apply(defn, bound, {"graph": graph, **attrs, "modified": set()}))
