@@ -317,6 +317,7 @@ def build_inference(
     params: Mapping[Any, Variable] | None = None,
     init_seed: int | None = None,
     num_host_transfers: int | None = None,
+    updates: Mapping[int, str] | None = None,
 ) -> InferenceStep:
     """Build a loop that runs ``forward`` on ``num_host_transfers`` batches per ``run``.
 
@@ -328,6 +329,8 @@ def build_inference(
             ``xlgraph.checkpoint.load_into`` (variables are named like the training ones).
         init_seed: seed of the parameter initialisation of a Layer.
         num_host_transfers: batches per ``run`` (sets ``ir.num_host_transfers``).
+        updates: ``{forward output index: variable name}``: after each batch the variable
+            takes that output (a buffer the model updates); those outputs are not streamed.
 
     Returns:
         An ``InferenceStep``; ``step.run(session, *arrays)`` returns the model outputs.
@@ -340,10 +343,13 @@ def build_inference(
     body = ir.create_empty_graph("inference_loop", unique_suffix=False)
     with body, in_sequence():
         outs, body_params = model.build([ops.host_load(s) for s in streams], None)
+        shown = [t for i, t in enumerate(outs) if i not in (updates or {})]
         with ir.main_graph:
-            out_streams = [d2h_stream(t.shape, t.dtype, f"output{i}") for i, t in enumerate(outs)]
-        for s, t in zip(out_streams, outs):
+            out_streams = [d2h_stream(t.shape, t.dtype, f"output{i}") for i, t in enumerate(shown)]
+        for s, t in zip(out_streams, shown):
             ops.host_store(s, t)
+        for index, name in (updates or {}).items():
+            copy_var_update_(body_params[name], outs[index])
     _loop(ir, body, ir.num_host_transfers,
           {t: model.variables[k] for k, t in body_params.items()})
     return InferenceStep(tuple(streams), tuple(out_streams), model.variables,

@@ -76,7 +76,7 @@ class AtenProgram:
         self.specs = [(tuple(t.shape), t.dtype) for t in example_inputs]
         self.training = training
         out_node = self.gm.graph.output_node()
-        self._flat = pytree.tree_leaves(out_node.args[0])
+        self._flat, self.out_spec = pytree.tree_flatten(out_node.args[0])
         self._mutated: list[int] = []
         self._forward: _Built | None = None
         self._backward: dict[tuple[int, ...], _Built] = {}
@@ -132,6 +132,11 @@ class AtenProgram:
         return _Built(session, streams, seed_stream if seeds.input is not None else None,
                       cotangents, outputs, grads)
 
+    def prepare(self) -> None:
+        """Convert and compile the forward now (conversion errors surface here)."""
+        if self._forward is None:
+            self._forward = self._build(None)
+
     # -- running -----------------------------------------------------------------------------
     def _feeds(self, built: _Built, inputs: Sequence[torch.Tensor], seed: Any) -> dict[Any, Any]:
         feeds = {s: torch_to_numpy(t) for s, t in zip(built.inputs, inputs)}
@@ -145,8 +150,7 @@ class AtenProgram:
 
     def __call__(self, *inputs: torch.Tensor, seed: Any = None) -> list[Any]:
         """The flattened outputs of ``fn(*inputs)``; in-place input updates are applied."""
-        if self._forward is None:
-            self._forward = self._build(None)
+        self.prepare()
         built = self._forward
         with built.session:
             out = built.session.run(self._feeds(built, inputs, seed))

@@ -292,7 +292,8 @@ class PoplarExecutor:
         else:
             xl_optimizer, loss_stream, seed_var = None, None, None
             step = build_inference(ir, lowered.graph, specs, params=params,
-                                   num_host_transfers=self._steps)
+                                   num_host_transfers=self._steps,
+                                   updates=lowered.buffer_updates)
             streams, out_streams = step.streams, step.output_streams
         bar.update(30)
         if self.options.TensorLocations.num_io_tiles:
@@ -347,6 +348,9 @@ class PoplarExecutor:
             # schedulers know the step came before theirs
             self._optimizer._opt_called = True
             self._keep_anchored_gradients(out)
+        elif compiled.lowered.buffer_updates:  # buffers forward updated keep their new values
+            compiled.sync.host_stale = True
+            compiled.sync.download()
         mode = self.options.output_mode
         period = self.options.output_return_period
         results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,

@@ -213,10 +213,10 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
                           seed=seeds.input)
         if training:
             lowered.loss_index = _loss_output(model, program.graph, env, outputs)
-            for value, spec in zip(outs, specs):
-                if spec.kind == OutputKind.BUFFER_MUTATION:
-                    lowered.buffer_updates[len(graph.outputs)] = spec.target
-                    graph_output(value)
+        for value, spec in zip(outs, specs):
+            if spec.kind == OutputKind.BUFFER_MUTATION:
+                lowered.buffer_updates[len(graph.outputs)] = spec.target
+                graph_output(value)
     return lowered
 
 
