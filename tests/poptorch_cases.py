@@ -367,9 +367,12 @@ CASES: dict[str, list[Case]] = {
     "torch.nn.MarginRankingLoss": loss(lambda: nn.MarginRankingLoss(0.2), R(5), R(5),
                                        lambda d: torch.tensor([1, -1, 1, 1, -1]).to(d)),
     "torch.nn.TripletMarginLoss": loss(nn.TripletMarginLoss, R(3, 4), R(3, 4), R(3, 4)),
-    "torch.nn.CTCLoss": loss(nn.CTCLoss, lambda d: torch.randn(6, 2, 4).log_softmax(2).to(d),
-                             lambda d: torch.tensor([[1, 2, 2], [3, 1, 0]]),
-                             lambda d: torch.tensor([6, 5]), lambda d: torch.tensor([3, 2])),
+    "torch.nn.CTCLoss": [
+        case for make in (nn.CTCLoss, lambda: nn.CTCLoss(blank=3, reduction="sum"),
+                          lambda: nn.CTCLoss(reduction="none", zero_infinity=True))
+        for case in loss(make, lambda d: torch.randn(6, 2, 4).log_softmax(2).to(d),
+                         lambda d: torch.tensor([[1, 2, 2], [0, 1, 0]]),
+                         lambda d: torch.tensor([6, 5]), lambda d: torch.tensor([3, 2]))],
     "torch.nn.Upsample": module(lambda: nn.Upsample(scale_factor=2), IMG2)
     + module(lambda: nn.Upsample(size=(8, 9), mode="bilinear"), IMG2),
 }

@@ -142,3 +142,29 @@ def test_a_new_input_signature_recompiles():
         x = torch.randn(shape)
         torch.testing.assert_close(inference(x), model(x).detach())
     torch.testing.assert_close(inference(torch.randn(2, 7, 3)).shape, torch.Size([2, 7, 2]))
+
+
+def test_ctc_loss_trains_like_torch():
+    class Speech(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 5)
+            self.loss = nn.CTCLoss()
+
+        def forward(self, x, targets, input_lengths, target_lengths):
+            lp = self.fc(x).log_softmax(2)
+            return lp, self.loss(lp, targets, input_lengths, target_lengths)
+
+    torch.manual_seed(0)
+    model = Speech()
+    reference = copy.deepcopy(model)
+    args = (torch.randn(7, 2, 3), torch.tensor([[1, 4, 4], [2, 3, 0]]), torch.tensor([7, 6]),
+            torch.tensor([3, 2]))
+    training = poptorch.trainingModel(model, optimizer=torch.optim.SGD(model.parameters(), 0.5))
+    _, loss = training(*args)
+    _, expected = reference(*args)
+    expected.backward()
+    torch.optim.SGD(reference.parameters(), 0.5).step()
+    torch.testing.assert_close(loss, expected.detach(), rtol=1e-5, atol=1e-5)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-5)

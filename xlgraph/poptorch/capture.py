@@ -76,20 +76,25 @@ def _cumulative_forward(original: Callable[..., Any]) -> Callable[..., Any]:
 @contextlib.contextmanager
 def _capturing() -> Iterator[None]:
     """What capture changes while it runs: oneDNN off (LSTM decomposes into matmuls),
-    BatchNorm's cumulative average in tensor ops, and no argument validation in
-    ``torch.distributions`` (its checks read tensor values)."""
+    BatchNorm's cumulative average in tensor ops, no argument validation in
+    ``torch.distributions`` (its checks read tensor values), and CTC loss as one op."""
     from torch.distributions import Distribution
     from torch.nn.modules.batchnorm import _BatchNorm
 
+    from xlgraph.poptorch.identity import ctc_loss_op
+
     original, validate = _BatchNorm.forward, Distribution._validate_args
+    ctc = torch.nn.functional.ctc_loss
     _BatchNorm.forward = _cumulative_forward(original)
     Distribution.set_default_validate_args(False)
+    torch.nn.functional.ctc_loss = ctc_loss_op
     try:
         with torch.backends.mkldnn.flags(enabled=False):
             yield
     finally:
         _BatchNorm.forward = original
         Distribution.set_default_validate_args(validate)
+        torch.nn.functional.ctc_loss = ctc
 
 
 def _module_path(model: torch.nn.Module, tb: Any) -> str:

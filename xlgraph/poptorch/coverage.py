@@ -119,6 +119,7 @@ COVERED: frozenset[str] = frozenset({
     "torch.nn.ConvTranspose2d",
     "torch.nn.ConvTranspose3d",
     "torch.nn.CosineEmbeddingLoss",
+    "torch.nn.CTCLoss",
     "torch.nn.CrossEntropyLoss",
     "torch.nn.ELU",
     "torch.nn.Embedding",
@@ -229,5 +230,4 @@ COVERED: frozenset[str] = frozenset({
 # Listed by PopTorch but not converted, and why (the support page shows the reason).
 NOT_CONVERTED: dict[str, str] = {
     "torch.bincount": "its output length depends on the data (max + 1); no static shape",
-    "torch.nn.CTCLoss": "torch's CTC loss has a data-dependent shape at capture; no xlgraph op",
 }

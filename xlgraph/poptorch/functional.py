@@ -330,3 +330,31 @@ def _randperm(ctx: Any, n: int, **_: Any) -> Tensor:
     """A permutation: the order that sorts ``n`` uniform draws."""
     draws = ops.random_uniform(ctx.next_seed(), (n,), 0.0, 1.0, dtypes.float32)
     return ops.topk(draws, n, 0)[1]
+
+
+@register("xlgraph_poptorch.ctc_loss.default")
+def _ctc_loss(ctx: Any, log_probs: Tensor, targets: Tensor, input_lengths: Tensor,
+              target_lengths: Tensor, blank: int, reduction: int,
+              zero_infinity: bool) -> Tensor:
+    if log_probs.rank == 2:  # one unbatched sequence
+        log_probs = ops.reshape(log_probs, (log_probs.shape[0], 1, log_probs.shape[1]))
+        targets, input_lengths, target_lengths = (ops.reshape(targets, (1, -1)),
+                                                  ops.reshape(input_lengths, (1,)),
+                                                  ops.reshape(target_lengths, (1,)))
+    if targets.rank != 2:
+        raise Unsupported("concatenated 1-D targets (their split depends on the data)")
+    lengths = [t if t.dtype == dtypes.int32 else ops.cast(t, dtypes.int32)
+               for t in (targets, input_lengths, target_lengths)]
+    per = ops.ctc_loss(log_probs, *lengths, blank=blank)
+    # torch's gradient treats log_probs as log_softmax outputs: it adds exp(log_probs) over the
+    # steps used; this term has that gradient and the value 0
+    steps = constant(np.arange(log_probs.shape[0], dtype=np.int32).reshape(-1, 1))
+    used = ops.cast(ops.less(steps, lengths[1]), log_probs.dtype)
+    e = ops.exp(log_probs) * ops.reshape(used, used.shape + (1,))
+    per = per + ops.sum(e - ops.detach(e), (0, 2))
+    if zero_infinity:
+        per = ops.where(ops.isinf(per), 0.0, per)
+    if reduction == 1:
+        per = per / ops.cast(ops.maximum2(lengths[2], 1), per.dtype)
+        return ops.mean(per)
+    return ops.sum(per) if reduction == 2 else per

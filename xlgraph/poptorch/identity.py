@@ -1,8 +1,10 @@
-"""``poptorch.identity_loss``, the explicit loss marker: a torch custom op, so that capture
-keeps it as one node (``xlgraph_poptorch.identity_loss.default``) and eager torch can run and
-differentiate it."""
+"""Losses capture keeps as one node: ``poptorch.identity_loss``, the explicit loss marker (a
+torch custom op that eager torch can run and differentiate), and CTC loss, whose torch kernel
+has a data-dependent shape at capture (``F.ctc_loss`` calls ``ctc_loss_op`` while capturing)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -41,3 +43,33 @@ def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
     assert reduction in REDUCTIONS, \
         f"identity_loss: reduction must be 'sum', 'mean' or 'none', got {reduction!r}"
     return _identity_loss(x, REDUCTIONS.index(reduction))
+
+
+@torch.library.custom_op("xlgraph_poptorch::ctc_loss", mutates_args=())
+def _ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torch.Tensor,
+              target_lengths: torch.Tensor, blank: int, reduction: int,
+              zero_infinity: bool) -> torch.Tensor:
+    return torch.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction,
+                          zero_infinity)
+
+
+@_ctc_loss.register_fake
+def _(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torch.Tensor,
+      target_lengths: torch.Tensor, blank: int, reduction: int,
+      zero_infinity: bool) -> torch.Tensor:
+    batch = () if log_probs.dim() == 2 or reduction != 0 else (log_probs.shape[1],)
+    return log_probs.new_empty(batch)
+
+
+_CTC_REDUCTIONS = ("none", "mean", "sum")
+
+
+def ctc_loss_op(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any,
+                target_lengths: Any, blank: int = 0, reduction: str = "mean",
+                zero_infinity: bool = False) -> torch.Tensor:
+    """``F.ctc_loss`` as one captured op (lengths may be tensors or sequences)."""
+    def lengths(v: Any) -> torch.Tensor:
+        return v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=torch.int64)
+
+    return _ctc_loss(log_probs, targets, lengths(input_lengths), lengths(target_lengths), blank,
+                     _CTC_REDUCTIONS.index(reduction), zero_infinity)

@@ -33,6 +33,7 @@ __all__ = ["UnsupportedOpError", "Lowered", "lower_module", "named_tensors", "to
            "split_arguments", "flat_tensors"]
 
 IDENTITY_LOSS = "xlgraph_poptorch.identity_loss.default"
+_LOSS_OPS = (IDENTITY_LOSS, "xlgraph_poptorch.ctc_loss.default")
 
 
 def named_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -157,7 +158,7 @@ def _independent_losses(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        if op_name(node.target) == IDENTITY_LOSS:
+        if op_name(node.target) in _LOSS_OPS:
             last[node.name] = node
         elif _is_loss_function(node.meta.get("torch_fn")):
             last[node.meta["torch_fn"][0]] = node
