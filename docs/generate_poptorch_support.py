@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import xlgraph.poptorch as poptorch  # noqa: E402
-from xlgraph.poptorch import options, support, table  # noqa: E402
+from xlgraph.poptorch import coverage, options, support, table  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "poptorch-support.md"
 SURFACE = ROOT / "tests" / "data" / "poptorch_surface.json"
@@ -137,9 +137,12 @@ def op_rows() -> list[str]:
             lines += ["", f"### {section}", "", "| operation | converted |", "|---|---|"]
         ok = converted(name)
         done, total = done + ok, total + 1
-        lines.append(f"| `{name}` | {'yes' if ok else 'no'} |")
-    return [f"{done} of {total} of PopTorch's listed operations are converted; the rest raise "
-            f"`UnsupportedOpError` naming the op and the line of `forward`."] + lines
+        why = "" if ok else coverage.NOT_CONVERTED.get(name, "")
+        lines.append(f"| `{name}` | {'yes' if ok else 'no'}{': ' + why if why else ''} |")
+    return [f"{done} of {total} of PopTorch's listed operations are converted, each checked "
+            f"against torch eager by the op sweep (`tests/test_poptorch_sweep.py`: forward and "
+            f"gradient, float32 and float16); the rest raise `UnsupportedOpError` naming the op "
+            f"and the line of `forward`."] + lines
 
 
 def render() -> str:

@@ -230,4 +230,9 @@ COVERED: frozenset[str] = frozenset({
 # Listed by PopTorch but not converted, and why (the support page shows the reason).
 NOT_CONVERTED: dict[str, str] = {
     "torch.bincount": "its output length depends on the data (max + 1); no static shape",
+    **{f"torch_scatter.{name}": "torch_scatter is an optional third-party package, not converted"
+       for name in ("scatter", "composite.scatter_log_softmax", "composite.scatter_softmax",
+                    "composite.scatter_std", "composite.scatter_logsumexp")},
+    **{f"torch_spline_conv.{name}": "torch_spline_conv is an optional third-party package, not "
+       "converted" for name in ("spline_basis", "spline_weighting")},
 }
