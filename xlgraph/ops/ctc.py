@@ -133,7 +133,12 @@ def _grad_infer(dy: TensorSpec, lp: TensorSpec, *rest: TensorSpec, blank: int) -
     return lp
 
 
-_CTC_GRAD = OpDef("ctc_loss_grad", _grad_infer, _ctc_grad)
+def _grad_samples(rng: np.random.Generator) -> list[Sample]:
+    (sample,) = _samples(rng)
+    return [Sample((rng.normal(size=2), *sample.args), sample.kwargs, grad=False)]
+
+
+_CTC_GRAD = OpDef("ctc_loss_grad", _grad_infer, _ctc_grad, samples=_grad_samples)
 ctc_loss_grad = register(_CTC_GRAD)(
     lambda dy, lp, t, il, tl, blank: apply1(_CTC_GRAD, [dy, lp, t, il, tl], {"blank": blank}))
 
