@@ -194,7 +194,7 @@ def test_unsupported_ops_are_listed_in_one_pass_with_their_lines():
     with pytest.raises(poptorch.UnsupportedOpError) as info:
         poptorch.inferenceModel(UsesUnsupported())(torch.randn(2, 6))
     message = str(info.value)
-    assert "2 operation(s)" in message and "docs/poptorch.md" in message
+    assert "2 operation(s)" in message and "docs/poptorch-support.md" in message
     assert "aten.histc.default" in message and "det" in message and "aten.sin" not in message
     assert message.count("test_poptorch_api.py") == 2
     assert "return torch.linalg.det(y) + torch.histc(y, bins=4).sum() + z" in message
