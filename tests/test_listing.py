@@ -10,7 +10,7 @@ import pytest
 
 import xlgraph as popxl
 import xlgraph.ops as ops
-from xlgraph import listing
+from xlgraph.core import listing
 
 F32 = popxl.float32
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typing
 from typing import Any
 
-from xlgraph.tensor import Tensor
+from xlgraph.core.tensor import Tensor
 
 __all__ = ["TensorByRef", "NewAliasAnnotation", "is_by_ref_annotation"]
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from xlgraph.errors import user_source_line
 
 if TYPE_CHECKING:
-    from xlgraph.graph import Graph
-    from xlgraph.ir import Ir
+    from xlgraph.core.graph import Graph
+    from xlgraph.core.ir import Ir
 
 __all__ = [
     "get_current_graph",

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xlgraph import context
+from xlgraph.core import context
+from xlgraph.core.tensor import Constant, Tensor, TensorSpec, Variable
 from xlgraph.errors import GraphMismatchError, IrFrozenError, user_source_line
-from xlgraph.tensor import Constant, Tensor, TensorSpec, Variable
 
 if TYPE_CHECKING:
-    from xlgraph.ir import Ir
-    from xlgraph.op import Op
+    from xlgraph.core.ir import Ir
+    from xlgraph.core.op import Op
 
 __all__ = ["Graph"]
 
@@ -107,7 +107,7 @@ class Graph:
         return f"Graph[name={self.name}]"
 
     def __str__(self) -> str:
-        from xlgraph.listing import format_listing
+        from xlgraph.core.listing import format_listing
 
         return format_listing(self)
 
@@ -121,7 +121,7 @@ class Graph:
         Returns:
             The DOT text.
         """
-        from xlgraph.listing import graph_dot, write_dot
+        from xlgraph.core.listing import graph_dot, write_dot
 
         return write_dot(graph_dot(self), path)
 

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from xlgraph.core import instances
+from xlgraph.core.graph import Graph
+from xlgraph.core.tensor import Tensor, TensorSpec, graph_input, graph_output
 from xlgraph.errors import whole_number
-from xlgraph.graph import Graph
 from xlgraph.options import PbIr, SessionOptions
 from xlgraph.replica_grouping import ReplicaGrouping
-from xlgraph.tensor import Tensor, TensorSpec, graph_input, graph_output
 from xlgraph.typing_ import is_by_ref_annotation
 
 __all__ = ["Ir"]
@@ -51,11 +52,9 @@ class Ir:
         self.instance_index = 0
         self.num_instances = 1
         if replication == "popdist":
-            from xlgraph import dist
-
-            self.replication_factor = dist.getNumTotalReplicas()
-            self.instance_index = dist.getInstanceIndex()
-            self.num_instances = dist.getNumInstances()
+            self.replication_factor = instances.getNumTotalReplicas()
+            self.instance_index = instances.getInstanceIndex()
+            self.num_instances = instances.getNumInstances()
         else:
             self.replication_factor = replication  # type: ignore[assignment] - checked there
         self._pb_ir = PbIr()
@@ -123,7 +122,7 @@ class Ir:
 
     def __str__(self) -> str:
         """Every graph's listing, the main graph first (see ``xlgraph.listing``)."""
-        from xlgraph.listing import format_ir
+        from xlgraph.core.listing import format_ir
 
         return format_ir(self)
 
@@ -147,7 +146,7 @@ class Ir:
     def to_dot(self, path: str | Path | None = None) -> str:
         """Graphviz DOT text of every graph, a cluster each, with dashed edges from call sites
         to their callees; ``path`` is handled as by ``Graph.to_dot``."""
-        from xlgraph.listing import ir_dot, write_dot
+        from xlgraph.core.listing import ir_dot, write_dot
 
         return write_dot(ir_dot(self), path)
 

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from xlgraph.graph import Graph
-    from xlgraph.ir import Ir
-    from xlgraph.op import Op
-    from xlgraph.tensor import Tensor
+    from xlgraph.core.graph import Graph
+    from xlgraph.core.ir import Ir
+    from xlgraph.core.op import Op
+    from xlgraph.core.tensor import Tensor
 
 __all__ = ["printable", "format_listing", "format_ir", "modified_inputs", "graph_dot", "ir_dot",
            "write_dot"]
@@ -96,7 +96,7 @@ def _site_parts(op: Op) -> list[str]:
 
 def attr_text(op: Op) -> str:
     """The attributes of ``op`` as ``{k=v, ...}`` (arrays left out, graphs by name)."""
-    from xlgraph.graph import Graph
+    from xlgraph.core.graph import Graph
 
     parts = []
     for k, v in op.attrs.items():

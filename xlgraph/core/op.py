@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xlgraph import context
-from xlgraph.cost import Cost, CostFn, op_cost
+from xlgraph.core import context
+from xlgraph.core.dispatch import provided
+from xlgraph.core.tensor import Tensor, TensorSpec, constant
 from xlgraph.errors import (
     ArgumentError,
     DTypeError,
@@ -20,10 +20,9 @@ from xlgraph.errors import (
     XlgraphError,
     user_source_line,
 )
-from xlgraph.tensor import Tensor, TensorSpec, constant
 
 if TYPE_CHECKING:
-    from xlgraph.graph import Graph
+    from xlgraph.core.graph import Graph
 
 __all__ = ["OpDef", "Op", "Sample", "REGISTRY", "BUILDERS", "register", "explained"]
 
@@ -99,7 +98,7 @@ class OpDef:
     ref: Callable[..., Any] | None = None
     tol: float | None = None
     loop: Callable[..., tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = None
-    cost: CostFn | None = None
+    cost: Callable[..., Any] | None = None
     scratch: int = 0
     layout: Callable[..., str] | None = None
     threaded: bool = False
@@ -194,14 +193,14 @@ class Op:
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
-        from xlgraph.graph import Graph
+        from xlgraph.core.graph import Graph
 
         return tuple(v for v in self.attrs.values() if isinstance(v, Graph))
 
-    def cost(self) -> Cost:
-        """The declared cost of one execution of this op."""
-        return op_cost(self.defn, [t.spec for t in self.inputs], [t.spec for t in self.outputs],
-                       self.attrs)
+    def cost(self) -> Any:
+        """The declared cost of one execution of this op, an ``xlgraph.cost.Cost``."""
+        return provided("op_cost")(self.defn, [t.spec for t in self.inputs],
+                                   [t.spec for t in self.outputs], self.attrs)
 
     def describe(self) -> str:
         ins = ", ".join(f"{t.id} {t.spec}" for t in self.inputs)
@@ -314,127 +313,7 @@ def normalize_axes(axis: Any, rank: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-# -- op families ------------------------------------------------------------------------------
+# -- infer helpers ------------------------------------------------------------------------------
 def same_spec(*specs: TensorSpec, **_: Any) -> TensorSpec:
     """Infer for ops whose output has their first input's spec."""
     return specs[0]
-
-
-def _named(fn: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc
-    return fn
-
-
-def _uniform_samples(shapes: Sequence[Sequence[tuple[int, ...]]], domain: tuple[float, float]):
-    def samples(rng: np.random.Generator) -> list[Sample]:
-        return [Sample(tuple(rng.uniform(*domain, s) for s in group)) for group in shapes]
-
-    return samples
-
-
-def unary(
-    name: str, kernel: Callable[..., Any], grad: Callable[..., Any] | None = None, *,
-    domain: tuple[float, float] = (-2.0, 2.0), doc: str = "", **flags: Any,
-) -> Callable[[Tensor], Tensor]:
-    """Register an elementwise one-input op; returns its builder ``f(t)``."""
-    flags.setdefault("samples", _uniform_samples([[(3, 4)], [(2, 3, 5)]], domain))
-    defn = OpDef(name, same_spec, kernel, grad, elementwise=True, **flags)
-    doc = doc or f"Elementwise {name}."
-    return register(defn)(_named(lambda t: apply1(defn, [t]), name, doc))
-
-
-def inplace(defn_name: str, doc: str = "") -> Callable[[Tensor], Tensor]:
-    """Register the in-place variant ``<name>_`` of a registered unary op."""
-    base = REGISTRY[defn_name]
-    fn = base.kernel
-
-    def kernel(x: np.ndarray) -> np.ndarray:
-        np.copyto(x, fn(x))
-        return x
-
-    defn = OpDef(
-        defn_name + "_", same_spec, kernel, None, inplace_of=0, samples=base.samples,
-        ref=lambda x: fn(x.copy()), cost=base.cost,
-    )
-    doc = doc or f"In-place {defn_name}: modifies and returns its input."
-    return register(defn)(_named(lambda t: apply1(defn, [t]), defn_name + "_", doc))
-
-
-def _binary_infer(out_dtype: Any) -> Infer:
-    def infer(a: TensorSpec, b: TensorSpec) -> TensorSpec:
-        same_dtype(a, b)
-        return TensorSpec(broadcast_shapes(a.shape, b.shape), out_dtype or a.dtype)
-
-    return infer
-
-
-_BINARY_SHAPES = [[(3, 4), (3, 4)], [(2, 3, 4), (4,)], [(3, 1), (1, 4)]]
-
-
-def binary(
-    name: str, kernel: Callable[..., Any], grad: Callable[..., Any] | None = None, *,
-    domain: tuple[float, float] = (-2.0, 2.0), out_dtype: Any = None, doc: str = "",
-    operands: tuple[str, str] = ("lhs", "rhs"), **flags: Any,
-) -> Callable[[Any, Any], Tensor]:
-    """Register a broadcasting two-input op; returns its builder ``f(lhs, rhs)`` (with the
-    parameter names ``operands``, PopXL's where they differ: ``pow(t, e)``).
-
-    A non-Tensor operand becomes a constant of the other operand's dtype.
-    """
-    flags.setdefault("samples", _uniform_samples(_BINARY_SHAPES, domain))
-    defn = OpDef(name, _binary_infer(out_dtype), kernel, grad, elementwise=True, **flags)
-
-    def builder(lhs: Any, rhs: Any) -> Tensor:
-        if not isinstance(lhs, Tensor):
-            lhs = as_tensor(lhs, rhs)
-        rhs = as_tensor(rhs, lhs)
-        return apply1(defn, [lhs, rhs])
-
-    if operands != ("lhs", "rhs"):
-        builder = _with_parameters(builder, operands)
-    return register(defn)(_named(builder, name, doc or f"Elementwise {name} with broadcasting."))
-
-
-def _with_parameters(fn: Callable[..., Tensor], names: Sequence[str]) -> Callable[..., Tensor]:
-    """``fn`` taking its positional parameters under ``names`` (as keywords too)."""
-    signature = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
-
-    def renamed(*args: Any, **kwargs: Any) -> Tensor:
-        return fn(*signature.bind(*args, **kwargs).args)
-
-    renamed.__signature__ = signature  # type: ignore[attr-defined]
-    return renamed
-
-
-def _reduce_infer(t: TensorSpec, axis: tuple[int, ...], keepdims: bool) -> TensorSpec:
-    shape = tuple(1 if i in axis else d for i, d in enumerate(t.shape) if keepdims or i not in axis)
-    return TensorSpec(shape, t.dtype)
-
-
-def _reduction_samples(rng: np.random.Generator) -> list[Sample]:
-    return [
-        Sample((rng.uniform(-2, 2, (3, 4, 5)),), {"axis": None}),
-        Sample((rng.uniform(-2, 2, (3, 4, 5)),), {"axis": 1}),
-        Sample((rng.uniform(-2, 2, (3, 4, 5)),), {"axis": (0, 2), "keepdims": True}),
-    ]
-
-
-def reduction(
-    name: str, kernel: Callable[..., Any], grad: Callable[..., Any] | None = None, *,
-    doc: str = "", **flags: Any,
-) -> Callable[..., Tensor]:
-    """Register a reduction ``f(t, axis=None, keepdims=False)``; kernel(x, axis, keepdims)."""
-    from xlgraph.ops.replicas import shift_axes
-
-    flags.setdefault("samples", _reduction_samples)
-    flags.setdefault("replicated", shift_axes(kernel, "axis"))
-    defn = OpDef(name, _reduce_infer, kernel, grad, **flags)
-
-    def builder(t: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
-        axes = normalize_axes(axis, t.rank)
-        return apply1(defn, [t], {"axis": axes, "keepdims": bool(keepdims)})
-
-    doc = doc or f"Reduce by {name} over ``axis`` (all axes when None)."
-    return register(defn)(_named(builder, name, doc))

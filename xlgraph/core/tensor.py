@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.context import get_current_graph
+from xlgraph.core.context import get_current_graph
+from xlgraph.core.dispatch import provided as _op
 from xlgraph.dtypes import dtype
 from xlgraph.errors import ShapeError
 from xlgraph.utils import to_numpy
 
 if TYPE_CHECKING:
-    from xlgraph.graph import Graph
-    from xlgraph.op import Op
+    from xlgraph.core.graph import Graph
+    from xlgraph.core.op import Op
     from xlgraph.replica_grouping import ReplicaGrouping
     from xlgraph.tensorlocation import TensorLocation
 
@@ -180,11 +181,9 @@ class Tensor:
         """
         if self.rank != 2:
             raise ValueError(f"diag needs a 2-D tensor, {self.id} is {self.spec}")
-        from xlgraph import ops
-
         n, m = self.shape
         k = min(n, m)
-        return ops.slice(self.flatten(), 0, (k - 1) * (m + 1) + 1, m + 1)
+        return _op("slice")(self.flatten(), 0, (k - 1) * (m + 1) + 1, m + 1)
 
     @property
     def ipu(self) -> int:
@@ -193,9 +192,7 @@ class Tensor:
 
     def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
         """``ops.ipu_copy(self, destination, source)``."""
-        from xlgraph import ops
-
-        return ops.ipu_copy(self, destination, source)
+        return _op("ipu_copy")(self, destination, source)
 
     @property
     def tile_set(self) -> str:
@@ -228,39 +225,27 @@ class Tensor:
     # -- shape methods -----------------------------------------------------------------------
     def reshape(self, shape: tuple[int, ...]) -> Tensor:
         """``ops.reshape(self, shape)``: a new tensor."""
-        from xlgraph import ops
-
-        return ops.reshape(self, shape)
+        return _op("reshape")(self, shape)
 
     def reshape_(self, shape: tuple[int, ...]) -> Tensor:
         """``ops.reshape_(self, shape)``: a view that aliases this tensor."""
-        from xlgraph import ops
-
-        return ops.reshape_(self, shape)
+        return _op("reshape_")(self, shape)
 
     def flatten(self) -> Tensor:
         """A 1-D copy of the tensor."""
-        from xlgraph import ops
-
-        return ops.flatten(self)
+        return _op("flatten")(self)
 
     def flatten_(self) -> Tensor:
         """A 1-D view that aliases this tensor."""
-        from xlgraph import ops
-
-        return ops.flatten_(self)
+        return _op("flatten_")(self)
 
     def transpose(self, permutation: tuple[int, ...] | None = None) -> Tensor:
         """``ops.transpose(self, permutation)`` (reversed dimensions by default)."""
-        from xlgraph import ops
-
-        return ops.transpose(self, permutation)
+        return _op("transpose")(self, permutation)
 
     def transpose_(self, permutation: tuple[int, ...] | None = None) -> Tensor:
         """``ops.transpose_``: a transposed view that aliases this tensor."""
-        from xlgraph import ops
-
-        return ops.transpose_(self, permutation)
+        return _op("transpose_")(self, permutation)
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - PopXL's public name
@@ -274,26 +259,18 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """``ops.detach(self)``: the same value with no gradient flowing back."""
-        from xlgraph import ops
-
-        return ops.detach(self)
+        return _op("detach")(self)
 
     def detach_(self) -> Tensor:
         """``ops.detach_(self)``: the in-place form of ``detach``."""
-        from xlgraph import ops
-
-        return ops.detach_(self)
+        return _op("detach_")(self)
 
     def __getitem__(self, key: Any) -> Tensor:
-        from xlgraph.ops.indexing import getitem
-
-        return getitem(self, key)
+        return _op("getitem")(self, key)
 
     # -- operators ---------------------------------------------------------------------------
     def _binary(self, name: str, other: Any, reflected: bool = False) -> Tensor:
-        from xlgraph import ops
-
-        fn = getattr(ops, name)
+        fn = _op(name)
         return fn(other, self) if reflected else fn(self, other)
 
     def __add__(self, other: Any) -> Tensor:
@@ -336,9 +313,7 @@ class Tensor:
         return self._binary("matmul", other, reflected=True)
 
     def __neg__(self) -> Tensor:
-        from xlgraph import ops
-
-        return ops.negate(self)
+        return _op("negate")(self)
 
     def __mod__(self, other: Any) -> Tensor:
         return self._binary("fmod", other)
@@ -359,9 +334,7 @@ class Tensor:
         return self._binary("logical_or", other, reflected=True)
 
     def __invert__(self) -> Tensor:
-        from xlgraph import ops
-
-        return ops.logical_not(self)
+        return _op("logical_not")(self)
 
 
 class Variable(Tensor):

@@ -13,51 +13,17 @@ Example:
 
 from __future__ import annotations
 
-import os
+from xlgraph.core.instances import (
+    NUM_INSTANCES as NUM_INSTANCES,  # the launcher's environment variables, for dist.run
+    NUM_REPLICAS as NUM_REPLICAS,
+    TIMEOUT as TIMEOUT,
+    getInstanceIndex,
+    getNumInstances,
+    getNumLocalReplicas,
+    getNumTotalReplicas,
+    getReplicaIndexOffset,
+    isPopdistEnvSet,
+)
 
 __all__ = ["isPopdistEnvSet", "getNumInstances", "getInstanceIndex", "getNumTotalReplicas",
            "getNumLocalReplicas", "getReplicaIndexOffset"]
-
-NUM_INSTANCES = "XLGRAPH_NUM_INSTANCES"
-NUM_REPLICAS = "XLGRAPH_NUM_REPLICAS"
-TIMEOUT = "XLGRAPH_DIST_TIMEOUT"
-
-
-def _int_env(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-
-
-def isPopdistEnvSet() -> bool:  # noqa: N802 - popdist's names
-    """Whether this process was started by ``xlgraph-run``."""
-    return NUM_INSTANCES in os.environ and NUM_REPLICAS in os.environ
-
-
-def getNumInstances() -> int:  # noqa: N802
-    """Instances (processes) in the job; 1 outside ``xlgraph-run``."""
-    return _int_env(NUM_INSTANCES, 1)
-
-
-def getInstanceIndex() -> int:  # noqa: N802
-    """This instance's index, 0 to ``getNumInstances() - 1`` (MPI's rank)."""
-    return _int_env("PMI_RANK", _int_env("OMPI_COMM_WORLD_RANK", 0)) if isPopdistEnvSet() else 0
-
-
-def getNumTotalReplicas() -> int:  # noqa: N802
-    """Replicas over all instances; 1 outside ``xlgraph-run``."""
-    return _int_env(NUM_REPLICAS, 1)
-
-
-def getNumLocalReplicas() -> int:  # noqa: N802
-    """Replicas run by this instance."""
-    return getNumTotalReplicas() // getNumInstances()
-
-
-def getReplicaIndexOffset() -> int:  # noqa: N802
-    """The global index of this instance's first replica."""
-    return getInstanceIndex() * getNumLocalReplicas()

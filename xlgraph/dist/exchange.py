@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from xlgraph.dist import TIMEOUT, _int_env
+from xlgraph.core.instances import TIMEOUT, int_env
 from xlgraph.errors import DistributedError
 
 __all__ = ["MpiExchange", "import_mpi"]
@@ -94,7 +94,7 @@ class MpiExchange:
                 f"xlgraph-run"
             )
         if _JOB is None:
-            _JOB = cls(comm, float(_int_env(TIMEOUT, 60)))
+            _JOB = cls(comm, float(int_env(TIMEOUT, 60)))
             _JOB.report_failures()
         return _JOB
 

@@ -1,7 +1,11 @@
 """All op builders, with PopXL's names. ``REGISTRY`` maps op names to their ``OpDef`` records."""
 
 from xlgraph.op import BUILDERS, REGISTRY, OpDef
-from xlgraph.ops import collectives, var_updates
+from xlgraph.ops import (
+    collectives,
+    tensor_methods,  # noqa: F401 - lends Tensor its operators
+    var_updates,
+)
 from xlgraph.ops.activations import log_softmax, logsumexp, sigmoid, swish, swish_
 from xlgraph.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_with_info
 from xlgraph.ops.control import ConditionalSiteInfo, conditional, conditional_with_info

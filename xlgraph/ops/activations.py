@@ -5,18 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from xlgraph.op import (
-    OpDef,
-    Sample,
-    apply1,
-    inplace,
-    normalize_axes,
-    reduction,
-    register,
-    same_spec,
-    unary,
-)
+from xlgraph.op import OpDef, Sample, apply1, normalize_axes, register, same_spec
 from xlgraph.ops.elementwise import exp
+from xlgraph.ops.families import inplace, reduction, unary
 from xlgraph.ops.reduce import _keep
 from xlgraph.tensor import Tensor
 

@@ -14,15 +14,13 @@ from xlgraph.op import (
     Sample,
     apply1,
     as_tensor,
-    binary,
     broadcast_shapes,
-    inplace,
     register,
     same_dtype,
     same_spec,
-    unary,
 )
 from xlgraph.ops import loops
+from xlgraph.ops.families import binary, inplace, unary
 from xlgraph.ops.replicas import unchanged
 from xlgraph.tensor import Tensor, TensorSpec
 

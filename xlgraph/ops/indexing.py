@@ -15,7 +15,7 @@ from xlgraph.op import OpDef, Sample, apply, apply1, explained, normalize_axes, 
 from xlgraph.ops.movement import init, slice
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
-__all__ = ["gather", "tied_gather", "scatter", "topk", "split", "subsample", "getitem"]
+__all__ = ["gather", "tied_gather", "scatter", "topk", "split", "subsample"]
 
 
 def check_int_indices(spec: TensorSpec, what: str = "indices") -> None:
@@ -347,30 +347,3 @@ def subsample(t: Tensor, strides: Sequence[int]) -> Tensor:
         raise ShapeError(f"subsample: need one stride >= 1 per axis of {t.id} {t.spec}, "
                          f"got {strides}")
     return slice(t, step=strides, axis=list(range(t.rank)))
-
-
-# -- Tensor.__getitem__ ------------------------------------------------------------------------
-def getitem(t: Tensor, key: Any) -> Tensor:
-    """``t[key]``: ints/slices slice (numpy basic indexing); an integer tensor or array gathers
-    along axis 0; a boolean tensor or array keeps ``t`` where true and zeroes it elsewhere
-    (``where(mask, t, 0)``: the shape is kept, as in PopXL).
-
-    Raises:
-        TypeError: for any other key.
-    """
-    from xlgraph.ops.elementwise import where
-    from xlgraph.ops.movement import getitem as basic_getitem
-
-    if isinstance(key, list):
-        key = np.asarray(key)
-    if isinstance(key, np.ndarray) and key.dtype.kind in "biu":
-        key = constant(key, dtypes.bool if key.dtype.kind == "b" else dtypes.int32)
-    if isinstance(key, Tensor):
-        if key.dtype is dtypes.bool:
-            return where(key, t, 0)
-        if key.dtype.is_int:
-            return gather(t, key)
-        raise TypeError(f"{t.id}[...]: an index tensor must be integer or bool, got {key.spec}")
-    if isinstance(key, np.ndarray):
-        raise TypeError(f"{t.id}[...]: an index array must be integer or bool, got {key.dtype}")
-    return basic_getitem(t, key)

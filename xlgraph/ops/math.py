@@ -16,16 +16,14 @@ from xlgraph.op import (
     Sample,
     apply1,
     as_tensor,
-    binary,
     broadcast_shapes,
     normalize_axes,
-    reduction,
     register,
     same_dtype,
     same_spec,
-    unary,
 )
 from xlgraph.ops.elementwise import cast, equal, exp, sign
+from xlgraph.ops.families import binary, reduction, unary
 from xlgraph.ops.reduce import _extreme_grad, _keep
 from xlgraph.tensor import Tensor, TensorSpec
 

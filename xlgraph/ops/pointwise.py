@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.op import Sample, binary, unary
+from xlgraph.op import Sample
 from xlgraph.ops.elementwise import cast, equal, exp, sqrt
+from xlgraph.ops.families import binary, unary
 from xlgraph.ops.math import floor
 from xlgraph.tensor import Tensor
 

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.op import OpDef, Sample, apply1, normalize_axes, reduction, register
+from xlgraph.op import OpDef, Sample, apply1, normalize_axes, register
 from xlgraph.ops import loops
+from xlgraph.ops.families import reduction
 from xlgraph.tensor import Tensor, TensorSpec
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from xlgraph.core.remote_buffer import RemoteBuffer
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, register
-from xlgraph.remote import RemoteBuffer
 from xlgraph.tensor import Tensor, TensorSpec
 
 __all__ = ["remote_load", "remote_load_", "remote_store"]
