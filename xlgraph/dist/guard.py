@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from xlgraph.dist import TIMEOUT, _int_env
+from xlgraph.core.instances import TIMEOUT, int_env
 
 __all__ = ["main"]
 
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if status != 0:
         print(f"xlgraph-run: instance {os.environ.get('PMI_RANK', '?')} ended with exit status "
               f"{code}; stopping the job", file=sys.stderr, flush=True)
-        time.sleep(min(_GRACE_SECONDS, _int_env(TIMEOUT, 60)))
+        time.sleep(min(_GRACE_SECONDS, int_env(TIMEOUT, 60)))
         _abort_job(fds, code)
     return code
 
