@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -58,7 +59,7 @@ def test_two_chunk_threads_give_the_same_bits_as_one() -> None:
             out = session.run({x_s: x})
         results.append([out[s].tobytes() for s in d2h])
     assert results[0] == results[1]
-    assert window.CHUNK_THREADS.count == 1  # restored after each run
+    assert session._chunk_pool.executor is None  # shut down when the Session detached
 
 
 @pytest.mark.usefixtures("small_chunks")
@@ -69,20 +70,64 @@ def test_chunks_run_on_the_pool_threads_only_while_asked() -> None:
         seen.append(threading.current_thread().name)
         return sl.start
 
-    previous = window.CHUNK_THREADS.set(2)
-    try:
-        starts = window.map_chunks(record, 12, 1024)
-        assert starts == sorted(starts) and len(starts) == 6  # results in chunk order
-        assert all(name.startswith("xlgraph-chunks") for name in seen)
-        seen.clear()
-        few = 2 * (window.MIN_THREADED_CHUNKS - 1)  # items: 2 per chunk
-        window.map_chunks(record, few, 1024)  # too few chunks to be worth the threads
-        assert seen == [threading.current_thread().name] * (few // 2)
-    finally:
-        window.CHUNK_THREADS.set(previous)
+    with ThreadPoolExecutor(2, thread_name_prefix="xlgraph-chunks") as pool:
+        with window.chunks_on(pool):
+            starts = window.map_chunks(record, 12, 1024)
+            assert starts == sorted(starts) and len(starts) == 6  # results in chunk order
+            assert all(name.startswith("xlgraph-chunks") for name in seen)
+            seen.clear()
+            few = 2 * (window.MIN_THREADED_CHUNKS - 1)  # items: 2 per chunk
+            window.map_chunks(record, few, 1024)  # too few chunks to be worth the threads
+            assert seen == [threading.current_thread().name] * (few // 2)
     seen.clear()
     window.map_chunks(record, 12, 1024)
     assert seen == [threading.current_thread().name] * 6
+
+
+@pytest.mark.usefixtures("small_chunks")
+def test_two_sessions_with_different_thread_settings_do_not_affect_each_other(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions with 2 and 1 chunk threads run at the same time in two threads: each one's
+    kernels use its own setting (the pools belong to the Sessions, not to the process)."""
+    ran_on: dict[str, set[str]] = {"two": set(), "one": set()}
+    map_chunks = window.map_chunks
+
+    def spy(fn, n, item_bytes):  # noqa: ANN001, ANN202 - a pass-through wrapper
+        caller = threading.current_thread().name
+
+        def chunk(sl: slice):  # noqa: ANN202
+            ran_on[caller].add(threading.current_thread().name)
+            return fn(sl)
+
+        return map_chunks(chunk, n, item_bytes)
+
+    monkeypatch.setattr(window, "map_chunks", spy)
+    for module in ("conv", "pool"):
+        monkeypatch.setattr(f"xlgraph.ops.{module}.map_chunks", spy, raising=False)
+    x = np.random.default_rng(2).normal(size=(16, 2, 9, 9)).astype(np.float32)
+    sessions, outs = {}, {}
+    for name, n in (("two", 2), ("one", 1)):
+        ir, (x_s,), d2h = _conv_pool_step(16)
+        sessions[name] = (popxl.Session(ir, chunk_threads=n), x_s, d2h)
+    start = threading.Barrier(2)
+
+    def work(name: str) -> None:
+        session, x_s, d2h = sessions[name]
+        with session:
+            start.wait()
+            for _ in range(5):
+                out = session.run({x_s: x})
+        outs[name] = [out[s].tobytes() for s in d2h]
+
+    threads_ = [threading.Thread(target=work, args=(n,), name=n) for n in sessions]
+    for t in threads_:
+        t.start()
+    for t in threads_:
+        t.join()
+    assert ran_on["one"] == {"one"}  # in turn, on its own thread, while "two" used its pool
+    assert any(t.startswith("xlgraph-chunks") for t in ran_on["two"])  # big kernels: its pool
+    assert outs["one"] == outs["two"]
+    assert all(s._chunk_pool.executor is None for s, _, _ in sessions.values())
 
 
 def test_auto_uses_every_core_only_for_threaded_kernels_on_a_free_machine(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 import sys
@@ -119,13 +120,23 @@ class NumericsError(XlgraphError, FloatingPointError):
     """A value became NaN or Inf while ``Session(..., check_numerics=True)`` was running."""
 
 
+@functools.lru_cache(maxsize=1024)
+def _user_file(filename: str) -> str | None:
+    """The base name of ``filename`` when it is user code (outside xlgraph), else None (a pure
+    function of the name, memoised: every op built asks it for each frame of its stack)."""
+    path = os.path.abspath(filename)
+    if path.startswith(_PACKAGE_DIR + os.sep) or "<frozen" in path:
+        return None
+    return os.path.basename(path)
+
+
 def user_source_line() -> str:
     """``file:line`` of the innermost stack frame outside the xlgraph package."""
     frame = sys._getframe(1)
     while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_PACKAGE_DIR + os.sep) and "<frozen" not in path:
-            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        name = _user_file(frame.f_code.co_filename)
+        if name is not None:
+            return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"
 

@@ -28,8 +28,13 @@ class Graph:
         self.is_main = is_main
         self.ops: list[Op] = []
         self._tensors: dict[str, Tensor] = {}
+        self._suffixes: dict[str, int] = {}  # base name -> next ``__t<i>`` to try
         self._inputs: list[Tensor] = []
         self._outputs: list[Tensor] = []
+        self._input_at: dict[Tensor, int] = {}  # input -> its position
+        self._inputs_seen: tuple[Tensor, ...] | None = None  # ``inputs``, until they change
+        self._outputs_seen: tuple[Tensor, ...] | None = None
+        self._output_at: dict[Tensor, int] = {}  # output -> its first position
         self.call_sites: list[Op] = []
         # outputs the user declared, set when autodiff first adds activations as outputs
         self.declared_outputs: int | None = None
@@ -48,7 +53,9 @@ class Graph:
     @property
     def inputs(self) -> tuple[Tensor, ...]:
         """The graph's inputs, in order (parameters of a subgraph)."""
-        return tuple(self._inputs)
+        if self._inputs_seen is None:  # one tuple until the inputs change
+            self._inputs_seen = tuple(self._inputs)
+        return self._inputs_seen
 
     @property
     def inputs_by_name(self) -> dict[str, Tensor]:
@@ -58,7 +65,9 @@ class Graph:
     @property
     def outputs(self) -> tuple[Tensor, ...]:
         """The graph's outputs, in order."""
-        return tuple(self._outputs)
+        if self._outputs_seen is None:
+            self._outputs_seen = tuple(self._outputs)
+        return self._outputs_seen
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:
@@ -93,6 +102,14 @@ class Graph:
     def main_graph(self) -> Graph:
         """The main graph of this graph's Ir."""
         return self.ir.main_graph
+
+    def input_index(self, t: Tensor) -> int | None:
+        """The position of ``t`` among the graph's inputs, or None when it is not one."""
+        return self._input_at.get(t)
+
+    def output_index(self, t: Tensor) -> int | None:
+        """The first position of ``t`` among the graph's outputs, or None."""
+        return self._output_at.get(t)
 
     def get_tensor(self, tensor_id: str) -> Tensor:
         """The tensor named ``tensor_id`` in this graph (``KeyError`` when there is none)."""
@@ -135,13 +152,17 @@ class Graph:
             )
 
     def unique_name(self, name: str) -> str:
-        """``name`` in the current name scope, with a ``__t<N>`` suffix if the graph has it."""
+        """``name`` in the current name scope, with a ``__t<N>`` suffix if the graph has it.
+
+        Each base name keeps the next suffix to try, so making n names is O(n) however many
+        share a base."""
         name = context.scoped_name(name)
         if name not in self._tensors:
             return name
-        i = 0
+        i = self._suffixes.get(name, 0)
         while f"{name}__t{i}" in self._tensors:
             i += 1
+        self._suffixes[name] = i + 1
         return f"{name}__t{i}"
 
     def add_tensor(self, spec: TensorSpec, name: str, producer: Op | None = None) -> Tensor:
@@ -160,7 +181,9 @@ class Graph:
             )
         t = self.add_tensor(spec, name)
         t.by_ref = by_ref
+        self._input_at[t] = len(self._inputs)
         self._inputs.append(t)
+        self._inputs_seen = None
         return t
 
     def add_output(self, t: Tensor) -> None:
@@ -171,7 +194,9 @@ class Graph:
                 f"graph_output: tensor {t.id} {t.spec} belongs to graph {t.graph.name!r}, not "
                 f"{self.name!r} [at {user_source_line()}]"
             )
+        self._output_at.setdefault(t, len(self._outputs))
         self._outputs.append(t)
+        self._outputs_seen = None
 
     def add_variable(self, data: np.ndarray, name: str,
                      shape: tuple[int, ...] | None = None) -> Variable:
@@ -227,6 +252,8 @@ class Graph:
             names = ", ".join(sorted(t.id for t in gone & used))
             raise ValueError(f"graph {self.name!r}: inputs {names} are still used")
         self._inputs = [t for t in self._inputs if t not in gone]
+        self._input_at = {t: i for i, t in enumerate(self._inputs)}
+        self._inputs_seen = None
         for t in gone:
             del self._tensors[t.name]
 

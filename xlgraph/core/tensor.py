@@ -93,6 +93,8 @@ class Tensor:
     """
 
     __array_ufunc__ = None  # let numpy defer to the reflected operators
+    # ``==`` and ``hash`` are object identity (Python's own, so dict and set lookups of
+    # tensors, which the passes make per op, stay in C)
 
     def __init__(
         self, graph: Graph, name: str, spec: TensorSpec, producer: Op | None = None
@@ -201,12 +203,6 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}[{self.id} {self.dtype!r} {self.shape}]"
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
 
     def __len__(self) -> int:
         if not self.shape:

@@ -373,10 +373,10 @@ class _Writer:
         self.emit(0, f"def {fn.name}({', '.join(f's{p}' for p in fn.params)}):")
         for s in fn.steps:
             self.step(s, 1)
-        results, seen = [], {}
+        results, seen, params = [], {}, set(fn.params)
         for r in fn.results:
             name, root = self.names[r], self.plan.root[r]
-            fresh = not self.is_static(r) and root not in fn.params and r not in self.plan.viewish
+            fresh = not self.is_static(r) and root not in params and r not in self.plan.viewish
             if seen.get(root, r) != r or not fresh:
                 name = f"np.array({name})"
             seen.setdefault(root, r)

@@ -124,7 +124,8 @@ class CompiledExecutable:
                                 self.held_once)
         self.single_replica = ctx is not None and ctx.local == 1
         self.transfers = ir.num_host_transfers
-        self.swapped = [slots.index(v) for v in sorted(swaps.values())]
+        position = {slot: i for i, slot in enumerate(slots)}
+        self.swapped = [position[v] for v in sorted(swaps.values())]
         self.state = (arrays, [np.empty_like(arrays[i]) for i in self.swapped])
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
@@ -134,8 +135,9 @@ class CompiledExecutable:
         self.compiled = generate(program, plans, self.buffers, swaps, self.h2d, self.d2h,
                                  ir.num_host_transfers, backend)
         self.source = self.compiled.source
+        swapped = set(swaps.values())
         self.written_variables = [program.variable_slots[s] for s in sorted(written)
-                                  if s not in swaps.values()]
+                                  if s not in swapped]
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         arrays, spares = self.state

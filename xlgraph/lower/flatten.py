@@ -29,20 +29,21 @@ def graph_size(graph: Graph, memo: dict[Graph, int]) -> int:
     return memo[graph]
 
 
-def _self_contained(graph: Graph, op: Op) -> bool:
-    """Whether ``graph`` can be a function here: every input by value, no host transfers."""
-    if op.attrs["modified"] or any(t.by_ref for t in graph.inputs):
+def _self_contained(graph: Graph, modified: set[int], memo: dict[Graph, bool]) -> bool:
+    """Whether ``graph`` can be a function at a site marking inputs ``modified``: every input
+    by value, no host transfers in it or the graphs it calls (``memo`` keeps the latter)."""
+    if modified or any(t.by_ref for t in graph.inputs):
         return False
-    seen, stack = set(), [graph]
-    while stack:
-        g = stack.pop()
-        if g in seen:
-            continue
-        seen.add(g)
-        if any(o.defn.kind in ("host_load", "host_store") for o in g.ops):
-            return False
-        stack.extend(g.called_graphs)
-    return True
+    if graph not in memo:
+        seen, stack, found = {graph}, [graph], False
+        while stack and not found:
+            g = stack.pop()
+            found = any(o.defn.kind in ("host_load", "host_store") for o in g.ops)
+            fresh = [c for c in g.called_graphs if c not in seen]
+            seen.update(fresh)
+            stack.extend(fresh)
+        memo[graph] = not found
+    return memo[graph]
 
 
 class _Flattener:
@@ -53,6 +54,7 @@ class _Flattener:
         self.specs: dict[int, TensorSpec] = {}
         self.functions: dict[tuple[Graph, int], Function] = {}
         self.sizes: dict[Graph, int] = {}
+        self.contained: dict[Graph, bool] = {}
 
     def new_slot(self, spec: TensorSpec) -> int:
         self.num_slots += 1
@@ -94,16 +96,27 @@ class _Flattener:
                 steps.append(Step("bind", [slot], [env[t]], op))
         return env
 
-    def call(self, op: Op, ins: list[int], steps: list[Step]) -> list[int]:
-        graph: Graph = op.attrs["graph"]
+    def as_function(self, graph: Graph, modified: set[int]) -> bool:
+        """Whether a site of ``graph`` calls it as a function rather than inlining it: when it
+        is large, or called from several sites (branches included) and not tiny. So a graph
+        lowers once however many sites call it (nested conditionals whose arms call one graph
+        stay linear, not exponential, in the nesting)."""
         size = graph_size(graph, self.sizes)
         repeated = len(graph.call_sites) > 1 and size >= REPEATED_MIN_OPS
-        if not (repeated or size >= LARGE_MIN_OPS) or not _self_contained(graph, op):
-            return self.inline(op, ins, steps)
+        return (repeated or size >= LARGE_MIN_OPS) and _self_contained(graph, modified,
+                                                                        self.contained)
+
+    def func_step(self, op: Op, graph: Graph, ins: list[int], steps: list[Step]) -> list[int]:
         fn = self.function(graph, len(op.outputs))
         outs = [self.new_slot(t.spec) for t in op.outputs]
         steps.append(Step("func", ins, outs, op, func=fn))
         return outs
+
+    def call(self, op: Op, ins: list[int], steps: list[Step]) -> list[int]:
+        graph: Graph = op.attrs["graph"]
+        if not self.as_function(graph, op.attrs["modified"]):
+            return self.inline(op, ins, steps)
+        return self.func_step(op, graph, ins, steps)
 
     def function(self, graph: Graph, n_out: int) -> Function:
         key = (graph, n_out)
@@ -143,10 +156,13 @@ class _Flattener:
         for then_branch in (True, False):
             graph, feeds, modified = branch_of(op, then_branch)
             body: list[Step] = []
-            env = self.bind(op, graph, ins[feeds], modified, body)
-            self.graph(graph, env, body)
+            if self.as_function(graph, modified):
+                results.append(self.func_step(op, graph, ins[feeds], body))
+            else:
+                env = self.bind(op, graph, ins[feeds], modified, body)
+                self.graph(graph, env, body)
+                results.append([env[t] for t in graph.outputs[: len(op.outputs)]])
             bodies.append(body)
-            results.append([env[t] for t in graph.outputs[: len(op.outputs)]])
         outs = [self.new_slot(t.spec) for t in op.outputs]
         steps.append(Step("cond", ins[:1], outs, op, body=bodies[0], orelse=bodies[1],
                           carried=list(zip(*results)), copy_out=True))

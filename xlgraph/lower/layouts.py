@@ -118,8 +118,10 @@ class _Layouts:
             elif s.kind in ("host_load", "const"):
                 p.layout[s.outs[0]] = "C"
             elif s.kind == "func":  # arguments as the interpreter binds them: fresh copies
-                shared = {i for i, x in enumerate(s.ins)
-                          if any(y != x and p.root[y] == p.root[x] for y in s.ins)}
+                slots_of: dict[int, set[int]] = {}  # root -> the distinct argument slots on it
+                for x in s.ins:
+                    slots_of.setdefault(p.root[x], set()).add(x)
+                shared = {i for i, x in enumerate(s.ins) if len(slots_of[p.root[x]]) > 1}
                 copies = {i for i, x in enumerate(s.ins) if x in p.viewish and p.layout[x] == "?"}
                 if copies:
                     p.densify[s] = copies

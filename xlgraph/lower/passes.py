@@ -6,22 +6,53 @@ from collections.abc import Callable
 
 import numpy as np
 
-from xlgraph.lower.program import Step, walk
+from xlgraph.lower.program import Function, Step, walk
 
 FOLD_MAX_BYTES = 1 << 20  # larger folded results would cost more memory than they save time
 
 
-def has_effects(s: Step) -> bool:
-    """Whether ``s`` must run even if nothing reads its outputs."""
+def _own_effects(s: Step) -> bool | None:
+    """Whether ``s`` itself must run even if nothing reads its outputs; None for steps whose
+    effects are those of their bodies (loops, conditionals, function calls)."""
     if s.kind in ("host_load", "host_store"):
         return True  # loads advance the stream's transfer counter
     if s.kind == "kernel":
         return s.defn.side_effect or s.defn.modifies_input
-    if s.kind == "func":
-        return any(map(has_effects, s.func.steps))
-    if s.kind in ("loop", "cond"):
-        return any(map(has_effects, s.body + s.orelse))
+    if s.kind in ("func", "loop", "cond"):
+        return None
     return s.kind not in ("const", "bind", "ref")  # unknown kinds are kept
+
+
+def _function_effects(fn: Function) -> bool:
+    """Whether calling ``fn`` has effects, decided once per function (its steps that have
+    effects are never removed, so the answer holds) without recursion."""
+    if fn.effects is None:
+        pending, seen, found = list(fn.steps), {id(fn)}, False
+        while pending and not found:
+            s = pending.pop()
+            own = _own_effects(s)
+            if own is not None:
+                found = own
+            elif s.kind == "func" and s.func.effects is not None:
+                found = s.func.effects
+            elif s.kind == "func":
+                if id(s.func) not in seen:
+                    seen.add(id(s.func))
+                    pending.extend(s.func.steps)
+            else:
+                pending.extend(s.body + s.orelse)
+        fn.effects = found
+    return fn.effects
+
+
+def has_effects(s: Step) -> bool:
+    """Whether ``s`` must run even if nothing reads its outputs."""
+    own = _own_effects(s)
+    if own is not None:
+        return own
+    if s.kind == "func":
+        return _function_effects(s.func)
+    return _function_effects(Function("", [], s.body + s.orelse, []))
 
 
 def remove_dead(steps: list[Step], needed: set[int]) -> list[Step]:

@@ -91,6 +91,7 @@ class Function:
     params: list[int]
     steps: list[Step]
     results: list[int]
+    effects: bool | None = None  # whether running it has effects (``passes.has_effects``)
 
 
 @dataclass(eq=False)

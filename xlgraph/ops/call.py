@@ -139,12 +139,12 @@ class CallSiteInfo(SiteInfo):
     def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
         """The parent tensor connected to a called graph's input or output."""
         g = self.called_graph
-        for i, t in enumerate(g.inputs):
-            if t is graph_tensor:
-                return self.op.inputs[i]
-        for i, t in enumerate(g.outputs):
-            if t is graph_tensor and i < len(self.op.outputs):
-                return self.op.outputs[i]
+        i = g.input_index(graph_tensor)
+        if i is not None:
+            return self.op.inputs[i]
+        i = g.output_index(graph_tensor)
+        if i is not None and i < len(self.op.outputs):
+            return self.op.outputs[i]
         raise ValueError(f"{graph_tensor.id} is not an input or output of graph {g.name!r}")
 
     def parent_to_graph(self, parent_tensor: Tensor) -> Tensor:
@@ -200,7 +200,7 @@ def _bind_inputs(graph: Graph, inputs: Sequence[Any],
         )
     given[: len(positional)] = positional
     for sub, value in (inputs_dict or {}).items():
-        idx = next((i for i, t in enumerate(ins) if t is sub), None)
+        idx = graph.input_index(sub) if isinstance(sub, Tensor) else None
         if idx is None:
             name = getattr(sub, "id", repr(sub))
             raise CallInputError(

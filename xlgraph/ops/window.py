@@ -7,10 +7,12 @@ few kernel *taps* (each step a strided slice over every pixel at once), never ov
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -116,27 +118,21 @@ def batch_chunks(n: int, item_bytes: int) -> list[slice]:
     return [slice(i, min(n, i + step)) for i in range(0, n, step)]
 
 
-class _ChunkThreads:
-    """The threads that run batch chunks: none (chunks run in turn) until a Session that
-    holds ``threaded`` kernels sets a count above one while it is attached."""
-
-    def __init__(self) -> None:
-        self.count = 1
-        self.pool: ThreadPoolExecutor | None = None
-        self.pool_size = 0
-
-    def set(self, count: int) -> int:
-        """Use ``count`` threads from now on; returns the previous count."""
-        previous, self.count = self.count, max(1, count)
-        if self.count > 1 and self.pool_size != self.count:
-            if self.pool is not None:
-                self.pool.shutdown()
-            self.pool = ThreadPoolExecutor(self.count, thread_name_prefix="xlgraph-chunks")
-            self.pool_size = self.count
-        return previous
+# The thread pool of the Session whose run is executing in this context (``chunks_on``): the
+# Session owns and closes the pool; this only routes kernels to it and holds nothing after a run.
+_POOL: ContextVar[ThreadPoolExecutor | None] = ContextVar("xlgraph_chunk_pool", default=None)
 
 
-CHUNK_THREADS = _ChunkThreads()
+@contextlib.contextmanager
+def chunks_on(pool: ThreadPoolExecutor | None) -> Iterator[None]:
+    """Run the batch chunks of the kernels called inside on ``pool`` (None: in turn)."""
+    token = _POOL.set(pool)
+    try:
+        yield
+    finally:
+        _POOL.reset(token)
+
+
 # Fewer chunks than this run in turn: handing two or three small chunks to threads cost more than
 # it saved (the MNIST CNN at batch 8: 2-3 chunks per kernel, median 6.9-7.3 ms per step with two
 # threads against 5.2-6.7 ms with one, interleaved, load about 3).
@@ -144,13 +140,13 @@ MIN_THREADED_CHUNKS = 4
 
 
 def map_chunks(fn: Callable[[slice], Any], n: int, item_bytes: int) -> list[Any]:
-    """``fn(chunk)`` for every ``batch_chunks(n, item_bytes)``, results in chunk order. With
-    ``CHUNK_THREADS.count > 1`` and at least ``MIN_THREADED_CHUNKS`` chunks, they run on that many
+    """``fn(chunk)`` for every ``batch_chunks(n, item_bytes)``, results in chunk order. Inside
+    ``chunks_on(pool)`` with at least ``MIN_THREADED_CHUNKS`` chunks, they run on the pool's
     threads at once (numpy releases the GIL inside its kernels, so they use several cores); ``fn``
     must then write only its own chunk. The results are the same bits either way."""
     chunks = batch_chunks(n, item_bytes)
-    pool = CHUNK_THREADS.pool
-    if CHUNK_THREADS.count == 1 or len(chunks) < MIN_THREADED_CHUNKS or pool is None:
+    pool = _POOL.get()
+    if pool is None or len(chunks) < MIN_THREADED_CHUNKS:
         return [fn(sl) for sl in chunks]
     return [f.result() for f in [pool.submit(fn, sl) for sl in chunks]]
 

@@ -23,12 +23,13 @@ from xlgraph.errors import (
 from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
 from xlgraph.ir import Ir
 from xlgraph.lower import lower
-from xlgraph.ops.window import CHUNK_THREADS
+from xlgraph.ops.window import chunks_on
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
 from xlgraph.runtime.remote_memory import RemoteMemory
 from xlgraph.runtime.replica_layout import ReplicaLayout
 from xlgraph.runtime.threads import (
+    ChunkPool,
     ThreadLimit,
     choose_chunk_threads,
     choose_threads,
@@ -104,7 +105,8 @@ class Session:
         self._host = {v: np.array(self.layout.expand(v, v.initial_data)) for v in variables}
         self.remote = RemoteMemory(ir, self.layout)
         self._host_values = {v: v.initial_data for v in [*variables, *self.remote.variables]}
-        live = [self._device[v] for v in self.executable.written_variables]
+        device = self._device
+        live = [device[v] for v in self.executable.written_variables]
         self._backup = [(a, np.empty_like(a)) for a in [*live, *self.remote.arrays()]]
         self.io = HostIO(ir)
         self.blas_threads = blas_threads
@@ -113,6 +115,7 @@ class Session:
         self._threaded = has_threaded_kernels(ir)
         self._chunks = 1  # chunk threads while attached
         self._thread_limit = ThreadLimit()
+        self._chunk_pool = ChunkPool()  # conv/pool chunk threads, while attached
         self._attached = False
         self.host_timing = HostTiming()  # measured host-side time of the runs
         self._simulated = 0.0
@@ -163,6 +166,7 @@ class Session:
             self._chunks = choose_chunk_threads(self.chunk_threads, self._threaded)
             blas = 1 if self._chunks > 1 else choose_threads(self.blas_threads, self._flops)
             self._thread_limit.apply(blas)
+            self._chunk_pool.start(self._chunks if self._threaded else 1)
             self.weights_from_host()
         self._entered.append(attach)
         return self
@@ -175,6 +179,7 @@ class Session:
             self._attached = False
             self.host_timing.detach()
             self._thread_limit.restore()
+            self._chunk_pool.stop()
 
     def _require_attached(self, what: str) -> None:
         if not self._attached:
@@ -235,10 +240,9 @@ class Session:
         before = self.executable.state
         for live, saved in self._backup:  # one snapshot per run, however many transfers it has;
             np.copyto(saved, live)  # variables the executable double-buffers need none
-        chunks = CHUNK_THREADS.set(self._chunks) if self._threaded else None
         started = time.perf_counter()
         try:
-            with self._float_traps():
+            with self._float_traps(), chunks_on(self._chunk_pool.executor):
                 self.executable.run(in_arrays, out_arrays)
             self._simulated = time.perf_counter() - started
         except BaseException as exc:
@@ -252,9 +256,6 @@ class Session:
             raise ExecutionError(
                 f"run failed{where}: {type(exc).__name__}: {exc}; variables were left unchanged"
             ) from exc
-        finally:
-            if chunks is not None:
-                CHUNK_THREADS.set(chunks)
 
     def _float_traps(self) -> contextlib.AbstractContextManager[Any]:
         """Trap overflow, division by zero and NaNs when ``enableFloatingPointChecks`` is set."""
@@ -277,8 +278,9 @@ class Session:
     def weights_from_host(self) -> None:
         """Copy every variable from the host to the device."""
         self._require_attached("weights_from_host")
+        device = self._device
         for v, arr in self._host.items():
-            np.copyto(self._device[v], arr)
+            np.copyto(device[v], arr)
 
     @_serialised
     def get_tensor_data(self, tensor: Tensor) -> np.ndarray:

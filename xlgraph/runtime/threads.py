@@ -17,6 +17,7 @@ core under the same condition (a free core when the Session attaches), with BLAS
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from xlgraph.ir import Ir
@@ -91,3 +92,21 @@ class ThreadLimit:
         if self._limits is not None:
             self._limits.restore_original_limits()
             self._limits = None
+
+
+class ChunkPool:
+    """A Session's threads for the batch chunks of conv and pooling kernels: started when it
+    attaches with more than one chunk thread, shut down when it detaches. Each Session has its
+    own, so Sessions with different settings in one process do not affect each other."""
+
+    def __init__(self) -> None:
+        self.executor: ThreadPoolExecutor | None = None
+
+    def start(self, count: int) -> None:
+        if count > 1 and self.executor is None:
+            self.executor = ThreadPoolExecutor(count, thread_name_prefix="xlgraph-chunks")
+
+    def stop(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown()
+            self.executor = None

@@ -239,7 +239,7 @@ def differentiate(graph: Graph, provided: list[Tensor], required: list[Tensor],
     fwd_conns = [ExpectedConnection(t, FWD) for t, p in builder.fwd_inputs.items() if p in read]
     for conn in fwd_conns:
         t = conn.fwd_tensor
-        if t not in graph.inputs and t not in graph.outputs:
+        if graph.input_index(t) is None and graph.output_index(t) is None:
             _add_forward_output(graph, t)
     return GradGraphInfo(
         graph=grad_graph,

@@ -56,9 +56,12 @@ def _seeds(site: CallSiteInfo, seeds: Sequence[Tensor] | Mapping[Tensor, Tensor]
 def _required(site: CallSiteInfo, wrt: Iterable[Tensor] | None, where: str) -> list[Tensor]:
     """The graph inputs fed by the ``wrt`` parent tensors (default: every float input)."""
     parents = [t for t in site.inputs if t.dtype.is_floating_point] if wrt is None else list(wrt)
+    positions: dict[Tensor, list[int]] = {}
+    for i, t in enumerate(site.inputs):
+        positions.setdefault(t, []).append(i)
     required: dict[int, Tensor] = {}
     for parent in parents:
-        fed = [i for i, t in enumerate(site.inputs) if t is parent]
+        fed = positions.get(parent, [])
         if not fed:
             raise ValueError(f"grad_of_call: {parent.id} {parent.spec} is not an input of the "
                              f"call of {site.called_graph.name!r} [at {where}]")
