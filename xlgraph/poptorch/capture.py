@@ -13,6 +13,7 @@ import contextlib
 import functools
 import os
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -77,7 +78,8 @@ def _cumulative_forward(original: Callable[..., Any]) -> Callable[..., Any]:
 def _capturing() -> Iterator[None]:
     """What capture changes while it runs: oneDNN off (LSTM decomposes into matmuls),
     BatchNorm's cumulative average in tensor ops, no argument validation in
-    ``torch.distributions`` (its checks read tensor values), and CTC loss as one op."""
+    ``torch.distributions`` (its checks read tensor values), CTC loss as one op, and two
+    warnings about torch's own internals silenced."""
     from torch.distributions import Distribution
     from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -89,8 +91,14 @@ def _capturing() -> Iterator[None]:
     Distribution.set_default_validate_args(False)
     torch.nn.functional.ctc_loss = ctc_loss_op
     try:
-        with torch.backends.mkldnn.flags(enabled=False):
-            yield
+        with warnings.catch_warnings():
+            # torch 2.13 warns about its own internals here (export's pytree, oneDNN's TF32 on
+            # Intel GPUs); nothing a user can change
+            warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                    FutureWarning)
+            warnings.filterwarnings("ignore", "TF32 acceleration on top of oneDNN", UserWarning)
+            with torch.backends.mkldnn.flags(enabled=False):
+                yield
     finally:
         _BatchNorm.forward = original
         Distribution.set_default_validate_args(validate)
