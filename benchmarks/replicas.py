@@ -95,8 +95,8 @@ def in_process(quick: bool, backends: list[str]) -> dict[str, Any]:
                                  "single": step_fn(model, 1, n * b, backend)},
                                 calls, rounds=3 if quick else 7)
             out[f"{backend} {model} {n}x{b} vs 1x{n * b}"] = {
-                **times, "ratio_median": round(times["replicas"]["median"]
-                                               / times["single"]["median"], 3)}
+                **times, **{f"ratio_{k}": round(times["replicas"][k] / times["single"][k], 3)
+                            for k in ("median", "min")}}
     return out
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.errors import ExecutionError
+from xlgraph.layout import same_layout
 from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.op import Op, OpDef
 from xlgraph.ops.replicas import ReplicaContext, aligned
@@ -151,8 +152,25 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
 
     run.loops = defn.replicated is None  # type: ignore[attr-defined]
     run.c_contiguous = contiguous  # type: ignore[attr-defined]  # see ``layouts``
-    return dataclasses.replace(defn, kernel=run, kernel_out=None, loop=None, layout=None,
+    return dataclasses.replace(defn, kernel=run, kernel_out=None, loop=None,
+                               layout=_view_layout(defn, ins[0]) if defn.view else None,
                                replicated=None)
+
+
+def _view_layout(defn: OpDef, one: TensorSpec) -> Callable[..., str] | None:
+    """The layout of a view over the replica axis of a C-contiguous input, from the op's own
+    declaration for one replica: a reshape stays C-ordered, a view dense in another axis
+    order (a transpose) stays dense, since the replica axis stays outermost; other views (a
+    slice leaves gaps between replicas) may be anything."""
+    if defn.layout is None:
+        return None
+
+    def layout(spec: TensorSpec, **attrs: Any) -> str:
+        if defn.layout is same_layout:
+            return "C"
+        return "D" if defn.layout(one, **attrs) == "D" else "?"
+
+    return layout
 
 
 def _lifting_defn(defn: OpDef, out_vary: list[bool], local: int) -> OpDef:
