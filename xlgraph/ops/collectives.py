@@ -56,8 +56,8 @@ def _all_reduce(x: np.ndarray, op: str, group: Any) -> np.ndarray:
 
 
 def _all_reduce_replicated(ctx: ReplicaContext, x: np.ndarray, op: str, group: Any) -> np.ndarray:
-    return ctx.per_group(x, group, lambda s: _REDUCE[op](s)[None],
-                         f"all-reduce {op}").astype(x.dtype, copy=False)
+    reduced = ctx.reduce_groups(x, group, _REDUCE[op], f"all-reduce {op}")
+    return reduced.astype(x.dtype, copy=False)
 
 
 def _all_reduce_inplace(x: np.ndarray, op: str, group: Any) -> np.ndarray:
@@ -263,8 +263,7 @@ def _padded(x: np.ndarray, group_size: int) -> np.ndarray:
 def _scatter_replicated(ctx: ReplicaContext, x: np.ndarray, group_size: int, group: Any,
                         op: str, sharded: bool) -> np.ndarray:
     flat = np.stack([_padded(xi, group_size) for xi in x])
-    reduced = ctx.per_group(flat, group, lambda s: _REDUCE[op](s)[None],
-                            f"reduce-scatter {op}").astype(x.dtype)
+    reduced = ctx.reduce_groups(flat, group, _REDUCE[op], f"reduce-scatter {op}").astype(x.dtype)
     return _slice_replicated(ctx, reduced, 0, group_size, group)
 
 

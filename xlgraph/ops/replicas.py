@@ -69,6 +69,19 @@ class ReplicaContext:
                     out[r - self.offset] = result[i] if len(result) > 1 else result[0]
         return out
 
+    def reduce_groups(self, x: np.ndarray, group: ReplicaGrouping | None,
+                      reduce: Callable[[np.ndarray], np.ndarray],
+                      what: str = "collective") -> np.ndarray:
+        """``reduce`` (over axis 0) of the values of each group's members, for every member:
+        one array operation over the replicas arranged as ``(group size, groups, ...)``; with
+        one group of every replica a read-only broadcast of the one result."""
+        grouping = self.grouping(group)
+        everyone = self.gather(x, what)
+        if grouping.num_groups == 1:
+            return np.broadcast_to(reduce(everyone), (self.local, *everyone.shape[1:]))
+        reduced = reduce(everyone[np.asarray(grouping.groups).T])
+        return reduced[np.asarray(grouping.assignment[self.offset:self.offset + self.local])]
+
     def positions(self, group: ReplicaGrouping | None) -> list[tuple[int, int]]:
         """``(index within its group, group size)`` for each local replica."""
         grouping = self.grouping(group)
