@@ -594,3 +594,32 @@ def test_floating_point_exceptions_stop_at_the_first_nan():
                                torch.ones(2, 3, dtype=torch.bool))  # off: NaN flows through
     with pytest.raises(ExecutionError, match="log.*holds nan"):
         poptorch.inferenceModel(Net(), opts)(x)
+
+
+def test_optimizer_state_dict_carries_the_device_state_for_resuming(tmp_path):
+    def train(net, opt, batches):
+        model = poptorch.trainingModel(net, optimizer=opt)
+        for x, y in batches:
+            model(x, y)
+        return model
+
+    torch.manual_seed(12)
+    batches = [(torch.randn(2, 4), torch.randn(2, 1)) for _ in range(3)]
+    straight = Regression()
+    resumed = copy.deepcopy(straight)
+    train(straight, poptorch.optim.Adam(straight.parameters(), lr=0.05), batches)
+
+    first = poptorch.optim.Adam(resumed.parameters(), lr=0.05)
+    model = train(resumed, first, batches[:2])
+    state = first.state_dict()
+    assert first.has_state() and state["ipu_state"]["optimizer.step"] == 2
+    torch.save({"model": resumed.state_dict(), "optimizer": state}, tmp_path / "ckpt.pt")
+    model.destroy()
+
+    restored = Regression()
+    checkpoint = torch.load(tmp_path / "ckpt.pt")
+    restored.load_state_dict(checkpoint["model"])
+    second = poptorch.optim.Adam(restored.parameters(), lr=0.05)
+    second.load_state_dict(checkpoint["optimizer"])
+    train(restored, second, batches[2:])  # the moments and step count carry on
+    torch.testing.assert_close(restored.fc.weight.detach(), straight.fc.weight.detach())

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -170,6 +171,7 @@ class PoplarExecutor:
         self._anchors: dict[str, torch.Tensor] = {}
         self._grad_streams: dict[str, Any] = {}
         self._grad_keys: list[str] = []
+        self._optimizer_state: dict[str, Any] = {}
         if training:
             weights.hook_module(model, self)
 
@@ -289,6 +291,7 @@ class PoplarExecutor:
             streams, loss_stream, seed_var = step.streams, step.loss_stream, step.seed
             out_streams = step.output_streams[: len(lowered.outputs)]
             self._grad_streams = dict(step.grad_streams or {})
+            self._optimizer_state = dict(step.state)
         else:
             xl_optimizer, loss_stream, seed_var = None, None, None
             step = build_inference(ir, lowered.graph, specs, params=params,
@@ -308,6 +311,8 @@ class PoplarExecutor:
                                    input_specs, concrete, xl_optimizer, seed_var)
         self.blocks = dict(blocks)
         session.__enter__()
+        if self.training:
+            self._bind_optimizer(self._optimizer)
         bar.update(30)
         bar.close()
         self._compile_seconds = time.perf_counter() - start
@@ -390,6 +395,8 @@ class PoplarExecutor:
         if not compiled.session.is_attached:
             raise Error("Device is not attached")
         compiled.sync.download()
+        if self.training and isinstance(self._optimizer, pt_optim.Optimizer):
+            self._optimizer._device_state = self.read_optimizer_state()  # kept while detached
         compiled.session.__exit__(None, None, None)
 
     def attachToDevice(self) -> None:  # noqa: N802
@@ -433,6 +440,33 @@ class PoplarExecutor:
                             f"{changed or 'the optimizer type or its groups'} changed")
             self._compiled.optimizer.set_lrs(self._compiled.session, [g["lr"] for g in new])
         self._optimizer = optimizer
+        if self._compiled is not None:
+            self._bind_optimizer(optimizer)
+
+    def _bind_optimizer(self, optimizer: Any) -> None:
+        """Let a ``poptorch.optim`` optimiser read and write its device state through us; state
+        it loaded before compilation is written now."""
+        if isinstance(optimizer, pt_optim.Optimizer):
+            optimizer._device = weakref.ref(self)
+            if optimizer._device_state:
+                self.write_optimizer_state(optimizer._device_state)
+
+    def read_optimizer_state(self) -> dict[str, torch.Tensor]:
+        """The optimiser's device state by variable name (empty when not attached)."""
+        if not self.isAttachedToDevice():
+            return {}
+        session = self._compiled.session
+        return {k: _to_torch(np.asarray(session.get_tensor_data(v)))
+                for k, v in self._optimizer_state.items()}
+
+    def write_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Write saved device state (all but learning rates, which come from the optimiser)."""
+        if not self.isAttachedToDevice():
+            return
+        for key, value in state.items():
+            if key in self._optimizer_state and not key.endswith(".lr"):
+                self._compiled.session.write_variable_data(
+                    self._optimizer_state[key], np.asarray(value))
 
     def copyWeightsToHostIfNeeded(self) -> None:  # noqa: N802
         """Copy trained weights to the host only if training changed them since the last copy."""

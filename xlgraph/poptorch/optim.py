@@ -76,18 +76,30 @@ class Optimizer:
         self.variable_attrs = VariableAttributes(
             [k for k, v in given.items() if v is not None], allowed)
         self._device_state: dict[str, Any] = {}
+        self._device: Any = None  # a weakref to the training wrapper holding the state
+
+    def _wrapper(self) -> Any:
+        return None if self._device is None else self._device()
 
     def state_dict(self) -> dict[str, Any]:
-        """torch's state dict plus the device state (``ipu_state``) read at the last sync."""
+        """torch's state dict plus the device state (``ipu_state``: momentum buffers, moments
+        and step counts by variable name), read from the training wrapper when it is attached."""
+        wrapper = self._wrapper()
+        if wrapper is not None:
+            self._device_state = wrapper.read_optimizer_state() or self._device_state
         out = torch.optim.Optimizer.state_dict(self)  # type: ignore[arg-type]
         out["ipu_state"] = dict(self._device_state)
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load torch's state dict and the device state (``ipu_state``)."""
+        """Load torch's state dict and the device state (``ipu_state``), which reaches the
+        device now if a compiled wrapper uses this optimiser, else at its compilation."""
         state = dict(state)
         self._device_state = dict(state.pop("ipu_state", {}) or {})
         torch.optim.Optimizer.load_state_dict(self, state)  # type: ignore[arg-type]
+        wrapper = self._wrapper()
+        if wrapper is not None and self._device_state:
+            wrapper.write_optimizer_state(self._device_state)
 
     def get_state_dict(self) -> dict[str, Any]:
         """``state_dict()``."""

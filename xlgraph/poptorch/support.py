@@ -109,8 +109,6 @@ STATUS: dict[str, tuple[str, str]] = {
     "optim.SGD": (RECORDED, "velocity_scaling and use_combined_accum are recorded: the "
                             "velocity is kept unscaled (equal in float32)"),
     "optim.RMSprop": (RECORDED, "use_tf_variant=True is refused (torch's variant only)"),
-    "optim.Optimizer.state_dict": (RECORDED, "ipu_state holds what was read back; device "
-                                             "optimiser state is not copied into it"),
     "PoplarExecutor.getPerfCounters": (IGNORED, "no hardware timers; returns empty counters"),
     "PoplarExecutor.getHostIpuLatency": (IGNORED, "no hardware timers; returns zeros"),
     "PoplarExecutor.getComputeLatency": (IGNORED, "no hardware timers; returns zeros"),
