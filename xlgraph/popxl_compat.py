@@ -111,9 +111,10 @@ def uninstall() -> None:
 
 _USAGE = """usage: python -m xlgraph.popxl_compat [--device ipu_model] SCRIPT.py [ARGS...]
 
-Runs SCRIPT with `import popxl` resolving to xlgraph and `import popart` to a minimal stand-in
-(xlgraph.popart_compat). --device ipu_model runs Session(ir, "ipu_hw") on the IPU model of a
-whole chip (IPUModel.full(): 1,472 tiles), as a program written for hardware expects."""
+Runs SCRIPT with `import popxl` resolving to xlgraph, `import popxl_addons` to xlgraph.addons
+and `import popart` to a minimal stand-in (xlgraph.popart_compat). --device ipu_model runs
+Session(ir, "ipu_hw") on the IPU model of a whole chip (IPUModel.full(): 1,472 tiles), as a
+program written for hardware expects."""
 
 
 def main(argv: list[str] | None = None) -> None:
