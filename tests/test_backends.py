@@ -184,3 +184,25 @@ def test_gelu_grad_loop_only_up_to_its_declared_size() -> None:
             assert "o_gelu_grad" in session.source.split("j_gelu_grad(")[1]  # the larger one
     for o in outs:
         np.testing.assert_allclose(got["numba"][o], got["numpy"][o], **TOLERANCE["float32"])
+
+
+def test_loop_calls_on_fixed_arrays_skip_the_type_dispatch() -> None:
+    """A loop call whose arguments are always the same arrays (pool buffers, variables) binds
+    the compiled entry point; one that reads host data keeps numba's dispatcher, which checks
+    the types of what the user passed (a read-only array here)."""
+    import numba
+
+    m = build_mlp(8)
+    session = popxl.Session(m.ir, backend="numba")
+    names = session.executable.compiled.fn.__globals__
+    assert not isinstance(names["j_gelu"], numba.core.dispatcher.Dispatcher)
+    assert not isinstance(names["j_scaled_add_"], numba.core.dispatcher.Dispatcher)
+    assert isinstance(names["j_nll_loss_with_softmax_grad"], numba.core.dispatcher.Dispatcher)
+    (x, y), = mnist_batches(8, 1)
+    y.flags.writeable = False
+    ref = build_mlp(8)
+    reference = popxl.Session(ref.ir, backend="numpy")
+    with session, reference:
+        got = session.run({m.images: x, m.labels: y})[m.out]
+        want = reference.run({ref.images: x, ref.labels: y})[ref.out]
+    np.testing.assert_allclose(got, want, **TOLERANCE["float32"])

@@ -71,7 +71,8 @@ def _is_literal(v: Any) -> bool:
 class _Writer:
     def __init__(self, program: Program, plans: dict[Program | Function, Plan],
                  buffers: list[np.ndarray], swaps: dict[Step, int], h2d: list[Any],
-                 d2h: list[Any], transfers: int, backend: Backend | None = None) -> None:
+                 d2h: list[Any], transfers: int, backend: Backend | None = None,
+                 arrays: list[np.ndarray] = ()) -> None:
         self.program = program
         self.backend = backend
         self.plans = plans
@@ -84,6 +85,12 @@ class _Writer:
         self.names: dict[int, str] = {}
         for i, buf in enumerate(buffers):
             self.namespace[f"b{i}"] = buf
+        # Arrays that a name always holds, run after run (pool buffers, views of them, the
+        # variables and their spares: each swap exchanges arrays of one spec): loop calls on
+        # only these skip the backend's per-call type dispatch.
+        self.fixed: dict[str, np.ndarray] = {f"b{i}": buf for i, buf in enumerate(buffers)}
+        for slot, arr in zip(program.variable_slots, arrays):
+            self.fixed[f"w{slot}"] = self.fixed[f"n{slot}"] = arr
         self.swaps = swaps
         for slot in program.variable_slots:
             self.names[slot] = f"w{slot}"
@@ -210,7 +217,11 @@ class _Writer:
                                                            for o in s.outs]
         consts = [repr(x) if isinstance(x, int) else self.bind_global(f"x_{d.name}", x)
                   for x in extra]
-        call = f"{self.bind_global(f'j_{d.name}', fn)}({', '.join([*args, *outs, *consts])})"
+        fixed = [self.fixed.get(name) for name in (*args, *outs)]
+        direct = None if any(a is None for a in fixed) else self.backend.direct(
+            fn, [*fixed, *extra])
+        name = self.bind_global(f"j_{d.name}", fn if direct is None else direct)
+        call = f"{name}({', '.join([*args, *outs, *consts])})"
         self.emit(indent, call, s.op)
         for o, name in zip(s.outs, outs):
             self.set_name(o, name, indent)
@@ -231,7 +242,7 @@ class _Writer:
                 arr = None
             if isinstance(arr, np.ndarray) and np.may_share_memory(arr, base):
                 name = f"v{out}"
-                self.namespace[name] = arr
+                self.namespace[name] = self.fixed[name] = arr
                 self.globals_made[name] = (f"{annotate.tensor_text(s.op, 0)}, a {s.defn.name} view "
                                            f"of {self.names[src]}")
         if name is None:
@@ -291,7 +302,8 @@ class _Writer:
         slot = s.outs[0]
         name = f"c{slot}"
         value = s.value
-        self.namespace[name] = value if value.flags.c_contiguous else value.copy()
+        self.namespace[name] = self.fixed[name] = (value if value.flags.c_contiguous
+                                                   else value.copy())
         tensor = self.program.constant_slots.get(slot)
         self.globals_made[name] = (f"%{tensor.name}:{tensor.spec}" if tensor is not None else
                                    f"{annotate.tensor_text(s.op, s.outs.index(slot))}, folded")
@@ -411,7 +423,8 @@ class _Writer:
 
 def generate(program: Program, plans: dict[Program | Function, Plan],
              buffers: list[np.ndarray], swaps: dict[Step, int], h2d: list[Any], d2h: list[Any],
-             transfers: int, backend: Backend | None = None) -> CompiledStep:
+             transfers: int, backend: Backend | None = None,
+             arrays: list[np.ndarray] = ()) -> CompiledStep:
     """Compile ``program`` into a Python function ``step(IN, OUT, V, N)``.
 
     ``plans`` maps each body (the program and each function) to its buffer plan and
@@ -419,9 +432,10 @@ def generate(program: Program, plans: dict[Program | Function, Plan],
     arrays of the h2d/d2h streams in the given order, ``V`` the variables' device arrays (in
     ``program.variable_slots`` order) and ``N`` the spare arrays of the variables in ``swaps``
     (``{step: variable slot}``, in slot order), which those steps write instead. With a
-    ``backend``, steps whose op has a loop form call its compiled version instead.
+    ``backend``, steps whose op has a loop form call its compiled version instead; ``arrays``
+    (the variables' device arrays, as ``V``) lets calls on variables skip its type dispatch.
     """
-    writer = _Writer(program, plans, buffers, swaps, h2d, d2h, transfers, backend)
+    writer = _Writer(program, plans, buffers, swaps, h2d, d2h, transfers, backend, arrays)
     source = writer.source()
     code = compile(source, _FILENAME, "exec")
     namespace = writer.namespace

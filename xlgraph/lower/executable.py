@@ -127,29 +127,42 @@ class CompiledExecutable:
         position = {slot: i for i, slot in enumerate(slots)}
         self.swapped = [position[v] for v in sorted(swaps.values())]
         self.state = (arrays, [np.empty_like(arrays[i]) for i in self.swapped])
+        self._flip: dict[int, tuple[Any, Any]] = {}  # id(state) -> (state, state after a run)
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
         self.program = program
         self.plans = plans
         self.buffers = pool.allocate()
         self.compiled = generate(program, plans, self.buffers, swaps, self.h2d, self.d2h,
-                                 ir.num_host_transfers, backend)
+                                 ir.num_host_transfers, backend, arrays)
         self.source = self.compiled.source
         swapped = set(swaps.values())
         self.written_variables = [program.variable_slots[s] for s in sorted(written)
                                   if s not in swapped]
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        arrays, spares = self.state
+        state = self.state
         if self.single_replica:
             inputs = _with_replica_axis(inputs, self.transfers)
             outputs = _with_replica_axis(outputs, self.transfers)
         with stack_for(self.depth):  # compiled functions may call each other that deep
-            self.compiled.fn(inputs, outputs, arrays, spares)
-        new_arrays, new_spares = list(arrays), list(spares)
-        for k, i in enumerate(self.swapped):  # the spares now hold the new values
-            new_arrays[i], new_spares[k] = spares[k], arrays[i]
-        self.state = (new_arrays, new_spares)  # the commit: one rebinding, all or nothing
+            self.compiled.fn(inputs, outputs, *state)
+        self.state = self._next(state)  # the commit: one rebinding, all or nothing
+
+    def _next(self, state: tuple[list[np.ndarray], list[np.ndarray]],
+              ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The state after a run from ``state``: the spares hold the new values. Swapping
+        twice gives the first state back, so the two states are made once and alternate."""
+        found = self._flip.get(id(state))
+        if found is None or found[0] is not state:
+            arrays, spares = state
+            new_arrays, new_spares = list(arrays), list(spares)
+            for k, i in enumerate(self.swapped):
+                new_arrays[i], new_spares[k] = spares[k], arrays[i]
+            following = (new_arrays, new_spares)
+            self._flip = {id(state): (state, following), id(following): (following, state)}
+            return following
+        return found[1]
 
     @property
     def arrays(self) -> list[np.ndarray]:

@@ -34,6 +34,10 @@ class Backend(Protocol):
     def kernel(self, loop: Callable[..., Any], ins: list[TensorSpec], outs: list[TensorSpec],
                attrs: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]] | None: ...
 
+    def direct(self, fn: Callable[..., Any], args: list[Any]) -> Callable[..., Any] | None:
+        """``fn``'s machine code for exactly these arguments' types, called without the
+        per-call type dispatch, when it is compiled for them (else None: call ``fn``)."""
+
 
 def default_backend() -> str:
     """``XLGRAPH_BACKEND`` if set, else ``"numba"`` when it is installed, else ``"numpy"``."""

@@ -62,3 +62,10 @@ class NumbaBackend:
         types = [_array_type(s) for s in (*ins, *outs)] + [numba.typeof(x) for x in extra]
         dispatcher.compile(tuple(types))
         return dispatcher, extra
+
+    def direct(self, fn: Any, args: list[Any]) -> Callable[..., Any] | None:
+        """The compiled entry point of dispatcher ``fn`` for the types of ``args`` (the arrays
+        a generated line will always pass: pool buffers, variables): it skips the dispatcher's
+        type matching, about 0.4 us per call. None when no such overload is compiled."""
+        found = fn.overloads.get(tuple(numba.typeof(a) for a in args))
+        return None if found is None else found.entry_point
