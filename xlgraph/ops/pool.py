@@ -34,6 +34,7 @@ from xlgraph.ops.window import (
     taps,
     valid_counts,
 )
+from xlgraph.ops.window_loops import max_pool_grad_loop, max_pool_loop
 from xlgraph.tensor import Tensor, TensorSpec
 
 
@@ -218,6 +219,8 @@ def _avg_grad_infer(dy: TensorSpec, size: Ints, **attrs: Any) -> TensorSpec:
 # -- samples -----------------------------------------------------------------------------------
 _POOL_CASES = [
     ((2, 3, 6, 6), {"kernel_size": (2, 2), "stride": (2, 2)}),
+    ((2, 2, 7, 9), {"kernel_size": (2, 2), "stride": (2, 2)}),
+    ((1, 2, 5, 6), {"kernel_size": (2, 2), "stride": (2, 2), "ceil_mode": True}),
     ((2, 2, 7, 6), {"kernel_size": (3, 2)}),
     ((1, 2, 7, 7), {"kernel_size": (3, 3), "stride": (2, 2), "padding": (1, 0, 1, 1),
                     "ceil_mode": True}),
@@ -240,10 +243,15 @@ def _geometry(kernel: Ints, stride: Ints, pads: Ints, dilation: Ints = (1, 1),
 
 
 def _max_grad_samples(rng: np.random.Generator) -> list[Sample]:
-    x = rng.normal(size=(2, 2, 6, 7))
-    geo = _geometry((3, 2), (2, 1), (1, 0, 0, 1), ceil_mode=True)
-    y = _max_pool(x, **geo)
-    return [Sample((rng.normal(size=y.shape), x, y), geo)]
+    samples = []
+    tied = rng.integers(0, 3, size=(2, 3, 7, 9)).astype(float)  # ties: the first max wins
+    for x, geo in [(rng.normal(size=(2, 2, 6, 7)),
+                    _geometry((3, 2), (2, 1), (1, 0, 0, 1), ceil_mode=True)),
+                   (tied, _geometry((2, 2), (2, 2), (0, 0, 0, 0))),
+                   (tied, _geometry((2, 2), (2, 2), (0, 0, 0, 0), ceil_mode=True))]:
+        y = _max_pool(x, **geo)
+        samples.append(Sample((rng.normal(size=y.shape), x, y), geo))
+    return samples
 
 
 def _avg_grad_samples(rng: np.random.Generator) -> list[Sample]:
@@ -265,11 +273,11 @@ def _window_cost(pooled: int) -> CostFn:
 _MAX_POOL = OpDef("max_pool", _pool_infer, _max_pool,
                   lambda g, dy: (max_pool_grad(dy, g.x(0), g.y(0), **g.attrs),),
                   kernel_out=_max_pool_out, samples=_pool_samples, cost=_window_cost(1),
-                  threaded=True, replicated=batch_rule(_max_pool))
+                  threaded=True, replicated=batch_rule(_max_pool), loop=max_pool_loop)
 _MAX_POOL_GRAD = OpDef("max_pool_grad", _max_grad_infer, _max_pool_grad,
                        kernel_out=_max_pool_grad_out, samples=_max_grad_samples,
                        cost=_window_cost(0), threaded=True,
-                       replicated=batch_rule(_max_pool_grad, (0, 1, 2)))
+                       replicated=batch_rule(_max_pool_grad, (0, 1, 2)), loop=max_pool_grad_loop)
 _AVERAGE_POOL = OpDef("average_pool", _average_infer, _average_pool,
                       lambda g, dy: (average_pool_grad(dy, size=g.x(0).shape[2:], **g.attrs),),
                       kernel_out=_average_pool_out, samples=_pool_samples, cost=_window_cost(1),
