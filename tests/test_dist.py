@@ -1,5 +1,5 @@
 """Instances over MPI: popdist queries, the launcher's command line, a 2-process job through
-xlgraph-run equal to the 1-process run bit for bit, and failed instances ending the job."""
+xlgraph-run equal to the 1-process run to float32 rounding, and failed instances ending the job."""
 
 from __future__ import annotations
 

@@ -115,6 +115,10 @@ def _repeat_negative() -> None:
         ops.repeat(ir.create_graph(lambda t: t + 1.0, x), -1, x)
 
 
+def _session_of_an_empty_ir() -> None:
+    popxl.Session(popxl.Ir(), "ipu_model")
+
+
 def _ir_compared_with_int() -> None:
     popxl.Ir() == 1  # noqa: B015 - the comparison is the test
 
@@ -138,6 +142,7 @@ EDGES: list[tuple[Callable[[], None], type[Exception], str]] = [
     (_in_sequence_none, TypeError, "in_sequence"),
     (_repeat_negative, ValueError, "repeat_count"),
     (_ir_compared_with_int, TypeError, "Ir"),
+    (_session_of_an_empty_ir, RuntimeError, "add operations"),
 ]
 
 

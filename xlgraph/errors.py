@@ -20,6 +20,7 @@ __all__ = [
     "AutodiffError",
     "SchedulingError",
     "IrFrozenError",
+    "EmptyProgramError",
     "ExecutionError",
     "LimitError",
     "DeviceMemoryError",
@@ -81,6 +82,11 @@ class SchedulingError(XlgraphError, ValueError):
 
 class IrFrozenError(XlgraphError, RuntimeError):
     """The Ir is owned by a Session and can no longer be modified."""
+
+
+class EmptyProgramError(XlgraphError, RuntimeError):
+    """A Session was asked to run an Ir with neither operations nor variables (PopXL refuses
+    it too)."""
 
 
 class ExecutionError(XlgraphError, RuntimeError):

@@ -15,10 +15,12 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.errors import (
     DTypeError,
+    EmptyProgramError,
     ExecutionError,
     NotAttachedError,
     ShapeError,
     UnsupportedDeviceError,
+    user_source_line,
 )
 from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
 from xlgraph.ir import Ir
@@ -90,6 +92,12 @@ class Session:
                  *, optimize: bool = True, blas_threads: int | str | None = "auto",
                  backend: str | None = None, chunk_threads: int | str = "auto",
                  ipu_model: IPUModel | None = None, check_numerics: bool = False) -> None:
+        if not ir.main_graph.ops and not ir.main_graph.variables:
+            raise EmptyProgramError(
+                f"Session: {ir!r} has no operations and no variables in its main graph, so there "
+                f"is nothing to compile or run; add operations (such as ops.host_load / "
+                f"ops.host_store or a call) before creating the Session [at {user_source_line()}]"
+            )
         self.device = make_device(device_desc, ipu_model)
         self.layout = ReplicaLayout(ir)  # checks that the replicas split over the instances
         ir.frozen = True
