@@ -4,10 +4,11 @@ and ``XLGRAPH_PROGRESS`` (0 or 1) decides for the whole process."""
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 
-from xlgraph.progress import ENV, bar_disable, tqdm
+from xlgraph.progress import ENV, MININTERVAL, bar_disable, tqdm
 
 
 class _Terminal(io.StringIO):
@@ -48,3 +49,43 @@ def test_bar_disable_values(monkeypatch):
     assert [bar_disable(None), bar_disable(True), bar_disable(False)] == [None, False, True]
     monkeypatch.setenv(ENV, "0")
     assert bar_disable(True) is True
+
+
+class _Counting(_Terminal):
+    """A terminal that counts the bar's redraws (each starts with a carriage return)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.draws = 0
+
+    def write(self, text: str) -> int:
+        self.draws += text.count("\r")
+        return super().write(text)
+
+
+def test_a_loss_set_every_step_redraws_a_few_times_a_second(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    stream = _Counting()
+    started = time.perf_counter()
+    bar = tqdm(range(3000), file=stream, desc="[Epoch 01]")
+    for i in bar:
+        bar.set_postfix({"Loss": i})
+        bar.set_description(f"[Epoch 01] {i % 3}")
+    bar.close()
+    seconds = time.perf_counter() - started
+    text = stream.getvalue()
+    # tqdm itself redraws on every set_postfix and set_description: 6000 times here
+    assert stream.draws <= 4 + 2 * 2 * seconds / MININTERVAL
+    last = text.rsplit("\r", 1)[-1]
+    assert "3000/3000" in last and "Loss=2999" in last  # the final state is shown, counted once
+
+
+def test_an_explicit_mininterval_is_kept(monkeypatch):
+    monkeypatch.setenv(ENV, "1")
+    assert tqdm(range(2), file=io.StringIO()).mininterval == MININTERVAL
+    assert tqdm(range(2), file=io.StringIO(), mininterval=0).mininterval == 0
+    stream = _Counting()
+    bar = tqdm(range(20), file=stream, mininterval=0)
+    for i in bar:
+        bar.set_postfix(step=i)
+    assert stream.draws >= 20  # no limit asked for: every call redraws, as tqdm does

@@ -201,3 +201,103 @@ def test_fake_data_is_deterministic_per_index():
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(IndexError):
         data[5]
+
+
+# -- whole batches at once ---------------------------------------------------------------------
+def _pipelines(torch):
+    t = transforms
+    yield [t.ToTensor()]
+    yield [t.ToTensor(), t.Normalize((0.5,), (0.5,))]
+    yield [t.Compose([t.ToTensor()]), t.Normalize((0.1307,), (0.3081,), inplace=True)]
+    if torch is not None:
+        yield [t.PILToTensor(), t.ConvertImageDtype(torch.float32), t.Normalize((0.2,), (0.7,))]
+
+
+@pytest.mark.parametrize("channels", [None, 3])
+def test_batched_transforms_equal_the_per_image_results_bit_for_bit(channels):
+    torch = pytest.importorskip("torch")
+    image_module = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(3)
+    shape = (9, 28, 28) if channels is None else (9, 32, 32, channels)
+    pixels = rng.integers(0, 256, shape).astype(np.uint8)
+    for steps in _pipelines(torch):
+        if channels:  # one mean and std per channel
+            steps = [s if type(s) is not transforms.Normalize else
+                     transforms.Normalize(list(rng.random(channels)),
+                                          list(rng.random(channels) + 0.1)) for s in steps]
+        pipeline = transforms.Compose(steps)
+        batch = transforms.batched(pipeline)(pixels)
+        each = torch.stack([pipeline(image_module.fromarray(p)) for p in pixels])
+        assert batch.dtype == each.dtype and batch.shape == each.shape
+        assert torch.equal(batch, each), steps
+
+
+def test_steps_without_a_batch_form_fall_back_to_per_image():
+    torch = pytest.importorskip("torch")
+
+    class Shifted(transforms.Normalize):
+        pass
+
+    t = transforms
+    for pipeline in (None, t.Compose([]), t.Resize(14), t.Normalize((0.5,), (0.5,)),
+                     t.Compose([t.ToTensor(), t.Lambda(lambda x: x)]),
+                     t.Compose([t.ToTensor(), t.RandomHorizontalFlip()]),
+                     t.Compose([t.ToTensor(), Shifted((0.5,), (0.5,))]),
+                     t.Compose([t.ToTensor(), t.ToTensor()])):
+        assert transforms.batched(pipeline) is None
+    assert transforms.batched(t.ConvertImageDtype(torch.float32)) is None  # not raw pixels first
+
+
+def test_getitems_equals_the_items_one_by_one(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("PIL")
+    _write(tmp_path, "FashionMNIST", n=20)
+    indices = [3, 0, 19, 3, -1, 7]
+    pipelines = (transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))]),
+                 transforms.Compose([transforms.ToTensor(), transforms.Lambda(lambda x: x * 2)]))
+    for transform in pipelines:
+        data = datasets.FashionMNIST(str(tmp_path), transform=transform,
+                                     target_transform=lambda y: y + 10)
+        got, expected = data.__getitems__(indices), [data[i] for i in indices]
+        assert len(got) == len(expected)
+        for (image, target), (image_1, target_1) in zip(got, expected):
+            assert torch.equal(image, image_1) and target == target_1
+            assert type(target) is type(target_1) is int
+
+
+def test_torch_loader_batches_are_those_of_the_per_item_path(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("PIL")
+    _write(tmp_path, "MNIST", n=50)
+    transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1,), (0.3,))])
+
+    class PerItem(datasets.MNIST):
+        __getitems__ = None  # torch's loader then reads item by item
+
+    def epoch(cls):
+        torch.manual_seed(5)
+        data = cls(str(tmp_path), transform=transform)
+        return list(torch.utils.data.DataLoader(data, batch_size=8, shuffle=True))
+
+    fast, slow = epoch(datasets.MNIST), epoch(PerItem)
+    assert len(fast) == len(slow) == 7
+    for (x, y), (x_1, y_1) in zip(fast, slow):
+        assert torch.equal(x, x_1) and torch.equal(y, y_1) and y.dtype == torch.int64
+
+
+def test_cifar10_getitems_batches_rgb_images(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("PIL")
+    import pickle
+
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    data = np.random.default_rng(4).integers(0, 256, (5, 3 * 32 * 32)).astype(np.uint8)
+    with open(folder / "test_batch", "wb") as f:
+        pickle.dump({"data": data, "labels": [3, 1, 4, 1, 5]}, f)
+    transform = transforms.Compose([transforms.ToTensor(),
+                                    transforms.Normalize((0.4, 0.5, 0.6), (0.2, 0.3, 0.25))])
+    dataset = datasets.CIFAR10(str(tmp_path), train=False, transform=transform)
+    for (image, label), (image_1, label_1) in zip(dataset.__getitems__([4, 0, 2]),
+                                                  [dataset[i] for i in (4, 0, 2)]):
+        assert torch.equal(image, image_1) and label == label_1

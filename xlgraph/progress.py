@@ -3,6 +3,10 @@
 A bar is shown only when its stream is a terminal, unless the caller asks for it. The
 environment variable ``XLGRAPH_PROGRESS`` overrides both for the whole process: ``0`` hides every
 bar, ``1`` shows every bar even when the output is a file or a pipe.
+
+A shown bar redraws at most twice a second (``mininterval`` 0.5 s unless the caller sets it),
+``set_postfix``/``set_description`` included: tqdm redraws on every such call, which in a
+training loop that sets the loss each step means thousands of redraws an epoch.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 from tqdm import tqdm as _tqdm
 
 ENV = "XLGRAPH_PROGRESS"  # the environment variable that shows (1) or hides (0) every bar
+MININTERVAL = 0.5  # seconds between redraws, unless the caller chooses
 
 
 def bar_disable(requested: bool | None = None) -> bool | None:
@@ -35,11 +40,40 @@ def bar_disable(requested: bool | None = None) -> bool | None:
 
 
 class tqdm(_tqdm):  # noqa: N801 - the drop-in name
-    """``tqdm.tqdm`` that is off when its stream is not a terminal and honours ``XLGRAPH_PROGRESS``.
+    """``tqdm.tqdm`` that is off when its stream is not a terminal, honours ``XLGRAPH_PROGRESS``
+    and redraws at most every ``mininterval`` seconds (default ``MININTERVAL``).
 
-    ``disable=False`` asks for the bar whatever the stream; ``disable=True`` hides it.
+    ``disable=False`` asks for the bar whatever the stream; ``disable=True`` hides it. A
+    refreshing ``set_postfix``/``set_description`` redraws only when ``mininterval`` has passed
+    since the last redraw; otherwise the new text shows at the next one (or at ``close``).
     """
 
     def __init__(self, *args: Any, disable: bool | None = None, **kwargs: Any) -> None:
         requested = None if disable is None else not disable
+        kwargs.setdefault("mininterval", MININTERVAL)
         super().__init__(*args, disable=bar_disable(requested), **kwargs)
+
+    def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)
+        self._refresh_when_due(refresh)
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        super().set_postfix_str(s, refresh=False)
+        self._refresh_when_due(refresh)
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        super().set_description(desc, refresh=False)
+        self._refresh_when_due(refresh)
+
+    def set_description_str(self, desc: str | None = None, refresh: bool = True) -> None:
+        super().set_description_str(desc, refresh=False)
+        self._refresh_when_due(refresh)
+
+    def _refresh_when_due(self, refresh: bool) -> None:
+        if not refresh or self.disable:
+            return
+        # tqdm's own redraw clock (last_print_t) stays tqdm's: iteration keeps counts with it
+        now = self._time()
+        if now - max(self.last_print_t, getattr(self, "_postfix_t", 0.0)) >= self.mininterval:
+            self._postfix_t = now
+            self.refresh()

@@ -1,5 +1,6 @@
 """The command line every example shares: ``--epochs``, ``--batch-size``, ``--output-dir`` and
-``--data-dir``, with their defaults shown by ``--help``.
+``--data-dir``, with their defaults shown by ``--help``; and ``EpochSplit``, which times an
+epoch's steps, data and the rest.
 
 It imports only the standard library, so ``--help`` answers before torch or xlgraph load.
 """
@@ -8,7 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def default_data_dir() -> str:
@@ -31,3 +36,61 @@ def make_parser(example: str, description: str, *, epochs: int,
                         help="dataset root: <DIR>/MNIST/raw and <DIR>/FashionMNIST/raw hold the "
                              "IDX files (fetched there when missing)")
     return parser
+
+
+class EpochSplit:
+    """Where an epoch's wall time goes: inside the training steps, waiting for the next batch,
+    and everything else (the progress bar, reading the loss, the loop itself).
+
+    ``batches(loader)`` wraps the loader and times each ``next``; ``with split.step():`` times
+    one step; ``summary()`` reports the last epoch (from the first batch asked for to the last).
+    """
+
+    def __init__(self) -> None:
+        self.steps_s = self.data_s = self.wall_s = 0.0
+
+    def batches(self, loader: Any) -> Iterable[Any]:
+        """``loader``, timed: an iterable of the same batches with the same ``len``."""
+        return _Timed(self, loader)
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        """Time the body as a training step."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.steps_s += time.perf_counter() - started
+
+    def summary(self) -> str:
+        """``"9.12 s: steps 8.01 s, data 0.40 s (5.0% of steps), other 0.71 s"``."""
+        other = self.wall_s - self.steps_s - self.data_s
+        share = 100 * self.data_s / self.steps_s if self.steps_s else 0.0
+        return (f"{self.wall_s:.2f} s: steps {self.steps_s:.2f} s, data {self.data_s:.2f} s "
+                f"({share:.1f}% of steps), other {other:.2f} s")
+
+
+class _Timed:
+    def __init__(self, split: EpochSplit, loader: Any) -> None:
+        self.split, self.loader = split, loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        split, clock = self.split, time.perf_counter
+        started = clock()
+        batches = iter(self.loader)
+        split.steps_s, split.data_s = 0.0, clock() - started
+        try:
+            while True:
+                before = clock()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                finally:
+                    split.data_s += clock() - before
+                yield batch
+        finally:
+            split.wall_s = clock() - started

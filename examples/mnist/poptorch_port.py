@@ -10,7 +10,9 @@ The batch size matters here: ``LogSoftmax(dim=0)`` normalises each class over th
 the import lines differ from PopTorch: ``xlgraph.poptorch``, without torchvision
 ``xlgraph.vision``, and tqdm from ``xlgraph.progress`` (bars only on a terminal); and the
 settings are flags (``--help``). The seed reads ``../datasets``; ``--data-dir`` defaults to the
-root every example shares. The script writes no file.
+root every example shares. The script writes no file. Added to the tutorial: ``cli.EpochSplit``
+times each epoch (the training calls, the waits for the next batch, the rest) and the script
+prints the split after each epoch.
 """
 
 import cli
@@ -94,11 +96,14 @@ if __name__ == "__main__":
                                             optimizer=optimizer)
 
     epochs = args.epochs
+    split = cli.EpochSplit()  # not in the tutorial: where each epoch's time goes
     for epoch in range(1, epochs + 1):
-        bar = tqdm(train_dataloader, desc=f"[Epoch {epoch:02d}]")
+        bar = tqdm(split.batches(train_dataloader), desc=f"[Epoch {epoch:02d}]")
         for data, labels in bar:
-            output, loss = training_model(data, labels)
+            with split.step():
+                output, loss = training_model(data, labels)
             bar.set_postfix({"Loss": torch.mean(loss).item()})
+        print(f"[Epoch {epoch:02d}] {split.summary()}")
     training_model.detachFromDevice()
 
     model.eval()

@@ -1,5 +1,13 @@
 """``poptorch.DataLoader`` and ``AsynchronousDataAccessor``: batches that feed one call each.
 
+In the default ``DataLoaderMode.Sync`` without worker processes, the loader can prepare the next
+batches in a background thread while the caller works on the current one (``prefetch``; by
+default when a core is free at the start of the epoch: on a busy machine each hand-over between
+the threads waits for the scheduler, which costs more than loading). The batches, their order
+and the sampler's random draws are those of torch's loader: the first batch is loaded in the
+caller's thread, where the shuffling draws its seed, and when no batch is ready the caller loads
+one itself rather than wait for the thread. The thread ends with the epoch, or when the caller
+leaves the loop early (``break``, an exception: the iterator is collected).
 ``DataLoaderMode.Async`` and ``AsyncRebatched`` load ahead of the caller in a worker thread
 (PopTorch uses a worker process and shared memory; a thread keeps the batches in one address
 space and needs no pickling). Batches come out in the same order as synchronous loading.
@@ -7,6 +15,7 @@ space and needs no pickling). Batches come out in the same order as synchronous 
 
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import threading
@@ -19,6 +28,7 @@ import torch
 
 from xlgraph.poptorch.enums import DataLoaderMode, SharingStrategy
 from xlgraph.poptorch.options import Options
+from xlgraph.runtime.threads import machine_busy
 
 __all__ = ["DataLoader", "AsynchronousDataAccessor"]
 
@@ -37,7 +47,14 @@ class DataLoader(torch.utils.data.DataLoader):
         async_options: keyword arguments of ``AsynchronousDataAccessor`` (``buffer_size``...).
         rebatched_worker_size: accepted (the worker always loads whole batches).
         **kwargs: passed to ``torch.utils.data.DataLoader``.
+
+    Attributes:
+        prefetch: in ``Sync`` mode without workers, load ahead in a background thread: ``True``
+            always, ``False`` never, ``None`` (default) when the machine has a free core as an
+            epoch starts (``xlgraph.runtime.threads.machine_busy``). Not a PopTorch setting.
     """
+
+    prefetch: bool | None = None
 
     def __init__(self, options: Options, dataset: Any, batch_size: int = 1,
                  shuffle: bool | None = None, num_workers: int = 0, drop_last: bool = True,
@@ -88,7 +105,9 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         if self.mode == DataLoaderMode.Sync:
-            return super().__iter__()
+            batches = super().__iter__()
+            ahead = self.prefetch if self.prefetch is not None else not machine_busy()
+            return _Ahead(batches) if ahead and not self.num_workers else batches
         return iter(AsynchronousDataAccessor(_Batches(self), load_indefinitely=False,
                                              **self._async_options))
 
@@ -110,6 +129,105 @@ class _Batches:
 
 
 _DONE = object()
+_FAILED = object()
+
+
+class _Ahead:
+    """Iterates ``batches``, loading up to ``depth`` batches ahead in a background thread.
+
+    Whoever holds the source's lock loads the next batch and appends it to the ready queue, so
+    the order is the source's. The caller takes from the queue; when it is empty, the caller
+    loads the batch itself instead of waiting for a thread that may not be scheduled. It wakes
+    the thread when half the batches are taken, so the thread works in bursts. The first batch
+    is loaded by the caller, in its thread, where torch's samplers draw their seeds. ``close()``
+    (also on garbage collection: a ``for`` loop left by ``break`` or an exception) stops and
+    joins the thread, which holds only the shared ``_Queue``, never this iterator.
+    """
+
+    def __init__(self, batches: Iterator[Any], depth: int = 32) -> None:
+        self._queue = _Queue(batches, depth)
+        self._worker: threading.Thread | None = None
+
+    def __iter__(self) -> _Ahead:
+        return self
+
+    def __next__(self) -> Any:
+        shared = self._queue
+        kind, item = shared.take()
+        if kind is None:
+            if shared.wants_more():
+                self._wake()
+            return item
+        self.close()
+        if kind is _FAILED:
+            raise item
+        raise StopIteration
+
+    def _wake(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._queue.serve, daemon=True,
+                                            name="poptorch-dataloader-prefetch")
+            self._worker.start()
+        self._queue.wanted.set()
+
+    def close(self) -> None:
+        """Stop the thread and wait for it (after at most the batches it is loading)."""
+        self._queue.stop.set()
+        self._queue.wanted.set()
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.join()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _Queue:
+    """The batches loaded so far, and the source they come from (shared by the two threads)."""
+
+    def __init__(self, batches: Iterator[Any], depth: int) -> None:
+        self.batches = batches
+        self.ready: collections.deque[tuple[Any, Any]] = collections.deque()
+        self.lock = threading.Lock()
+        self.wanted = threading.Event()
+        self.stop = threading.Event()
+        self.depth = depth
+        self.finished = False
+
+    def take(self) -> tuple[Any, Any]:
+        """The next ``(kind, item)``: loaded ahead, else loaded now by the caller."""
+        if not self.ready:
+            with self.lock:
+                if not self.ready:
+                    self.load_one()
+        return self.ready.popleft()
+
+    def wants_more(self) -> bool:
+        return not self.finished and len(self.ready) <= self.depth // 2
+
+    def load_one(self) -> None:
+        """Append the next batch, the end, or the failure (the lock is held)."""
+        if self.finished:
+            self.ready.append((_DONE, None))
+            return
+        try:
+            self.ready.append((None, next(self.batches)))
+        except StopIteration:
+            self.finished = True
+            self.ready.append((_DONE, None))
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread, in order
+            self.finished = True
+            self.ready.append((_FAILED, exc))
+
+    def serve(self) -> None:
+        """The background thread: when woken, load until ``depth`` batches are ready."""
+        while self.wanted.wait() and not self.stop.is_set():
+            self.wanted.clear()
+            while len(self.ready) < self.depth and not self.finished and not self.stop.is_set():
+                with self.lock:
+                    self.load_one()
+            if self.wants_more():
+                self.wanted.set()  # taken while loading: go on
 
 
 class AsynchronousDataAccessor:

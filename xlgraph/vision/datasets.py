@@ -8,12 +8,13 @@ fetched by its checksum-verified offline sources.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from xlgraph import datasets as _data
+from xlgraph.vision.transforms import batched
 
 __all__ = ["MNIST", "FashionMNIST", "CIFAR10", "FakeData"]
 
@@ -34,6 +35,19 @@ def _transformed(dataset: Any, image: Any, target: Any) -> tuple[Any, Any]:
     if dataset.target_transform is not None:
         target = dataset.target_transform(target)
     return image, target
+
+
+def _items(dataset: Any, pixels: np.ndarray, indices: Sequence[int],
+           targets: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """Items ``indices`` of ``dataset`` whose raw images are ``pixels`` (``(N, ...)`` uint8):
+    the transform runs once on the whole batch when it has a batch form."""
+    batch = batched(dataset.transform)
+    if batch is None:
+        return [dataset[i] for i in indices]
+    images = batch(pixels[indices])
+    if dataset.target_transform is not None:
+        targets = [dataset.target_transform(t) for t in targets]
+    return list(zip(images, targets))
 
 
 class MNIST:
@@ -101,6 +115,13 @@ class MNIST:
         target = int(self._labels[index])
         return _transformed(self, image, target)
 
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, Any]]:
+        """Items ``indices`` at once (torch's ``DataLoader`` asks for a batch this way): equal
+        to ``[self[i] for i in indices]``, with a ``ToTensor``/``Normalize`` transform applied
+        to all their images in one go (``transforms.batched``)."""
+        indices = np.asarray(indices, np.int64)
+        return _items(self, self._images, indices, self._labels[indices].tolist())
+
     def __repr__(self) -> str:
         split = "Train" if self.train else "Test"
         lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}",
@@ -166,6 +187,11 @@ class CIFAR10:
         """``(image, target)`` after the transforms."""
         image, target = _pil_image(self.data[index]), self.targets[index]
         return _transformed(self, image, target)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, Any]]:
+        """Items ``indices`` at once, as ``MNIST.__getitems__``."""
+        indices = np.asarray(indices, np.int64)
+        return _items(self, self.data, indices, [self.targets[i] for i in indices])
 
 
 class FakeData:

@@ -3,6 +3,10 @@
 ``Compose``, ``ToTensor``, ``PILToTensor``, ``Normalize``, ``ToPILImage``, ``Resize``,
 ``CenterCrop``, ``RandomHorizontalFlip``, ``Lambda`` and ``ConvertImageDtype``.
 
+``batched(transform)`` gives the same transform applied to a whole batch of raw pixels at once
+(numpy and torch array operations instead of one PIL image at a time) when every step has a
+batch form with the per-image results; the datasets use it for ``__getitems__``.
+
 They accept and return torch tensors when torch is installed (as torchvision does) and numpy
 arrays otherwise; ``ToPILImage`` needs Pillow (the ``image`` extra).
 """
@@ -16,7 +20,7 @@ import numpy as np
 
 __all__ = ["Compose", "ToTensor", "Normalize", "ToPILImage", "Resize", "CenterCrop",
            "RandomHorizontalFlip", "Lambda", "PILToTensor", "ConvertImageDtype",
-           "convert_image_dtype"]
+           "convert_image_dtype", "batched"]
 
 
 def _torch() -> Any:
@@ -57,13 +61,23 @@ class ToTensor:
         if pixels.ndim != 3:
             raise TypeError(f"ToTensor: expected an image of 2 or 3 dims, got shape "
                             f"{pixels.shape}")
-        chw = np.ascontiguousarray(pixels.transpose(2, 0, 1))
+        return self.batch(pixels[None])[0]
+
+    def batch(self, pixels: np.ndarray) -> Any:
+        """``(N, H, W[, C])`` pixels to ``(N, C, H, W)``: the stacked per-image results."""
+        chw = _channels_first(pixels)
         scaled = chw.astype(np.float32) / np.float32(255) if chw.dtype == np.uint8 else chw
         torch = _torch()
         return torch.from_numpy(scaled) if torch is not None else scaled
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def _channels_first(pixels: np.ndarray) -> np.ndarray:
+    """``(N, H, W[, C])`` images as a contiguous ``(N, C, H, W)`` array."""
+    pixels = pixels[..., None] if pixels.ndim == 3 else pixels
+    return np.ascontiguousarray(pixels.transpose(0, 3, 1, 2))
 
 
 class Normalize:
@@ -286,8 +300,12 @@ class PILToTensor:
 
     def __call__(self, pic: Any) -> Any:
         pixels = np.asarray(pic)
-        pixels = pixels[:, :, None] if pixels.ndim == 2 else pixels
-        chw = np.ascontiguousarray(pixels.transpose(2, 0, 1))
+        return self.batch(pixels[None])[0]
+
+    def batch(self, pixels: np.ndarray) -> Any:
+        """``(N, H, W[, C])`` pixels to an ``(N, C, H, W)`` tensor of their dtype."""
+        chw = _channels_first(pixels)
+        chw = chw if chw.flags.writeable else chw.copy()  # a PIL image's pixels are read-only
         torch = _torch()
         return torch.from_numpy(chw) if torch is not None else chw
 
@@ -335,3 +353,42 @@ def convert_image_dtype(image: np.ndarray, dtype: Any) -> np.ndarray:
     if top_in > top_out:  # keep the top bits
         return (image // ((top_in + 1) // (top_out + 1))).astype(dtype)
     return image.astype(dtype) * dtype.type((top_out + 1) // (top_in + 1))
+
+
+# -- whole batches ---------------------------------------------------------------------------------
+# Steps whose call on a (N, C, H, W) batch equals stacking their calls on each (C, H, W) image:
+# elementwise per channel, no randomness.
+_ELEMENTWISE = (Normalize, ConvertImageDtype)
+
+
+def batched(transform: Callable[[Any], Any] | None) -> Callable[[np.ndarray], Any] | None:
+    """``transform`` applied to a whole batch of raw images at once, or None.
+
+    The batch form takes uint8 pixels ``(N, H, W)`` or ``(N, H, W, C)`` (what the datasets store)
+    and returns what stacking the per-image results along a new first axis gives, bit for bit:
+    the same float32 operations, on all images in one call. It exists when ``transform`` (or
+    each step of a ``Compose``, nested ones included) is ``ToTensor`` or ``PILToTensor`` first,
+    then only ``Normalize`` and ``ConvertImageDtype`` (exact types: a subclass may change what
+    a call does). Anything else (PIL geometry, random flips, ``Lambda``) gives None, and the
+    caller transforms image by image.
+    """
+    steps = _flatten(transform)
+    if not steps or type(steps[0]) not in (ToTensor, PILToTensor):
+        return None
+    if any(type(step) not in _ELEMENTWISE for step in steps[1:]):
+        return None
+    first, rest = steps[0], steps[1:]
+
+    def run(pixels: np.ndarray) -> Any:
+        value = first.batch(pixels)
+        for step in rest:
+            value = step(value)
+        return value
+
+    return run
+
+
+def _flatten(transform: Any) -> list[Any]:
+    if type(transform) is Compose:
+        return [step for inner in transform.transforms for step in _flatten(inner)]
+    return [] if transform is None else [transform]
