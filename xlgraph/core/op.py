@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from xlgraph.core import context
 from xlgraph.core.dispatch import provided
+from xlgraph.core.graph import Graph
 from xlgraph.core.tensor import Tensor, TensorSpec, constant
 from xlgraph.errors import (
     ArgumentError,
@@ -20,9 +21,6 @@ from xlgraph.errors import (
     XlgraphError,
     user_source_line,
 )
-
-if TYPE_CHECKING:
-    from xlgraph.core.graph import Graph
 
 __all__ = ["OpDef", "Op", "Sample", "REGISTRY", "BUILDERS", "register", "explained"]
 
@@ -193,8 +191,6 @@ class Op:
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
-        from xlgraph.core.graph import Graph
-
         return tuple(v for v in self.attrs.values() if isinstance(v, Graph))
 
     def cost(self) -> Any:

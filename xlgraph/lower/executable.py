@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from xlgraph.core.collector import collector_paused
 from xlgraph.ir import Ir
 from xlgraph.lower.alias import plan_copies
 from xlgraph.lower.backends import Backend, get_backend
@@ -202,6 +203,7 @@ class InterpretedExecutable:
         return self.interpreter.current_op
 
 
+@collector_paused  # millions of long-lived objects: see xlgraph.core.collector
 def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
           exchange: Any = None, check_numerics: bool = False,
           ) -> CompiledExecutable | InterpretedExecutable:

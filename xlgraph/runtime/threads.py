@@ -28,7 +28,8 @@ PARALLEL_MIN_FLOPS = 8e6  # a matrix op this large gains from a second BLAS thre
 def largest_matrix_flops(ir: Ir) -> float:
     """Flops of the largest matrix-engine op (matmul, convolution) in ``ir``, from the ops'
     declared costs."""
-    costs = (op.cost() for graph in ir.graphs for op in graph.ops)
+    costs = (op.cost() for graph in ir.graphs for op in graph.ops
+             if op.defn.cost is not None)  # family defaults never run on the matrix engine
     return max((c.flops for c in costs if c.matrix), default=0.0)
 
 

@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from xlgraph.core.collector import collector_paused
 from xlgraph.errors import AutodiffError, user_source_line
 from xlgraph.graph import Graph
 from xlgraph.op import REGISTRY, Op
@@ -203,6 +204,7 @@ def _add_forward_output(graph: Graph, t: Tensor) -> None:
             site.outputs.append(site.graph.add_tensor(t.spec, t.name, site))
 
 
+@collector_paused  # see xlgraph.core.collector
 def differentiate(graph: Graph, provided: list[Tensor], required: list[Tensor],
                   cache: dict[Graph, GradGraphInfo]) -> GradGraphInfo:
     """Build the gradient graph of ``graph`` (the work behind ``autodiff``)."""
@@ -264,6 +266,7 @@ def _warn_unreachable(graph: Graph, provided: list[Tensor], required: list[Tenso
             f"are zeros [at {user_source_line()}]", stacklevel=3)
 
 
+@collector_paused  # see xlgraph.core.collector
 def autodiff(
     graph: Graph,
     grads_provided: Iterable[Tensor] | None = None,

@@ -18,6 +18,7 @@ import numpy as np
 
 from xlgraph import ops
 from xlgraph.context import get_current_graph
+from xlgraph.core.collector import collector_paused
 from xlgraph.errors import GraphMismatchError, user_source_line
 from xlgraph.ops.call import CallSiteInfo
 from xlgraph.tensor import Tensor, constant
@@ -70,6 +71,7 @@ def _required(site: CallSiteInfo, wrt: Iterable[Tensor] | None, where: str) -> l
     return list(required.values())
 
 
+@collector_paused  # see xlgraph.core.collector
 def grad_of_call(
     fwd_call_info: CallSiteInfo,
     seeds: Sequence[Tensor] | Mapping[Tensor, Tensor] | None = None,
