@@ -11,7 +11,7 @@ import pytest
 import xlgraph as popxl
 from xlgraph import ops
 from xlgraph.errors import DeviceMemoryError, ExecutionError, LimitError
-from xlgraph.lower.depth import MAX_COMPILED_LOOPS, MAX_DEPTH, graph_depth
+from xlgraph.lower.depth import MAX_COMPILED_LOOPS, graph_depth
 
 F32 = popxl.float32
 BOTH = pytest.mark.parametrize("optimize", [True, False])
@@ -57,17 +57,25 @@ def test_repeat_with_an_unread_carried_input(optimize: bool) -> None:
     np.testing.assert_array_equal(_run(ir, optimize, {xs: data})[ys], data * 2)
 
 
-def _nested(levels: int, wrap: str) -> tuple[popxl.Ir, popxl.DeviceToHostStream]:
-    """``levels`` graphs, each calling (``wrap="call"``) or repeating once the one before."""
+def _nested(levels: int, wrap: str, *, load: bool = False,
+            ) -> tuple[popxl.Ir, popxl.DeviceToHostStream]:
+    """``levels`` graphs, each calling (``wrap="call"``), repeating once (``"repeat"``) or
+    running as the then-arm of a conditional (``"cond"``) the one before; with ``load`` the
+    innermost adds a host transfer (stream ``"x"``), so no level can be a function."""
     ir = popxl.Ir()
     spec = popxl.TensorSpec((2,), F32)
     with ir.main_graph:
-        g = ir.create_graph(lambda x: x + 1.0, spec)
+        x = popxl.h2d_stream((2,), F32, "x")
+        g = ir.create_graph(lambda v: v + (ops.host_load(x) if load else 1.0), spec)
         for _ in range(levels):
             if wrap == "call":
-                g = ir.create_graph(lambda x, inner=g: ops.call(inner, x)[0] * 1.0, spec)
+                g = ir.create_graph(lambda v, inner=g: ops.call(inner, v)[0] * 1.0, spec)
+            elif wrap == "repeat":
+                g = ir.create_graph(lambda v, inner=g: ops.repeat(inner, 1, v)[0], spec)
             else:
-                g = ir.create_graph(lambda x, inner=g: ops.repeat(inner, 1, x)[0], spec)
+                double = ir.create_graph(lambda v: v * 2.0, spec)
+                g = ir.create_graph(lambda v, inner=g, other=double: ops.conditional(
+                    popxl.constant(True), inner, other, [v], [v])[0], spec)
         out = popxl.d2h_stream((2,), F32, "out")
         ops.host_store(out, ops.call(g, popxl.constant(np.zeros(2, np.float32)))[0])
     return ir, out
@@ -82,31 +90,52 @@ def test_deeply_nested_calls_lower_and_run(optimize: bool) -> None:
     assert sys.getrecursionlimit() == limit
 
 
-def test_deep_nesting_works_in_a_thread_and_beyond_the_limit_is_refused() -> None:
+@pytest.mark.parametrize("wrap", ["call", "repeat", "cond"])
+def test_3000_levels_lower_and_run_in_a_thread_without_touching_the_recursion_limit(
+        wrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pass walks with an explicit stack: nesting is bounded by memory (it was capped at
+    1000 levels, under a process-wide raised recursion limit). Generated code stays within
+    Python's static limits by making functions of bodies nested too deep."""
+    def refuse(limit: int) -> None:
+        raise AssertionError(f"sys.setrecursionlimit({limit}) called")
+
+    monkeypatch.setattr(sys, "setrecursionlimit", refuse)
     results: list[object] = []
 
     def build_and_run() -> None:
-        ir, out = _nested(MAX_DEPTH - 2, "call")
-        results.append(_run(ir, True)[out])
+        ir, out = _nested(3000, wrap)
+        results.extend(_run(ir, optimize)[out] for optimize in (True, False))
 
     worker = threading.Thread(target=build_and_run)
     worker.start()
     worker.join()
-    np.testing.assert_array_equal(results[0], [1.0, 1.0])
-    ir, _ = _nested(MAX_DEPTH, "call")
-    with pytest.raises(LimitError, match=f"nested {MAX_DEPTH + 2} levels"):
-        popxl.Session(ir)
+    assert len(results) == 2, "the worker failed (see the thread's exception above)"
+    for result in results:
+        np.testing.assert_array_equal(result, [1.0, 1.0])
 
 
-def test_too_many_nested_repeats_for_generated_code_name_the_way_out() -> None:
-    """Python refuses more than 20 nested loops in one function (was a SyntaxError)."""
+def test_nested_repeats_beyond_pythons_loop_limit_compile_as_functions() -> None:
+    """Python refuses more than 20 nested loops in one function (was a SyntaxError, then a
+    LimitError): deeper loop bodies are functions of their own."""
     ir, out = _nested(MAX_COMPILED_LOOPS + 5, "repeat")
+    session = popxl.Session(ir)
+    assert "\ndef f" in session.source
+    with session:
+        np.testing.assert_array_equal(session.run({})[out], [1.0, 1.0])
+
+
+def test_too_many_nested_repeats_that_cannot_be_functions_name_the_way_out() -> None:
+    """A body with a host transfer inside must stay inline: beyond Python's loop limit the
+    Session says to interpret it."""
+    data = np.full(2, 3.0, np.float32)
+    ir, out = _nested(MAX_COMPILED_LOOPS + 5, "repeat", load=True)
     with pytest.raises(LimitError, match=r"nests 25 repeat loops.*optimize=False"):
         popxl.Session(ir)
-    ir, out = _nested(MAX_COMPILED_LOOPS + 5, "repeat")
-    np.testing.assert_array_equal(_run(ir, False)[out], [1.0, 1.0])
-    ir, out = _nested(MAX_COMPILED_LOOPS, "repeat")
-    np.testing.assert_array_equal(_run(ir, True)[out], [1.0, 1.0])
+    ir, out = _nested(MAX_COMPILED_LOOPS + 5, "repeat", load=True)
+    x = next(iter(ir.h2d_streams))
+    np.testing.assert_array_equal(_run(ir, False, {x: data})[out], data)
+    ir, out = _nested(MAX_COMPILED_LOOPS, "repeat", load=True)
+    np.testing.assert_array_equal(_run(ir, True, {next(iter(ir.h2d_streams)): data})[out], data)
 
 
 def _huge_intermediate() -> popxl.Ir:

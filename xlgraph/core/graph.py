@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xlgraph.core import context
+from xlgraph.core.dispatch import provided
 from xlgraph.core.tensor import Constant, Tensor, TensorSpec, Variable
 from xlgraph.errors import GraphMismatchError, IrFrozenError, user_source_line
 
@@ -124,9 +125,7 @@ class Graph:
         return f"Graph[name={self.name}]"
 
     def __str__(self) -> str:
-        from xlgraph.core.listing import format_listing
-
-        return format_listing(self)
+        return provided("format_listing")(self)  # xlgraph.core.listing
 
     def to_dot(self, path: str | Path | None = None) -> str:
         """This graph as Graphviz DOT text: inputs, variables, constants, ops, named edges.
@@ -138,9 +137,7 @@ class Graph:
         Returns:
             The DOT text.
         """
-        from xlgraph.core.listing import graph_dot, write_dot
-
-        return write_dot(graph_dot(self), path)
+        return provided("write_dot")(provided("graph_dot")(self), path)  # core.listing
 
     # -- building ----------------------------------------------------------------------------
     def check_mutable(self) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from xlgraph.core import instances
 from xlgraph.core.graph import Graph
+from xlgraph.core.listing import format_ir, ir_dot, write_dot
 from xlgraph.core.tensor import Tensor, TensorSpec, graph_input, graph_output
 from xlgraph.errors import whole_number
 from xlgraph.options import PbIr, SessionOptions
@@ -122,8 +123,6 @@ class Ir:
 
     def __str__(self) -> str:
         """Every graph's listing, the main graph first (see ``xlgraph.listing``)."""
-        from xlgraph.core.listing import format_ir
-
         return format_ir(self)
 
     def dot_checkpoint(self, check: str, save_dir: str | Path | None = None) -> Path | None:
@@ -146,8 +145,6 @@ class Ir:
     def to_dot(self, path: str | Path | None = None) -> str:
         """Graphviz DOT text of every graph, a cluster each, with dashed edges from call sites
         to their callees; ``path`` is handled as by ``Graph.to_dot``."""
-        from xlgraph.core.listing import ir_dot, write_dot
-
         return write_dot(ir_dot(self), path)
 
     def _unique_graph_name(self, base: str, suffix: bool) -> str:

@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from xlgraph.core.dispatch import provide
+from xlgraph.core.graph import Graph
+from xlgraph.core.trampoline import Nested, run
+
 if TYPE_CHECKING:
-    from xlgraph.core.graph import Graph
     from xlgraph.core.ir import Ir
     from xlgraph.core.op import Op
     from xlgraph.core.tensor import Tensor
@@ -55,7 +58,10 @@ def modified_inputs(graph: Graph, _memo: dict[int, set[Tensor]] | None = None) -
     A write counts when an in-place op changes the input or an in-place view of it, or when a
     callee that shares the input (``by_ref``, or marked modified at the call site) writes it.
     """
-    memo = {} if _memo is None else _memo
+    return run(_modified(graph, {} if _memo is None else _memo))
+
+
+def _modified(graph: Graph, memo: dict[int, set[Tensor]]) -> Nested[set[Tensor]]:
     if id(graph) in memo:
         return memo[id(graph)]
     memo[id(graph)] = set()  # a graph that calls itself adds nothing new
@@ -69,7 +75,7 @@ def modified_inputs(graph: Graph, _memo: dict[int, set[Tensor]] | None = None) -
             if not d.view:
                 written.add(src)
         for callee, first, marked in callee_sites(op):
-            inner = modified_inputs(callee, memo)
+            inner = memo[id(callee)] if id(callee) in memo else (yield _modified(callee, memo))
             for i, t in enumerate(callee.inputs):
                 parent = op.inputs[first + i]
                 if t in inner and (t.by_ref or first + i in marked) and parent in source:
@@ -96,8 +102,6 @@ def _site_parts(op: Op) -> list[str]:
 
 def attr_text(op: Op) -> str:
     """The attributes of ``op`` as ``{k=v, ...}`` (arrays left out, graphs by name)."""
-    from xlgraph.core.graph import Graph
-
     parts = []
     for k, v in op.attrs.items():
         if isinstance(v, np.ndarray) or (k in _SITE_ATTRS and not isinstance(v, Graph)):
@@ -228,3 +232,8 @@ def write_dot(dot: str, path: str | Path | None) -> str:
     subprocess.run([program, f"-T{fmt}", "-o", str(path)], input=dot, text=True, check=True,
                    capture_output=True)
     return dot
+
+
+# ``str(graph)`` and ``graph.to_dot`` print through these (the graph module cannot import this
+# one, which imports it); ``xlgraph.core.ir`` imports this module, so they are there with any Ir.
+provide(format_listing=format_listing, graph_dot=graph_dot, write_dot=write_dot)

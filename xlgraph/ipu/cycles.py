@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xlgraph.core.trampoline import Nested, run
 from xlgraph.cost import Cost, nbytes, op_cost
 from xlgraph.ipu.hardware import IPUModel
 from xlgraph.ipu.mapping import TileRange, tile_sets, tiles_spanned
@@ -107,17 +108,17 @@ class _Estimator:
                                    op.created_at if op is not None else "")
         return self.rows[key]
 
-    def body(self, steps: list[Step], times: int) -> float:
+    def body(self, steps: list[Step], times: int) -> Nested[float]:
         total = 0.0
         specs = self.program.specs
         synced_groups: set[object] = set()  # merge_exchange groups whose sync is paid
         for s in steps:
             if s.kind == "loop":
-                total += self.body(s.body, times * s.count) * s.count
+                total += (yield self.body(s.body, times * s.count)) * s.count
             elif s.kind == "cond":
-                total += max(self.body(s.body, times), self.body(s.orelse, times))
+                total += max((yield self.body(s.body, times)), (yield self.body(s.orelse, times)))
             elif s.kind == "func":
-                total += self.body(s.func.steps, times)
+                total += yield self.body(s.func.steps, times)
             elif s.kind in ("host_load", "host_store"):
                 size = sum(nbytes(specs[x]) for x in (s.outs if s.kind == "host_load" else s.ins))
                 self.host_bytes += size * times
@@ -148,7 +149,7 @@ def estimate_cycles(program: Program, model: IPUModel,
     """The cycle estimate of one run of ``program`` on ``model`` with the compute and IO tile
     ``sets`` (default: every tile computes)."""
     est = _Estimator(program, model, sets or tile_sets(model))
-    device = est.body(program.steps, 1)
+    device = run(est.body(program.steps, 1))
     link = est.host_bytes / est.link_bytes_per_cycle
     host = model.host_sync_seconds * model.tile_clock_frequency + link
     rows = sorted(est.rows.values(), key=lambda r: -r.cycles)

@@ -46,10 +46,12 @@ def _apply_rules_once(facts: _Facts) -> bool:
     live = facts.live
 
     def subtree_last_read(slot: int) -> int:
-        best = live.last_read.get(slot, -1)
-        for c in children.get(slot, []):
-            if not _owned(c, facts):
-                best = max(best, subtree_last_read(c))
+        """The last read of ``slot`` or of the aliases made from it (not past an owned one)."""
+        best, stack = -1, [slot]
+        while stack:
+            node = stack.pop()
+            best = max(best, live.last_read.get(node, -1))
+            stack.extend(c for c in children.get(node, ()) if not _owned(c, facts))
         return best
 
     for pos, target in facts.writes:

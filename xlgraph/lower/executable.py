@@ -22,7 +22,7 @@ from xlgraph.lower.alias import plan_copies
 from xlgraph.lower.backends import Backend, get_backend
 from xlgraph.lower.checks import check_inplace_order
 from xlgraph.lower.codegen import failing_op, generate
-from xlgraph.lower.depth import check_compiled_loops, check_depth, stack_for
+from xlgraph.lower.depth import check_compiled_loops, graph_depth
 from xlgraph.lower.flatten import flatten
 from xlgraph.lower.interpreter import Interpreter
 from xlgraph.lower.liveness import liveness
@@ -45,7 +45,6 @@ class Executable(Protocol):
     source: str
     written_variables: list[Variable]
     state: object  # rebound, in one assignment, exactly when a run commits its results
-    depth: int  # graph nesting depth (see ``xlgraph.lower.depth``)
     held_once: set[Variable]  # replicated Irs: variables without the replica axis
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None: ...
@@ -96,8 +95,6 @@ def _used_functions(program: Program) -> list[Function]:
 class CompiledExecutable:
     """The generated step function."""
 
-    depth = 1
-
     def __init__(self, ir: Ir, backend: Backend | None = None,
                  ctx: ReplicaContext | None = None) -> None:
         program = flatten(ir)
@@ -146,8 +143,7 @@ class CompiledExecutable:
         if self.single_replica:
             inputs = _with_replica_axis(inputs, self.transfers)
             outputs = _with_replica_axis(outputs, self.transfers)
-        with stack_for(self.depth):  # compiled functions may call each other that deep
-            self.compiled.fn(inputs, outputs, *state)
+        self.compiled.fn(inputs, outputs, *state)
         self.state = self._next(state)  # the commit: one rebinding, all or nothing
 
     def _next(self, state: tuple[list[np.ndarray], list[np.ndarray]],
@@ -177,7 +173,6 @@ class InterpretedExecutable:
     """The reference interpreter (``optimize=False``)."""
 
     source = "# optimize=False: the graph is interpreted op by op; no generated source\n"
-    depth = 1
     state = None  # writes go to the variables' arrays: nothing to commit
 
     def __init__(self, ir: Ir, interpreter: type[Interpreter] = Interpreter,
@@ -193,11 +188,8 @@ class InterpretedExecutable:
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         self.interpreter.current_op = None
-        with stack_for(self.depth):
-            self.interpreter.run(
-                dict(zip(self.variables, self.arrays)), dict(zip(self.h2d, inputs)),
-                dict(zip(self.d2h, outputs)),
-            )
+        self.interpreter.run(dict(zip(self.variables, self.arrays)), dict(zip(self.h2d, inputs)),
+                             dict(zip(self.d2h, outputs)))
 
     def failing_op(self, exc: BaseException) -> Op | None:
         return self.interpreter.current_op
@@ -216,18 +208,14 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
     report no IEEE flags."""
     if ir.session_options.enableInplaceAmbiguityChecking:
         check_inplace_order(ir)
-    depth = check_depth(ir)
+    graph_depth(ir)  # refuses graphs that call each other in a cycle
     ctx = replica_context(ir, exchange)
-    with stack_for(depth):
-        check_host_transfers(ir)
-        if check_numerics:
-            executable = InterpretedExecutable(ir, NumericsInterpreter, ctx)
-        elif optimize:
-            chosen = get_backend(backend)
-            if ir.session_options.enableFloatingPointChecks:
-                chosen = None
-            executable = CompiledExecutable(ir, chosen, ctx)
-        else:
-            executable = InterpretedExecutable(ir, ctx=ctx)
-    executable.depth = depth
-    return executable
+    check_host_transfers(ir)
+    if check_numerics:
+        return InterpretedExecutable(ir, NumericsInterpreter, ctx)
+    if optimize:
+        chosen = get_backend(backend)
+        if ir.session_options.enableFloatingPointChecks:
+            chosen = None
+        return CompiledExecutable(ir, chosen, ctx)
+    return InterpretedExecutable(ir, ctx=ctx)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from xlgraph.core.trampoline import Nested, run
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
 from xlgraph.lower.replicas import ReplicaContext, agree, lifted, replica_defn
@@ -68,7 +69,7 @@ class Interpreter:
             outputs: dict[Any, np.ndarray]) -> None:
         io = _HostIO(inputs, outputs, self.ir.num_host_transfers, self.single_replica)
         env: dict[Tensor, Any] = dict(variables)
-        self.graph(self.ir.main_graph, env, io)
+        run(self.graph(self.ir.main_graph, env, io))
 
     def constant(self, c: Tensor) -> np.ndarray:
         """A fresh array holding constant ``c``."""
@@ -86,27 +87,33 @@ class Interpreter:
                 [t.spec for t in op.outputs], self.ctx)
         return found
 
-    def graph(self, graph: Graph, env: dict[Tensor, Any], io: _HostIO) -> None:
+    def graph(self, graph: Graph, env: dict[Tensor, Any], io: _HostIO) -> Nested[None]:
+        """Run ``graph``'s ops; a call, repeat or conditional runs its graphs as nested
+        generators (``xlgraph.core.trampoline``), so nesting is bounded by memory only."""
         for c in graph.constants:
             env[c] = self.constant(c)
         for op in graph.ops:
             self.current_op = op
-            outs = self.op(op, [env[t] for t in op.inputs], io)
+            args = [env[t] for t in op.inputs]
+            kind = op.defn.kind
+            if kind == "call":
+                outs = yield self.call(op, args, io)
+            elif kind == "repeat":
+                outs = yield self.repeat(op, args, io)
+            elif kind == "conditional":
+                outs = yield self.conditional(op, args, io)
+            else:
+                outs = self.op(op, args, io)
             env.update(zip(op.outputs, outs))
 
     def op(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
+        """Run one op that calls no graph."""
         kind = op.defn.kind
         if kind == "host_load":
             return [io.load(op.attrs["stream"])]
         if kind == "host_store":
             io.store(op.attrs["stream"], args[0])
             return []
-        if kind == "call":
-            return self.call(op, args, io)
-        if kind == "repeat":
-            return self.repeat(op, args, io)
-        if kind == "conditional":
-            return self.conditional(op, args, io)
         return self.results(op, self.defn(op).kernel(*args, **op.attrs))
 
     def results(self, op: Op, result: Any) -> list[Any]:
@@ -119,18 +126,18 @@ class Interpreter:
     def _enter(self, op: Op, args: list[Any]) -> dict[Tensor, Any]:
         return _bind(op.attrs["graph"], args, op.attrs["modified"])
 
-    def call(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
+    def call(self, op: Op, args: list[Any], io: _HostIO) -> Nested[list[Any]]:
         graph: Graph = op.attrs["graph"]
         env = self._enter(op, args)
-        self.graph(graph, env, io)
+        yield self.graph(graph, env, io)
         self.current_op = op
         return [env[t] for t in graph.outputs[: len(op.outputs)]]
 
-    def repeat(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
+    def repeat(self, op: Op, args: list[Any], io: _HostIO) -> Nested[list[Any]]:
         graph: Graph = op.attrs["graph"]
         env = self._enter(op, args)
         for _ in range(op.attrs["count"]):
-            self.graph(graph, env, io)
+            yield self.graph(graph, env, io)
             carried = [env[t] for t in graph.outputs]
             env.update(zip(graph.inputs, carried))
         self.current_op = op
@@ -139,10 +146,10 @@ class Interpreter:
     def condition(self, op: Op, value: Any) -> bool:
         return bool(np.asarray(value if self.ctx is None else agree(op, value)).item())
 
-    def conditional(self, op: Op, args: list[Any], io: _HostIO) -> list[Any]:
+    def conditional(self, op: Op, args: list[Any], io: _HostIO) -> Nested[list[Any]]:
         graph, feeds, modified = branch_of(op, self.condition(op, args[0]))
         env = _bind(graph, args[feeds], modified)
-        self.graph(graph, env, io)
+        yield self.graph(graph, env, io)
         self.current_op = op
         return [np.array(env[t], copy=True) for t in graph.outputs[: len(op.outputs)]]
 

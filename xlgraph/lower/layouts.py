@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from xlgraph.core.trampoline import Nested, run
 from xlgraph.lower.program import Step
 from xlgraph.tensor import TensorSpec
 
@@ -98,7 +99,7 @@ class _Layouts:
         for o in s.outs:
             lay[o] = "C" if c_out else "?"
 
-    def decide(self, steps: list[Step]) -> None:
+    def decide(self, steps: list[Step]) -> Nested[None]:
         p = self.plan
         for s in steps:
             p.use_out.discard(s)
@@ -129,10 +130,10 @@ class _Layouts:
                     p.copies[s] = shared
                 p.layout.update((o, "?") for o in s.outs)
             elif s.kind == "loop":
-                self.loop(s)
+                yield self.loop(s)
             elif s.kind == "cond":
-                self.decide(s.body)
-                self.decide(s.orelse)
+                yield self.decide(s.body)
+                yield self.decide(s.orelse)
                 for out, srcs in zip(s.outs, s.carried):
                     c = all(p.layout[x] == "C" for x in srcs)
                     p.layout[out] = "C" if c else "D"
@@ -140,11 +141,11 @@ class _Layouts:
                 p.layout.update((o, "?") for o in s.outs)
                 p.viewish.update(s.outs)
 
-    def loop(self, s: Step) -> None:
+    def loop(self, s: Step) -> Nested[None]:
         """Decide the body until the carried values' layouts are stable (a few rounds at most)."""
         p = self.plan
         for _ in range(3):
-            self.decide(s.body)
+            yield self.decide(s.body)
             stable = True
             for dst, src in s.carried:
                 lay = p.layout[dst] if p.layout[dst] == p.layout[src] else "?"
@@ -159,7 +160,7 @@ class _Layouts:
         for dst, _ in s.carried:
             p.layout[dst] = "?"
             p.viewish.add(dst)
-        self.decide(s.body)
+        yield self.decide(s.body)
 
 
 def decide_layouts(steps: list[Step], plan: Plan, specs: dict[int, TensorSpec],
@@ -167,4 +168,4 @@ def decide_layouts(steps: list[Step], plan: Plan, specs: dict[int, TensorSpec],
     """Fill ``plan.layout``, ``viewish``, ``use_out``, ``densify`` and ``copies`` for ``steps``
     (``plan.root`` and ``plan.escaping`` must be set)."""
     plan.layout.update((slot, entry_layout) for slot in entry)
-    _Layouts(plan, specs).decide(steps)
+    run(_Layouts(plan, specs).decide(steps))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from xlgraph.core.trampoline import Nested, run
 from xlgraph.lower.program import Step
 
 Span = tuple[int, int]
@@ -43,8 +44,8 @@ class _Walk:
         self.loop_of: dict[int, Span] = {}
         for slot in entry:
             self.live.created[slot] = -1
-        self.live.end = self.number(steps, 0)
-        self.scan(steps, [], [])
+        self.live.end = run(self.number(steps, 0))
+        run(self.scan(steps, [], []))
 
     def read(self, slot: int, pos: int, regions: list[Span]) -> None:
         live, eff = self.live, pos
@@ -64,7 +65,7 @@ class _Walk:
             if loops:
                 self.loop_of[slot] = loops[-1]
 
-    def number(self, steps: list[Step], pos: int) -> int:
+    def number(self, steps: list[Step], pos: int) -> Nested[int]:
         """Number steps depth first from ``pos`` (a cond's arms one after the other); record
         each loop's and cond's span."""
         for s in steps:
@@ -72,11 +73,11 @@ class _Walk:
             self.live.positions[s] = pos
             if s.kind in ("loop", "cond"):
                 start = pos
-                pos = self.number(s.body + s.orelse, pos)
+                pos = yield self.number(s.body + s.orelse, pos)
                 self.live.regions[s] = (start, pos)
         return pos
 
-    def scan(self, steps: list[Step], regions: list[Span], loops: list[Span]) -> None:
+    def scan(self, steps: list[Step], regions: list[Span], loops: list[Span]) -> Nested[None]:
         live = self.live
         for s in steps:
             pos = live.positions[s]
@@ -89,7 +90,7 @@ class _Walk:
                 self.read(s.ins[0], pos, regions)
             span = live.regions[s]
             inner = [*regions, span]
-            self.scan(s.body + s.orelse, inner, [*loops, span] if s.kind == "loop" else loops)
+            yield self.scan(s.body + s.orelse, inner, [*loops, span] if s.kind == "loop" else loops)
             for entry in s.carried:
                 for src in (entry[1:] if s.kind == "loop" else entry):
                     self.read(src, span[1], inner)

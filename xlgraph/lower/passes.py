@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from xlgraph.core.trampoline import Nested, run
 from xlgraph.lower.program import Function, Step, walk
 
 FOLD_MAX_BYTES = 1 << 20  # larger folded results would cost more memory than they save time
@@ -60,6 +61,10 @@ def remove_dead(steps: list[Step], needed: set[int]) -> list[Step]:
 
     ``needed`` holds the slots read after ``steps``; it gains the slots they read.
     """
+    return run(_remove_dead(steps, needed))
+
+
+def _remove_dead(steps: list[Step], needed: set[int]) -> Nested[list[Step]]:
     kept: list[Step] = []
     for s in reversed(steps):
         if s.kind == "loop":
@@ -67,7 +72,7 @@ def remove_dead(steps: list[Step], needed: set[int]) -> list[Step]:
             if not (has_effects(s) or defined & needed or {d for d, _ in s.carried} & needed):
                 continue
             needed.update(src for _, src in s.carried)
-            s.body = remove_dead(s.body, needed)
+            s.body = yield _remove_dead(s.body, needed)
             # a carried value that neither the body nor later steps read is not carried at all
             s.carried = [(dst, src) for dst, src in s.carried if dst in needed]
         elif s.kind == "cond":
@@ -76,7 +81,7 @@ def remove_dead(steps: list[Step], needed: set[int]) -> list[Step]:
             arms = []
             for i, arm in enumerate((s.body, s.orelse)):
                 arm_needed = set(needed) | {srcs[i] for srcs in s.carried}
-                arms.append(remove_dead(arm, arm_needed))
+                arms.append((yield _remove_dead(arm, arm_needed)))
                 needed |= arm_needed
             s.body, s.orelse = arms
             needed.update(s.ins)
@@ -143,7 +148,11 @@ def fold_constants(steps: list[Step], specs: Callable[[int], object],
     The kernels are the ops' own, so folded values are exactly what the step would compute.
     ``unstable`` slots (written in place somewhere) are never treated as known.
     """
-    values = {} if values is None else values
+    return run(_fold_constants(steps, specs, unstable, {} if values is None else values))
+
+
+def _fold_constants(steps: list[Step], specs: Callable[[int], object], unstable: set[int],
+                    values: dict[int, np.ndarray]) -> Nested[list[Step]]:
     out: list[Step] = []
     for s in steps:
         if s.kind == "const" and s.outs[0] not in unstable:
@@ -151,7 +160,9 @@ def fold_constants(steps: list[Step], specs: Callable[[int], object],
         elif _foldable(s, values, unstable):
             out.extend(_fold(s, values, specs))
             continue
-        s.body = fold_constants(s.body, specs, unstable, values)
-        s.orelse = fold_constants(s.orelse, specs, unstable, values)
+        if s.body:
+            s.body = yield _fold_constants(s.body, specs, unstable, values)
+        if s.orelse:
+            s.orelse = yield _fold_constants(s.orelse, specs, unstable, values)
         out.append(s)
     return out

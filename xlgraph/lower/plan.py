@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from xlgraph.core.trampoline import Nested, run
 from xlgraph.errors import DeviceMemoryError
 from xlgraph.lower.layouts import decide_layouts
 from xlgraph.lower.liveness import Liveness
@@ -146,7 +147,7 @@ class _Allocator:
                 return x
         return None
 
-    def allocate(self, steps: list[Step]) -> None:
+    def allocate(self, steps: list[Step]) -> Nested[None]:
         p = self.plan
         for s in steps:
             pos = self.live.positions[s]
@@ -168,7 +169,8 @@ class _Allocator:
                 scratch = [self.take(key_of(self.specs[s.outs[0]]), s.op) for _ in range(n)]
                 if scratch:
                     p.scratch[s] = scratch
-            self.allocate(s.body + s.orelse)
+            if s.body or s.orelse:
+                yield self.allocate(s.body + s.orelse)
             for buf in scratch:
                 self.free.setdefault(self.pool.specs[buf], []).append(buf)
             self.release(pos)
@@ -190,7 +192,7 @@ def plan_body(steps: list[Step], live: Liveness, entry: list[int], results: list
     plan = Plan(live)
     _storage(plan, results)
     decide_layouts(steps, plan, specs, entry, entry_layout)
-    _Allocator(plan, specs, pool).allocate(steps)
+    run(_Allocator(plan, specs, pool).allocate(steps))
     return plan
 
 

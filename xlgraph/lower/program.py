@@ -92,6 +92,7 @@ class Function:
     steps: list[Step]
     results: list[int]
     effects: bool | None = None  # whether running it has effects (``passes.has_effects``)
+    height: int = 1  # Python frames a call takes at run time: 1 + its callees' deepest
 
 
 @dataclass(eq=False)
@@ -111,8 +112,16 @@ class Program:
 
 
 def walk(steps: list[Step]) -> Iterator[Step]:
-    """Every step of ``steps``, nested bodies included, in program order."""
-    for s in steps:
+    """Every step of ``steps``, nested bodies included, in program order (an explicit stack:
+    any nesting depth)."""
+    stack = [iter(steps)]
+    while stack:
+        s = next(stack[-1], None)
+        if s is None:
+            stack.pop()
+            continue
         yield s
-        yield from walk(s.body)
-        yield from walk(s.orelse)
+        if s.orelse:
+            stack.append(iter(s.orelse))
+        if s.body:
+            stack.append(iter(s.body))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from xlgraph.core.trampoline import Nested, run
 from xlgraph.errors import StreamInputError
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
@@ -24,6 +25,10 @@ _KINDS = ("host_load", "host_store")
 
 def transfers_per_run(graph: Graph, memo: dict[Graph, Counter]) -> Counter:
     """``{(kind, stream id): executions}`` of the host transfer ops of one run of ``graph``."""
+    return run(_per_run(graph, memo))
+
+
+def _per_run(graph: Graph, memo: dict[Graph, Counter]) -> Nested[Counter]:
     if graph in memo:
         return memo[graph]
     total: Counter = Counter()
@@ -32,7 +37,8 @@ def transfers_per_run(graph: Graph, memo: dict[Graph, Counter]) -> Counter:
         if kind in _KINDS:
             total[(kind, id(op.attrs["stream"]))] += 1
         elif kind == "conditional":
-            arms = [transfers_per_run(branch_of(op, then)[0], memo) for then in (True, False)]
+            arms = [(yield _per_run(branch_of(op, True)[0], memo)),
+                    (yield _per_run(branch_of(op, False)[0], memo))]
             if arms[0] != arms[1]:
                 raise StreamInputError(
                     f"{op.describe()}: its branches make different host transfers "
@@ -43,7 +49,7 @@ def transfers_per_run(graph: Graph, memo: dict[Graph, Counter]) -> Counter:
         else:
             times = op.attrs["count"] if kind == "repeat" else 1
             for callee in op.called_graphs:
-                for key, n in transfers_per_run(callee, memo).items():
+                for key, n in (yield _per_run(callee, memo)).items():
                     total[key] += n * times
     memo[graph] = total
     return total
