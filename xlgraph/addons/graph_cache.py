@@ -14,11 +14,15 @@ __all__ = ["GraphCache", "bound_arguments", "tensor_hash", "argument_hash", "get
            "function"]
 
 
+def _is_module(value: Any) -> bool:
+    """Whether ``value`` is an addons ``Module`` (``xlgraph.addons.module`` imports this
+    module): a popxl Module that makes its own graphs."""
+    return isinstance(value, popxl.Module) and callable(getattr(value, "create_graph", None))
+
+
 def bound_arguments(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """``fn``'s parameters bound to these arguments, defaults applied."""
-    from xlgraph.addons.module import Module
-
-    target = fn.build if isinstance(fn, Module) else fn
+    target = fn.build if _is_module(fn) else fn
     bound = inspect.signature(target).bind(*args, **kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)
@@ -33,15 +37,13 @@ def tensor_hash(t: popxl.Tensor | popxl.TensorSpec) -> int:
 def argument_hash(arg: Any) -> int:
     """A hash of one argument: tensors by spec, containers by their items, modules by class and
     settings, other values by value (by identity when unhashable)."""
-    from xlgraph.addons.module import Module
-
     if isinstance(arg, popxl.Tensor | popxl.TensorSpec):
         return tensor_hash(arg)
     if isinstance(arg, list | tuple):
         return hash((type(arg).__name__, *map(argument_hash, arg)))
     if isinstance(arg, dict):
         return hash(("dict", *((k, argument_hash(v)) for k, v in arg.items())))
-    if isinstance(arg, Module):
+    if _is_module(arg):
         settings = {k: v for k, v in vars(arg).items() if not k.startswith("_")}
         return hash((type(arg), argument_hash(settings)))
     try:
@@ -70,11 +72,9 @@ class GraphCache:
 
     def create_graph(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A cached graph of ``fn`` for these arguments (see the class)."""
-        from xlgraph.addons.module import Module
-
         key = (popxl.gir().id, get_function_hash(fn, *args, **kwargs))
         if key not in self._cache:
-            if isinstance(fn, Module):
+            if _is_module(fn):
                 self._cache[key] = fn.create_graph(*args, **kwargs)
             else:
                 self._cache[key] = popxl.gir().create_graph(fn, *args, **kwargs)

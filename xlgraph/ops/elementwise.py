@@ -10,6 +10,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.cost import per_output
 from xlgraph.op import (
+    REGISTRY,
     OpDef,
     Sample,
     apply1,
@@ -342,9 +343,9 @@ def scaled_add(X: Tensor, Y: Tensor, a: Any = 1.0, b: Any = 1.0) -> Tensor:  # n
 def scaled_add_(X: Tensor, Y: Tensor, a: Any = 1.0, b: Any = 1.0) -> Tensor:  # noqa: N803
     """In-place ``X = a * X + b * Y``; returns the updated ``X``."""
     if _scalar(a) is None or _scalar(b) is None:
-        from xlgraph.ops.var_updates import copy_var_update_
-
-        return copy_var_update_(X, X * as_tensor(a, X) + Y * as_tensor(b, Y))
+        value = X * as_tensor(a, X) + Y * as_tensor(b, Y)
+        # copy_var_update_, by name: ops.var_updates, where it is defined, imports this module
+        return apply1(REGISTRY["copy_var_update_"], [X, value])
     return apply1(_SCALED_ADD_, [X, Y], {"a": float(a), "b": float(b)})
 
 

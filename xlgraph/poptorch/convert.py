@@ -21,8 +21,9 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from xlgraph import ops
 from xlgraph.errors import XlgraphError
 from xlgraph.poptorch.capture import user_frames
+from xlgraph.poptorch.conversions import CONVERSIONS
 from xlgraph.poptorch.support import SUPPORT_PAGE
-from xlgraph.poptorch.table import CONVERSIONS, op_name
+from xlgraph.poptorch.table import op_name
 from xlgraph.poptorch.util import Unsupported, torch_to_numpy, xlgraph_dtype
 from xlgraph.tensor import Tensor, constant
 

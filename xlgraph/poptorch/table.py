@@ -5,7 +5,8 @@ ops, called as ``fn(ctx, *args, **kwargs)`` with ATen's argument names (tensors 
 tensors, everything else plain Python), and whether the graph walker applies torch's type
 promotion to its tensor inputs first. The walker (``xlgraph.poptorch.convert``) also casts every
 result to the dtype torch gives it, so converters never deal with dtypes. Adding an op is one
-``@register`` function (or one line in a family) in the modules imported at the end.
+``@register`` function (or one line in a family) in the modules that
+``xlgraph.poptorch.conversions`` imports to fill the table.
 
 ``converts(name)`` answers for a PopTorch operation name (``torch.bucketize``, ``torch.nn.GRU``):
 the names ``xlgraph.poptorch.coverage`` lists, each checked against torch by the op sweep test.
@@ -16,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 __all__ = ["CONVERSIONS", "Conversion", "converts", "op_name", "register"]
 
@@ -69,18 +68,3 @@ def converts(name: str) -> bool:
     from xlgraph.poptorch.coverage import COVERED
 
     return name in COVERED
-
-
-# The op families fill CONVERSIONS when imported; PopTorch's own ops come from api_ops.
-from xlgraph.poptorch import (  # noqa: E402, F401
-    aten_layers,
-    aten_math,
-    aten_shape,
-    aten_sorting,
-    functional,
-)
-from xlgraph.poptorch.api_ops import CONVERSIONS as _POPTORCH_OPS  # noqa: E402
-
-for _op, _fn in _POPTORCH_OPS.items():
-    if isinstance(_op, torch._ops.OpOverload):
-        register(op_name(_op))(_fn)
