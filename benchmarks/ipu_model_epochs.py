@@ -11,11 +11,12 @@ and the top ops.
 
 For seed 003 it also gives the end-to-end epoch in three parts: the host-side time measured on
 this machine while the tutorial's own loop (``examples/mnist/poptorch_port.py``: its
-``poptorch.DataLoader`` with the per-sample ``ToTensor``/``Normalize`` transforms, the
-``trainingModel`` call, ``loss.item()``) drives ``--measure-steps`` simulated runs on synthetic
-28 x 28 images, scaled to the epoch's 3,750 runs; the modelled host link (stream bytes plus one
-host round trip per run); and the modelled device time; against the 9.5 s the seed measured on
-an IPU.
+``poptorch.DataLoader`` over ``xlgraph.vision``'s ``FashionMNIST`` with the ``ToTensor``/
+``Normalize`` transform, the ``trainingModel`` call, ``loss.item()``) drives
+``--measure-steps`` simulated runs on synthetic 28 x 28 images, scaled to the epoch's 3,750
+runs (``benchmarks/seed003_epoch.py`` times the whole epoch on the CPU); the modelled host
+link (stream bytes plus one host round trip per run); and the modelled device time; against the
+9.5 s the seed measured on an IPU.
 
 Run: ``PYTHONPATH=. python benchmarks/ipu_model_epochs.py [--measure-steps 400]``.
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "mnist"))
+sys.path.append(str(Path(__file__).resolve().parent))  # after examples/mnist: cnn is the example
 import cnn  # noqa: E402
 import fashion  # noqa: E402
 
@@ -85,30 +87,21 @@ SEED003_REAL_EPOCH_S = 9.5  # seed 003's log, epochs 2-5 on an IPU-M2000: 365-37
 
 def measure_seed003_host_side(steps: int) -> dict[str, float]:
     """Host-side seconds per run of the seed-003 tutorial's loop, measured on this machine."""
-    import numpy as np
     import poptorch_port
     import torch
-    from PIL import Image
+    from seed003_epoch import synthetic_fashion_mnist
 
     import xlgraph.poptorch as poptorch
     from xlgraph import vision
 
     transform = vision.transforms.Compose([vision.transforms.ToTensor(),
                                            vision.transforms.Normalize((0.5,), (0.5,))])
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (steps * 16, 28, 28), dtype=np.uint8)
-    labels = rng.integers(0, 10, steps * 16)
-
-    class Synthetic(torch.utils.data.Dataset):  # FashionMNIST's item: a PIL image, transformed
-        def __len__(self) -> int:
-            return len(images)
-
-        def __getitem__(self, i: int) -> tuple[Any, int]:
-            return transform(Image.fromarray(images[i], mode="L")), int(labels[i])
+    dataset = vision.datasets.FashionMNIST(synthetic_fashion_mnist(steps * 16), train=True,
+                                           transform=transform)
 
     torch.manual_seed(0)
     opts = poptorch.Options()
-    loader = poptorch.DataLoader(opts, Synthetic(), batch_size=16, shuffle=True)
+    loader = poptorch.DataLoader(opts, dataset, batch_size=16, shuffle=True)
     model = poptorch_port.ClassificationModel()
     optimizer = poptorch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     with_loss = poptorch_port.ModelwithLoss(model, torch.nn.CrossEntropyLoss())

@@ -111,3 +111,45 @@ def test_workers_and_async_modes_keep_their_own_loading():
     assert [b.tolist() for b in loader] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0],
                                             [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]
     assert not isinstance(iter(_loader(torch.arange(12.0), True)), list)
+
+
+@pytest.mark.usefixtures("unverified_data")
+@pytest.mark.parametrize("batchable, target_transform", [(True, None), (False, None),
+                                                         (True, abs)])
+def test_whole_batches_from_vision_datasets_are_torchs_collated_items(tmp_path, batchable,
+                                                                      target_transform):
+    pytest.importorskip("PIL")
+    from example_data import write_synthetic
+
+    from xlgraph.vision import datasets, transforms
+
+    write_synthetic(tmp_path, "FashionMNIST", 70, 8)
+    last = transforms.Normalize((0.5,), (0.5,)) if batchable else transforms.Lambda(abs)
+    transform = transforms.Compose([transforms.ToTensor(), last])
+
+    class PerItem(datasets.FashionMNIST):
+        __getitems__ = None
+
+    asked = []
+
+    class Counted(datasets.FashionMNIST):
+        def collated_batch(self, indices):
+            batch = super().collated_batch(indices)
+            asked.append(batch is not None)
+            return batch
+
+    def epochs(cls, make):
+        torch.manual_seed(11)
+        data = cls(str(tmp_path), transform=transform, target_transform=target_transform)
+        loader = make(data)
+        return [b for _ in range(2) for b in loader]
+
+    expected = epochs(PerItem, lambda d: torch.utils.data.DataLoader(d, batch_size=16,
+                                                                     shuffle=True,
+                                                                     drop_last=True))
+    got = epochs(Counted, lambda d: poptorch.DataLoader(poptorch.Options(), d, batch_size=16,
+                                                        shuffle=True))
+    assert len(got) == len(expected) == 8 and len(asked) == 8
+    assert all(asked) == (batchable and target_transform is None)
+    for (x, y), (x_1, y_1) in zip(got, expected):
+        assert torch.equal(x, x_1) and torch.equal(y, y_1) and y.dtype == y_1.dtype

@@ -44,10 +44,13 @@ class EpochSplit:
 
     ``batches(loader)`` wraps the loader and times each ``next``; ``with split.step():`` times
     one step; ``summary()`` reports the last epoch (from the first batch asked for to the last).
+    The very first step also compiles the model; the summary of its epoch says how long it took.
     """
 
     def __init__(self) -> None:
         self.steps_s = self.data_s = self.wall_s = 0.0
+        self.first_step_s: float | None = None  # the first step of all, with the compilation
+        self.compiled_this_epoch = False
 
     def batches(self, loader: Any) -> Iterable[Any]:
         """``loader``, timed: an iterable of the same batches with the same ``len``."""
@@ -60,14 +63,21 @@ class EpochSplit:
         try:
             yield
         finally:
-            self.steps_s += time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            self.steps_s += seconds
+            if self.first_step_s is None:
+                self.first_step_s, self.compiled_this_epoch = seconds, True
 
     def summary(self) -> str:
-        """``"9.12 s: steps 8.01 s, data 0.40 s (5.0% of steps), other 0.71 s"``."""
+        """``"9.12 s: steps 8.01 s, data 0.40 s (5.0% of steps), other 0.71 s"``, and in the first
+        epoch ``" (the first step, which compiled the model, took 1.80 s)"``."""
         other = self.wall_s - self.steps_s - self.data_s
         share = 100 * self.data_s / self.steps_s if self.steps_s else 0.0
-        return (f"{self.wall_s:.2f} s: steps {self.steps_s:.2f} s, data {self.data_s:.2f} s "
+        text = (f"{self.wall_s:.2f} s: steps {self.steps_s:.2f} s, data {self.data_s:.2f} s "
                 f"({share:.1f}% of steps), other {other:.2f} s")
+        if self.compiled_this_epoch:
+            text += f" (the first step, which compiled the model, took {self.first_step_s:.2f} s)"
+        return text
 
 
 class _Timed:
@@ -82,6 +92,7 @@ class _Timed:
         started = clock()
         batches = iter(self.loader)
         split.steps_s, split.data_s = 0.0, clock() - started
+        split.compiled_this_epoch = False
         try:
             while True:
                 before = clock()

@@ -1,5 +1,8 @@
 """``poptorch.DataLoader`` and ``AsynchronousDataAccessor``: batches that feed one call each.
 
+A dataset with ``collated_batch(indices)`` (``xlgraph.vision``'s ``MNIST``, ``FashionMNIST``,
+``CIFAR10``) hands over whole batches, which the loader takes instead of collating items.
+
 In the default ``DataLoaderMode.Sync`` without worker processes, the loader can prepare the next
 batches in a background thread while the caller works on the current one (``prefetch``; by
 default when a core is free at the start of the epoch: on a busy machine each hand-over between
@@ -105,7 +108,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         if self.mode == DataLoaderMode.Sync:
-            batches = super().__iter__()
+            batches = _collated(self) if _collates_itself(self) else super().__iter__()
             ahead = self.prefetch if self.prefetch is not None else not machine_busy()
             return _Ahead(batches) if ahead and not self.num_workers else batches
         return iter(AsynchronousDataAccessor(_Batches(self), load_indefinitely=False,
@@ -130,6 +133,32 @@ class _Batches:
 
 _DONE = object()
 _FAILED = object()
+
+
+def _collates_itself(loader: DataLoader) -> bool:
+    """Whether ``loader``'s dataset makes whole collated batches (``collated_batch(indices)``,
+    as ``xlgraph.vision``'s datasets do) that can replace torch's per-batch fetch and default
+    collate: single process, map-style, batches from a sampler, no pinned memory."""
+    return (loader.num_workers == 0 and loader.batch_sampler is not None
+            and loader.collate_fn is torch.utils.data.default_collate and not loader.pin_memory
+            and not isinstance(loader.dataset, torch.utils.data.IterableDataset)
+            and callable(getattr(loader.dataset, "collated_batch", None)))
+
+
+def _collated(loader: DataLoader) -> Iterator[Any]:
+    """One epoch of ``loader``'s batches, each asked of the dataset whole (``collated_batch``);
+    a dataset that answers None is fetched and collated as torch's iterator does. The random
+    draws are torch's, in its order: the iterator's base seed, then the sampler's."""
+    dataset, collate = loader.dataset, loader.collate_fn
+    indices = iter(loader.batch_sampler)
+    torch.empty((), dtype=torch.int64).random_(generator=loader.generator)  # the base seed
+    for batch_indices in indices:
+        batch = dataset.collated_batch(batch_indices)
+        if batch is None:
+            fetch = getattr(dataset, "__getitems__", None)
+            items = fetch(batch_indices) if fetch else [dataset[i] for i in batch_indices]
+            batch = collate(items)
+        yield batch
 
 
 class _Ahead:

@@ -37,20 +37,52 @@ def _transformed(dataset: Any, image: Any, target: Any) -> tuple[Any, Any]:
     return image, target
 
 
-def _items(dataset: Any, pixels: np.ndarray, indices: Sequence[int],
-           targets: Sequence[Any]) -> list[tuple[Any, Any]]:
-    """Items ``indices`` of ``dataset`` whose raw images are ``pixels`` (``(N, ...)`` uint8):
-    the transform runs once on the whole batch when it has a batch form."""
-    batch = batched(dataset.transform)
-    if batch is None:
-        return [dataset[i] for i in indices]
-    images = batch(pixels[indices])
-    if dataset.target_transform is not None:
-        targets = [dataset.target_transform(t) for t in targets]
-    return list(zip(images, targets))
+class _Batches:
+    """Many items at once, for the datasets that keep their raw pixels in one uint8 array: the
+    transform runs once on the whole batch when it has a batch form (``transforms.batched``)."""
+
+    transform: Callable[[Any], Any] | None
+    target_transform: Callable[[Any], Any] | None
+
+    def _pixels(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _targets(self, indices: np.ndarray) -> list[Any]:
+        raise NotImplementedError
+
+    def _transformed_images(self, indices: np.ndarray) -> Any:
+        batch = batched(self.transform)
+        return None if batch is None else batch(self._pixels()[indices])
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, Any]]:
+        """Items ``indices`` at once (torch's ``DataLoader`` asks for a batch this way): equal
+        to ``[self[i] for i in indices]``."""
+        indices = np.asarray(indices, np.int64)
+        images = self._transformed_images(indices)
+        if images is None:
+            return [self[int(i)] for i in indices]  # type: ignore[index]
+        targets = self._targets(indices)
+        if self.target_transform is not None:
+            targets = [self.target_transform(t) for t in targets]
+        return list(zip(images, targets))
+
+    def collated_batch(self, indices: Sequence[int]) -> list[Any] | None:
+        """``[images, targets]``: what torch's ``default_collate`` makes of
+        ``self.__getitems__(indices)``, without the per-item detour (``poptorch.DataLoader`` asks
+        for it); None when the transform has no batch form, a ``target_transform`` is set or
+        torch is not installed."""
+        try:
+            import torch
+        except ImportError:
+            return None
+        if self.target_transform is not None:
+            return None
+        indices = np.asarray(indices, np.int64)
+        images = self._transformed_images(indices)
+        return None if images is None else [images, torch.tensor(self._targets(indices))]
 
 
-class MNIST:
+class MNIST(_Batches):
     """The MNIST digits, as ``torchvision.datasets.MNIST``.
 
     Args:
@@ -115,12 +147,11 @@ class MNIST:
         target = int(self._labels[index])
         return _transformed(self, image, target)
 
-    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, Any]]:
-        """Items ``indices`` at once (torch's ``DataLoader`` asks for a batch this way): equal
-        to ``[self[i] for i in indices]``, with a ``ToTensor``/``Normalize`` transform applied
-        to all their images in one go (``transforms.batched``)."""
-        indices = np.asarray(indices, np.int64)
-        return _items(self, self._images, indices, self._labels[indices].tolist())
+    def _pixels(self) -> np.ndarray:
+        return self._images
+
+    def _targets(self, indices: np.ndarray) -> list[Any]:
+        return self._labels[indices].tolist()
 
     def __repr__(self) -> str:
         split = "Train" if self.train else "Test"
@@ -138,7 +169,7 @@ class FashionMNIST(MNIST):
     _load = staticmethod(_data.load_fashion_mnist)
 
 
-class CIFAR10:
+class CIFAR10(_Batches):
     """CIFAR-10, as ``torchvision.datasets.CIFAR10``, read from ``root/cifar-10-batches-py``
     (the python-pickle batches torchvision downloads). ``download=True`` cannot fetch them
     here: a missing folder raises with where to put it.
@@ -188,10 +219,11 @@ class CIFAR10:
         image, target = _pil_image(self.data[index]), self.targets[index]
         return _transformed(self, image, target)
 
-    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, Any]]:
-        """Items ``indices`` at once, as ``MNIST.__getitems__``."""
-        indices = np.asarray(indices, np.int64)
-        return _items(self, self.data, indices, [self.targets[i] for i in indices])
+    def _pixels(self) -> np.ndarray:
+        return self.data
+
+    def _targets(self, indices: np.ndarray) -> list[Any]:
+        return [self.targets[i] for i in indices]
 
 
 class FakeData:
