@@ -140,6 +140,11 @@ CONV_CASES = [
     ((2, 3, 10), (2, 3, 3), {"stride": (3,), "padding": (2, 1), "dilation": (2,)}, (2, 2, 3)),
     ((2, 1, 4, 5, 3), (2, 1, 2, 2, 2), {"stride": (2, 1, 1), "padding": (1, 0, 0, 0, 1, 1)},
      (2, 2, 2, 5, 3)),
+    # more channels than output columns: the kernels go through channels-last data
+    ((2, 6, 5, 4), (4, 6, 3, 3), {}, (2, 4, 3, 2)),
+    ((2, 7, 6, 7), (3, 7, 2, 3), {"stride": (2, 2), "padding": (1, 0, 0, 1), "dilation": (1, 2)},
+     (2, 3, 3, 2)),
+    ((2, 5, 6), (4, 5, 3), {"stride": (2,), "padding": (1, 0)}, (2, 4, 3)),
 ]
 
 

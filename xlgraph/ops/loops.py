@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,17 @@ def float_only(spec: TensorSpec, fn: Callable[..., None], consts: tuple[Any, ...
     if max_elements is not None and math.prod(spec.shape) > max_elements:
         return None
     return fn, (*(np.asarray(c, dtype)[()] for c in consts), *ints)
+
+
+@dataclass(frozen=True)
+class Composite:
+    """A loop form that stays Python and calls compiled loops for its inner work (a kernel
+    whose matmuls stay with BLAS): the backend calls ``fn(*inputs, *outputs, **kwargs,
+    **compiled)``, ``compiled`` mapping each name of ``loops`` to that loop compiled."""
+
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any]
+    loops: dict[str, Callable[..., Any]]
 
 
 def gelu(x, out, a, b, one, top):  # noqa: ANN001, ANN201 - numba infers the types

@@ -1,4 +1,5 @@
-"""Loop forms of pooling kernels, for the compiled backend (see ``xlgraph.ops.loops``).
+"""Loop forms of pooling kernels and of the adds of ``conv_transpose`` (col2im), for the
+compiled backend (see ``xlgraph.ops.loops``).
 
 numpy pools a window tap at a time over whole arrays (four passes over the data for a 2x2
 window, and for the gradient a mask per tap); these loops visit each window once. Same
@@ -56,6 +57,27 @@ def max_pool_2x2_grad(dy, x, y, dx):  # noqa: ANN001, ANN201
             for r in range(2 * oh, h):  # rows no window reaches
                 for j in range(w):
                     dx[p, k, r, j] = 0
+
+
+def col2im_2d(cols, buf, oh, ow, kh, kw, sh, sw, dh, dw):  # noqa: ANN001, ANN201
+    """Zero ``buf`` (B, groups, H, W, C), then add each tap's contribution ``cols[:, t]``
+    (B, taps, groups, oh x ow positions, C) at the tap's windows: for every element, the
+    additions of ``conv._col2im`` in its order (tap by tap), so the same bits."""
+    flat = buf.reshape(-1)
+    for k in range(flat.size):
+        flat[k] = 0
+    nb, groups, c = buf.shape[0], buf.shape[1], buf.shape[4]
+    for n in range(nb):
+        for g in range(groups):
+            for a in range(kh):
+                for b in range(kw):
+                    t = a * kw + b
+                    for i in range(oh):
+                        r = i * sh + a * dh
+                        for j in range(ow):
+                            q = j * sw + b * dw
+                            for k in range(c):
+                                buf[n, g, r, q, k] += cols[n, t, g, i * ow + j, k]
 
 
 def _is_2x2(x: TensorSpec, kernel: tuple[int, ...], stride: tuple[int, ...],

@@ -9,11 +9,13 @@ puts it (``__pycache__`` beside ``xlgraph/ops/loops.py``, or ``NUMBA_CACHE_DIR``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from xlgraph.ops.loops import Composite
 from xlgraph.tensor import TensorSpec
 
 try:
@@ -58,6 +60,9 @@ class NumbaBackend:
         if found is None:
             return None
         fn, extra = found
+        if isinstance(fn, Composite):  # Python calling compiled loops (compiled when first met)
+            compiled = {name: jitted(loop) for name, loop in fn.loops.items()}
+            return functools.partial(fn.fn, **fn.kwargs, **compiled), extra
         dispatcher = jitted(fn)
         types = [_array_type(s) for s in (*ins, *outs)] + [numba.typeof(x) for x in extra]
         dispatcher.compile(tuple(types))
