@@ -60,13 +60,19 @@ def _patches(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints,
     return view.transpose(0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n)), out
 
 
-def _channels_last(x: np.ndarray, groups: int, out: Ints) -> bool:
-    """Whether im2col goes through channels-last data: one group, and more channels than
-    output columns. (CPU time of the patch copy and the matmul, float32 batch 8, 3x3 kernels, as
-    ``(C, size)``: channels-last took 79 against 58 us at (4, 13), 414 against 154 at (4, 28),
-    844 against 638 at (16, 28), but 149 against 163 at (16, 13) and 411 against 461 at (32, 13),
-    the MNIST CNN's second convolution; its weight gradient 417 against 525.)"""
-    return groups == 1 and x.shape[1] > out[-1]
+def _channels_last(x: np.ndarray, groups: int, out: Ints, kernel: Ints, stride: Ints,
+                   dilation: Ints) -> bool:
+    """Whether im2col goes through channels-last data: with one group, when its copy runs over
+    at least twice as many contiguous elements as the channels-first copy (a window row's
+    taps x channels, against a row of output positions). CPU time of the copy and the matmul,
+    float32, channels-last against channels-first, us, as (batch, C, size, kernel): conv
+    (8, 4, 13, 3) 79 / 58, (8, 16, 28, 3) 844 / 638, (8, 1, 28, 3) 321 / 67; (8, 16, 13, 3)
+    149 / 163, the MNIST CNN's second conv (8, 32, 13, 3) 411 / 461 and its weight gradient
+    417 / 525, the Fashion-MNIST model's second conv (16, 5, 13, 5) 139 / 165 and its weight
+    gradient 135 / 197."""
+    run_last = x.shape[1] * (kernel[-1] if dilation[-1] == 1 else 1)
+    run_first = out[-1] if stride[-1] == 1 else 1
+    return groups == 1 and run_last >= 2 * run_first
 
 
 def _channels_last_patches(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints,
@@ -98,7 +104,7 @@ def _conv_out(x: np.ndarray, w: np.ndarray, out: np.ndarray, stride: Ints, pads:
     # copy a chunk's patches, then one matmul per item and group writes (B, M, positions)
     # into ``out`` (C-contiguous, as the buffer pool's are)
     m, k, p = w.shape[0], x.shape[1] * int(np.prod(w.shape[2:])), int(np.prod(out.shape[2:]))
-    if _channels_last(x, groups, out.shape[2:]):
+    if _channels_last(x, groups, out.shape[2:], w.shape[2:], stride, dilation):
         rows = _channels_last_patches(x, w.shape[2:], stride, pads, dilation, out.shape[2:])
         w_t = _taps_last(w).T
 
@@ -189,7 +195,7 @@ def _conv_grad_weight_out(dy: np.ndarray, x: np.ndarray, out: np.ndarray, stride
                           pads: Ints, dilation: Ints, groups: int, kernel: Ints) -> np.ndarray:
     sp = out_shape(x.shape[2:], kernel, stride, pads, dilation)
     m, k, p = dy.shape[1], x.shape[1] * int(np.prod(kernel)), int(np.prod(sp))
-    if _channels_last(x, groups, sp):
+    if _channels_last(x, groups, sp, kernel, stride, dilation):
         rows = _channels_last_patches(x, kernel, stride, pads, dilation, sp)
 
         def chunk_last(sl: slice) -> np.ndarray:  # (M, B positions) @ (B positions, K)
