@@ -48,6 +48,14 @@ def binary(fn: Callable[..., Any], a: Any = None, b: Any = None) -> list[Case]:
             (lambda x: fn(x, 0.75), inputs(a or R(3, 4)))]
 
 
+def _bags(mode: str, padding_idx: int | None, last: bool) -> Callable[..., torch.Tensor]:
+    """``F.embedding_bag`` of (indices, offsets, weight) with these settings."""
+    def bags(i: torch.Tensor, o: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.embedding_bag(i, w, o, mode=mode, padding_idx=padding_idx,
+                               include_last_offset=last)
+    return bags
+
+
 def module(make: Callable[[], nn.Module], *makers: Any, data_grad: int | None = None
            ) -> list[Case]:
     """``make()`` called with its parameters and buffers as inputs (after the data); buffers,
@@ -117,7 +125,7 @@ CASES: dict[str, list[Case]] = {
     "torch.scatter_add": [(lambda x, i, s: torch.scatter_add(x, 1, i, s),
                            inputs(R(3, 4), I(3, 5), R(3, 5)))],
     "torch.scatter_reduce": [(_scatter_reduce(r), inputs(R(3, 4), I(3, 5), R(3, 5)))
-                             for r in ("sum", "amax", "amin", "mean")],
+                             for r in ("sum", "amax", "amin", "mean", "prod")],
     "torch.stack": [(lambda a, b: torch.stack([a, b], 1), inputs(R(3, 4), R(3, 4)))],
     "torch.split": [(lambda x: torch.split(x, [1, 3], 1), inputs(R(3, 4))),
                     (lambda x: torch.split(x, 2), inputs(R(5, 2)))],
@@ -339,7 +347,13 @@ CASES: dict[str, list[Case]] = {
     "torch.nn.Embedding": module(lambda: nn.Embedding(6, 3), I(2, 4, hi=6))
     + module(lambda: nn.Embedding(6, 3, padding_idx=1), I(2, 4, hi=6)),
     "torch.nn.EmbeddingBag": module(lambda: nn.EmbeddingBag(6, 3), I(2, 4, hi=6))
-    + module(lambda: nn.EmbeddingBag(6, 3, mode="sum"), I(2, 4, hi=6)),
+    + module(lambda: nn.EmbeddingBag(6, 3, mode="sum"), I(2, 4, hi=6))
+    + module(lambda: nn.EmbeddingBag(6, 3, mode="max"), I(2, 4, hi=6))
+    # ragged bags (1-D input and offsets), an empty bag, padding_idx
+    + [(_bags(mode, pad, last), inputs(I(9, hi=6), lambda d: torch.tensor([0, 2, 2, 7]),
+                                       R(6, 3)))
+       for mode, pad, last in (("mean", None, False), ("sum", 1, False), ("max", None, False),
+                               ("sum", None, True))],
     "torch.nn.functional.one_hot": [(lambda i: F.one_hot(i, 5), inputs(I(2, 3, hi=5)))],
     # -- losses ------------------------------------------------------------------------------
     "torch.nn.L1Loss": loss(nn.L1Loss, R(3, 4), R(3, 4)),

@@ -153,12 +153,14 @@ class TrainStep:
 
 @dataclass(eq=False)
 class InferenceStep:
-    """What ``build_inference`` made: input and output streams and the model's variables."""
+    """What ``build_inference`` made: input and output streams, the model's variables and
+    the seed variable of its random ops (or None)."""
 
     streams: tuple[HostToDeviceStream, ...]
     output_streams: tuple[DeviceToHostStream, ...]
     params: dict[str, Variable]
     num_host_transfers: int
+    seed: Variable | None = None
 
     def run(self, session: Any, *arrays: Any) -> tuple[np.ndarray, ...]:
         """Run the model on one group of batches; returns one array per model output."""
@@ -318,6 +320,8 @@ def build_inference(
     init_seed: int | None = None,
     num_host_transfers: int | None = None,
     updates: Mapping[int, str] | None = None,
+    seed: int | None = None,
+    seed_input: Tensor | None = None,
 ) -> InferenceStep:
     """Build a loop that runs ``forward`` on ``num_host_transfers`` batches per ``run``.
 
@@ -331,6 +335,8 @@ def build_inference(
         num_host_transfers: batches per ``run`` (sets ``ir.num_host_transfers``).
         updates: ``{forward output index: variable name}``: after each batch the variable
             takes that output (a buffer the model updates); those outputs are not streamed.
+        seed: initial value of a seed variable split for every batch, for a forward graph
+            with random ops (``seed_input`` is its seed input), as in ``build_train_step``.
 
     Returns:
         An ``InferenceStep``; ``step.run(session, *arrays)`` returns the model outputs.
@@ -338,11 +344,21 @@ def build_inference(
     if num_host_transfers is not None:
         ir.num_host_transfers = int(num_host_transfers)
     with ir.main_graph:
-        model = _Forward(forward, params, None, None, init_seed)
+        model = _Forward(forward, params, seed, seed_input, init_seed)
         streams = _streams(inputs, "input")
+        seed_var = None if seed is None else variable(create_seeds(seed), dtypes.uint32, "seed")
     body = ir.create_empty_graph("inference_loop", unique_suffix=False)
+    wiring: dict[Tensor, Variable] = {}
     with body, in_sequence():
-        outs, body_params = model.build([ops.host_load(s) for s in streams], None)
+        step_seed = None
+        if seed_var is not None:
+            seed_local = graph_input(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
+            wiring[seed_local] = seed_var
+            step_seed, next_seed = ops.split_random_seed(seed_local)
+            copy_var_update_(seed_local, next_seed)
+            if ir.replication_factor > 1:
+                step_seed = _replica_seed(step_seed, ir.replication_factor)
+        outs, body_params = model.build([ops.host_load(s) for s in streams], step_seed)
         shown = [t for i, t in enumerate(outs) if i not in (updates or {})]
         with ir.main_graph:
             out_streams = [d2h_stream(t.shape, t.dtype, f"output{i}") for i, t in enumerate(shown)]
@@ -350,7 +366,7 @@ def build_inference(
             ops.host_store(s, t)
         for index, name in (updates or {}).items():
             copy_var_update_(body_params[name], outs[index])
-    _loop(ir, body, ir.num_host_transfers,
-          {t: model.variables[k] for k, t in body_params.items()})
+    wiring.update((t, model.variables[k]) for k, t in body_params.items())
+    _loop(ir, body, ir.num_host_transfers, wiring)
     return InferenceStep(tuple(streams), tuple(out_streams), model.variables,
-                         ir.num_host_transfers)
+                         ir.num_host_transfers, seed_var)

@@ -86,15 +86,17 @@ def _scatter_reduce_grad(g: Any, dy: Tensor) -> tuple[Any, ...]:
     from xlgraph.ops.elementwise import cast, equal
 
     reduction, axis = g.attrs["reduction"], g.attrs["axis"]
-    if reduction not in ("sum", "max", "min"):
+    if reduction not in ("sum", "max", "min", "mul"):
         raise AutodiffError(f"scatter_reduce with reduction={reduction!r} has no gradient; "
-                            f"'sum', 'max' and 'min' do")
+                            f"'sum', 'max', 'min' and 'mul' do")
     data, idx = g.x(0), g.x(1)
     if idx.shape != data.shape:
         from xlgraph.ops.movement import expand, reshape
 
         idx = expand(reshape(idx, tuple(-1 if i == axis else 1 for i in range(data.rank))),
                      data.shape)
+    if reduction == "mul":
+        return _product_grad(g, dy, idx)
     d_data = take_along_axis(dy, idx, axis)
     d_initial = dy
     if reduction != "sum":  # the gradient goes to the inputs equal to the result
@@ -103,6 +105,33 @@ def _scatter_reduce_grad(g: Any, dy: Tensor) -> tuple[Any, ...]:
         if len(g.op.inputs) > 2:
             d_initial = dy * cast(equal(g.x(2), y), dy.dtype)
     return (d_data, None, d_initial)[: len(g.op.inputs)]
+
+
+def _product_grad(g: Any, dy: Tensor, idx: Tensor) -> tuple[Any, ...]:
+    """'mul': each factor gets ``dy`` times the product of the other factors of its output
+    (the initial value is one of them), computed without dividing by zero: with the zero
+    factors counted apart, a zero factor gets the product of the rest when it is the only
+    zero, and every factor gets 0 when two or more are zero."""
+    from xlgraph.ops.elementwise import cast, equal, where
+
+    axis, size = g.attrs["axis"], g.attrs["axis_size"]
+    data = g.x(0)
+    factors = [data] + ([g.x(2)] if len(g.op.inputs) > 2 else [])
+    zeros = [equal(f, 0.0) for f in factors]
+    safe = [where(z, 1.0, f) for z, f in zip(zeros, factors)]
+    counts = [cast(z, data.dtype) for z in zeros]
+    nonzero = scatter_reduce(safe[0], idx, "mul", *safe[1:], axis=axis, axis_size=size)
+    count = scatter_reduce(counts[0], idx, "sum", *counts[1:], axis=axis, axis_size=size)
+
+    def others(zero: Tensor, value: Tensor, product: Tensor, n: Tensor) -> Tensor:
+        return where(zero, where(equal(n, 1.0), product, 0.0),
+                     where(equal(n, 0.0), product / value, 0.0))
+
+    d_data = take_along_axis(dy, idx, axis) * others(
+        zeros[0], safe[0], take_along_axis(nonzero, idx, axis), take_along_axis(count, idx, axis))
+    if len(factors) == 1:
+        return d_data, None
+    return d_data, None, dy * others(zeros[1], safe[1], nonzero, count)
 
 
 def _scatter_reduce_samples(rng: np.random.Generator) -> list[Sample]:
@@ -115,7 +144,11 @@ def _scatter_reduce_samples(rng: np.random.Generator) -> list[Sample]:
         Sample((rng.normal(size=(2, 4)), row_idx, "sum", rng.normal(size=(2, 5))),
                {"axis": 1, "axis_size": 5}),
         Sample((rng.uniform(0.5, 2, (5, 2)), rng.integers(0, 3, (5, 2)), "mul"),
-               {"axis_size": 3}, grad=False),
+               {"axis_size": 3}),
+        # zero factors: one alone in its output, two together, and a zero initial value
+        Sample((np.array([[0.0, 1.5], [2.0, 0.0], [0.0, -1.2], [0.7, 0.0], [1.1, 0.9]]),
+                np.array([[0, 1], [0, 1], [2, 1], [2, 0], [1, 2]]), "mul",
+                np.array([[1.3, -0.8], [0.0, 2.0], [1.4, 0.6]])), {"axis_size": 3}),
         Sample((data, np.stack([rng.permutation(6) for _ in range(3)], 1), "none"),
                {"axis_size": 6}, grad=False),
     ]
@@ -140,7 +173,7 @@ def scatter_reduce(data: Tensor, indices: Any, reduction: str,
     dims (``enable_index_broadcast``). Output positions nothing is scattered to hold
     ``initial_values`` when given, else zero; given ``initial_values`` also take part in the
     reduction where values arrive. ``axis_size`` defaults to ``data.shape[axis]``.
-    Gradients exist for 'sum', 'max' and 'min' (ties all receive the gradient).
+    Gradients exist for 'sum', 'max', 'min' (ties all receive the gradient) and 'mul'.
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"scatter_reduce: reduction must be one of {REDUCTIONS}, "

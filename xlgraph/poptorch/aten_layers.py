@@ -10,8 +10,8 @@ import numpy as np
 
 from xlgraph import dtypes, ops
 from xlgraph.poptorch.table import register
-from xlgraph.poptorch.util import Unsupported, dims
-from xlgraph.tensor import Constant, Tensor, constant
+from xlgraph.poptorch.util import dims
+from xlgraph.tensor import Tensor, constant
 
 
 @register("aten.glu.default", promote=True)
@@ -94,16 +94,29 @@ def _embedding_bag(ctx: Any, weight: Tensor, indices: Tensor, offsets: Tensor,
                    scale_grad_by_freq: bool = False, mode: int = 0, sparse: bool = False,
                    per_sample_weights: Any = None, include_last_offset: bool = False,
                    padding_idx: int = -1) -> tuple[Any, ...]:
-    """Bags of equal length (a 2-D input, whose offsets torch makes with ``arange``)."""
-    starts = offsets.data if isinstance(offsets, Constant) else None
-    n = indices.shape[0]
-    bags = ctx.val[0].shape[0]
-    if starts is None or bags == 0 or n % bags or not np.array_equal(
-            starts[:bags], np.arange(bags) * (n // bags)):
-        raise Unsupported("bags of different lengths (1-D input with offsets)")
-    rows = ops.gather(weight, ops.cast(indices, dtypes.int32), 0)
+    """Bags given by ``offsets`` (any lengths, empty bags too; a 2-D input has equal ones):
+    a (bags, n) membership matrix from the offsets, then a matmul (sum, mean) or a masked
+    max. Entries equal to ``padding_idx`` are left out, an empty bag gives zeros."""
+    n, bags = indices.shape[0], ctx.val[0].shape[0]
+    idx = ops.cast(indices, dtypes.int32)
+    rows = ops.gather(weight, idx, 0)
     if per_sample_weights is not None:
         rows = rows * ops.reshape(per_sample_weights, (n, 1))
-    grouped = ops.reshape(rows, (bags, n // bags, weight.shape[1]))
-    reduce = {0: ops.sum, 1: ops.mean, 2: ops.max}[mode]
-    return reduce(grouped, 1), None, None, None
+    starts = ops.cast(offsets, dtypes.int32)
+    ends = ops.slice(starts, 1, bags + 1, axis=0) if include_last_offset else ops.concat(
+        [ops.slice(starts, 1, bags, axis=0), constant(np.array([n], np.int32))], 0)
+    starts = ops.reshape(ops.slice(starts, 0, bags, axis=0), (bags, 1))
+    pos = constant(np.arange(n, dtype=np.int32).reshape(1, n))
+    member = ops.logical_and(ops.greater_equal(pos, starts),
+                             ops.less(pos, ops.reshape(ends, (bags, 1))))
+    if padding_idx is not None and padding_idx >= 0:
+        member = ops.logical_and(member, ops.reshape(ops.not_equal(idx, padding_idx), (1, n)))
+    count = ops.sum(ops.cast(member, rows.dtype), 1, keepdims=True)
+    if mode == 2:
+        picked = ops.where(ops.reshape(member, (bags, n, 1)), ops.reshape(rows, (1,) + rows.shape),
+                           float("-inf"))
+        return ops.where(ops.greater(count, 0.0), ops.max(picked, 1), 0.0), None, None, None
+    total = ops.matmul(ops.cast(member, rows.dtype), rows)
+    if mode == 1:
+        total = total / ops.where(ops.greater(count, 0.0), count, 1.0)
+    return total, None, None, None

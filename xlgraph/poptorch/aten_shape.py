@@ -284,7 +284,10 @@ def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str,
 @register("aten.index_put.default", promote=(0, 2))
 def _index_put(ctx: Any, x: Tensor, indices: Sequence[Tensor | None], values: Tensor,
                accumulate: bool = False) -> Tensor:
-    """``x[..., index, ...] = values`` (or ``+=``) with one 1-D index tensor on one dim."""
+    """``x[..., index, ...] = values`` (or ``+=``) with one 1-D index tensor on one dim, or
+    ``x[mask] = values`` with a boolean mask on the leading dims."""
+    if len(indices) == 1 and indices[0] is not None and indices[0].dtype == dtypes.bool:
+        return _masked_put(x, indices[0], values, accumulate)
     used = [i for i, t in enumerate(indices) if t is not None]
     if len(used) != 1 or indices[used[0]].rank != 1:
         raise Unsupported("index_put with other than one 1-D index tensor")
@@ -301,6 +304,20 @@ def _index_put(ctx: Any, x: Tensor, indices: Sequence[Tensor | None], values: Te
     out = ops.scatter_reduce(values, full, "sum", moved, 0, moved.shape[0]) if accumulate \
         else ops.scatter(moved, full, values, 0)
     return ops.transpose(out, list(np.argsort(perm))) if d else out
+
+
+def _masked_put(x: Tensor, mask: Tensor, values: Tensor, accumulate: bool) -> Tensor:
+    """``x[mask] = values``: ``values`` holds every lane of ``x`` (``x[mask] *= 2``, see
+    ``xlgraph.poptorch.masks``) or broadcasts to one selected element (``x[mask] = 0``)."""
+    trailing = x.shape[mask.rank:]
+    if values.shape != x.shape and (values.rank > len(trailing)
+                                    or values.shape != trailing[len(trailing) - values.rank:]):
+        raise Unsupported(f"x[mask] = values with values of shape {values.shape}: the number "
+                          f"of selected elements depends on the data")
+    keep = ops.reshape(mask, mask.shape + (1,) * len(trailing)) if trailing else mask
+    if accumulate:
+        return x + ops.where(keep, values, 0)
+    return ops.where(keep, values, x)
 
 
 # -- creation ----------------------------------------------------------------------------------

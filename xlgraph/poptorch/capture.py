@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,7 +23,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from xlgraph.errors import XlgraphError
 
-__all__ = ["DataDependentError", "decompositions", "export_module", "trace_function"]
+__all__ = ["DataDependentError", "decompositions", "export_module", "module_path",
+           "source_line", "trace_function"]
 
 aten = torch.ops.aten
 
@@ -53,6 +55,26 @@ def user_frames(frames: list[traceback.FrameSummary]) -> list[traceback.FrameSum
     """The frames of ``frames`` in the user's code (not torch's, not xlgraph's)."""
     return [f for f in frames if not f.filename.startswith((_TORCH_DIR, _OWN_DIR))
             and not f.filename.startswith("<")]
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """``file:line: code`` in the user's program that produced ``node``."""
+    frames = [traceback.FrameSummary(m.group(1), int(m.group(2)), m.group(3), line=m.group(4))
+              for m in _FRAME.finditer(node.meta.get("stack_trace") or "")]
+    frames = user_frames(frames)
+    if not frames:
+        return "<unknown source>"
+    return f"{frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line.strip()}"
+
+
+def module_path(node: torch.fx.Node) -> str:
+    """``model.<path>`` of the module whose ``forward`` produced ``node``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = next(reversed(stack.values()))[0] if stack else ""
+    return "model" + (f".{path}" if path else "")
 
 
 def _cumulative_forward(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,8 +9,6 @@ as 32-bit, as in PopTorch).
 
 from __future__ import annotations
 
-import re
-import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,10 +16,11 @@ import torch
 import torch.fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from xlgraph import ops
+from xlgraph import dtypes, ops
 from xlgraph.errors import XlgraphError
-from xlgraph.poptorch.capture import user_frames
+from xlgraph.poptorch.capture import module_path, source_line
 from xlgraph.poptorch.conversions import CONVERSIONS
+from xlgraph.poptorch.masks import MaskPlan, plan
 from xlgraph.poptorch.support import SUPPORT_PAGE
 from xlgraph.poptorch.table import op_name
 from xlgraph.poptorch.util import Unsupported, torch_to_numpy, xlgraph_dtype
@@ -36,13 +35,17 @@ class UnsupportedOpError(XlgraphError, NotImplementedError):
 
 
 class Context:
-    """What conversions see: the mode, the node being converted and a seed source."""
+    """What conversions see: the mode, the node being converted, a seed source, and whether
+    mixed float16/float32 operands compute in float16 (PopTorch's ``FloatDowncastToHalf``)."""
 
-    def __init__(self, training: bool, seed: Callable[[], Tensor] | None = None) -> None:
+    def __init__(self, training: bool, seed: Callable[[], Tensor] | None = None,
+                 downcast_half: bool = False) -> None:
         self.training = training
+        self.downcast_half = downcast_half
         self._seed = seed
         self.node: torch.fx.Node | None = None
         self.mutations: dict[torch.fx.Node, Tensor] = {}
+        self.masks = MaskPlan()
 
     def mutate(self, arg: int, value: Tensor) -> None:
         """Record that the current op updates its argument ``arg`` in place to ``value``."""
@@ -60,25 +63,6 @@ class Context:
         if self._seed is None:
             raise Unsupported("random ops here (no seed source)")
         return self._seed()
-
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
-
-
-def source_line(node: torch.fx.Node) -> str:
-    """``file:line: code`` in the user's program that produced ``node``."""
-    frames = [traceback.FrameSummary(m.group(1), int(m.group(2)), m.group(3), line=m.group(4))
-              for m in _FRAME.finditer(node.meta.get("stack_trace") or "")]
-    frames = user_frames(frames)
-    if not frames:
-        return "<unknown source>"
-    return f"{frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line.strip()}"
-
-
-def module_path(node: torch.fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    path = next(reversed(stack.values()))[0] if stack else ""
-    return "model" + (f".{path}" if path else "")
 
 
 def _torch_name(node: torch.fx.Node) -> str:
@@ -104,11 +88,14 @@ def conversion_of(target: Any) -> Any:
     return CONVERSIONS.get(f"{namespace}.{packet.rstrip('_')}.{overload}")
 
 
-def check_supported(graph: torch.fx.Graph, what: str) -> None:
-    """Raise one ``UnsupportedOpError`` listing every unconverted op of ``graph``."""
+def check_supported(graph: torch.fx.Graph, what: str, skip: Iterable[torch.fx.Node] = ()
+                    ) -> None:
+    """Raise one ``UnsupportedOpError`` listing every unconverted op of ``graph`` (less the
+    nodes of ``skip``)."""
     missing: dict[tuple[str, str], str] = {}
+    skip = set(skip)
     for node in graph.nodes:
-        if node.op == "call_function" and conversion_of(node.target) is None:
+        if node.op == "call_function" and node not in skip and conversion_of(node.target) is None:
             key = (op_name(node.target), source_line(node))
             missing.setdefault(key, f"  {key[0]}{_torch_name(node)} at {module_path(node)}, "
                                     f"{key[1]}")
@@ -158,6 +145,12 @@ def _cast(value: Any, dtype: Any) -> Any:
     return value
 
 
+def _floating(value: Any) -> bool:
+    if isinstance(value, list | tuple):
+        return all(_floating(v) for v in value) and bool(value)
+    return isinstance(value, Tensor) and value.dtype.is_floating_point
+
+
 def _promote(node: torch.fx.Node, args: tuple[Any, ...], promote: Any) -> tuple[Any, ...]:
     dtype = _promoted_dtype(node, promote)
     if dtype is None:
@@ -169,32 +162,58 @@ def _promote(node: torch.fx.Node, args: tuple[Any, ...], promote: Any) -> tuple[
     return tuple(args)
 
 
-def _match(value: Any, val: Any) -> Any:
-    """``value`` cast to the dtype of torch's fake result ``val`` (recursively for tuples)."""
+# ops whose result dtype the user chose (``x.float()``): FloatDowncastToHalf leaves them be
+_EXPLICIT_DTYPE = ("aten._to_copy.default", "prims.convert_element_type.default")
+
+
+def _downcast(node: torch.fx.Node, args: tuple[Any, ...], ctx: Context) -> bool:
+    """PopTorch's ``FloatDowncastToHalf``: whether ``node`` has a float16 operand where torch
+    computes in float32, so it runs (and results) in float16."""
+    val = node.meta.get("val")
+    if not ctx.downcast_half or op_name(node.target) in _EXPLICIT_DTYPE or not (
+            isinstance(val, torch.Tensor) and val.dtype == torch.float32):
+        return False
+    flat = [a for arg in args for a in (arg if isinstance(arg, list | tuple) else [arg])]
+    return any(isinstance(a, Tensor) and a.dtype == dtypes.float16 for a in flat)
+
+
+def _match(value: Any, val: Any, lanes: bool = False, half: bool = False) -> Any:
+    """``value`` cast to the dtype of torch's fake result ``val`` (recursively for tuples),
+    float16 in place of float32 when ``half``; its shape must be ``val``'s unless it holds the
+    lanes of a mask selection."""
     if isinstance(value, Tensor) and isinstance(val, torch.Tensor):
         want = xlgraph_dtype(val.dtype)
-        if tuple(val.shape) != value.shape:
+        want = dtypes.float16 if half and want == dtypes.float32 else want
+        if not lanes and tuple(val.shape) != value.shape:
             raise XlgraphError(f"conversion produced shape {value.shape}, torch gives "
                                f"{tuple(val.shape)}")
         return value if value.dtype == want else ops.cast(value, want)
     if isinstance(value, list | tuple) and isinstance(val, list | tuple):
-        return type(value)(_match(v, m) for v, m in zip(value, val))
+        return type(value)(_match(v, m, lanes, half) for v, m in zip(value, val))
     return value
 
 
 def convert_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any], ctx: Context) -> Any:
     """The xlgraph value of one ``call_function`` node (an in-place op also rebinds the value
     of the tensor it updates, and reports it as a mutation)."""
+    if node in ctx.masks.symbolic:
+        return None
+    if ctx.masks.root(node):
+        return env[node.args[0]]  # x[mask]: every lane of x
     conversion = conversion_of(node.target)
     args = torch.fx.node.map_arg(node.args, env.__getitem__)
     kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
     if any(a is None and isinstance(n, torch.fx.Node) for a, n in zip(args, node.args)):
         return None  # reads an output xlgraph does not compute (pooling indices): unused
+    half = _downcast(node, args, ctx)
     if conversion.promote:
         args = _promote(node, args, conversion.promote)
+    if half:
+        args = tuple(_cast(a, dtypes.float16) if _floating(a) else a for a in args)
     ctx.node = node
     try:
-        out = _match(conversion.fn(ctx, *args, **kwargs), node.meta.get("val"))
+        out = _match(conversion.fn(ctx, *args, **kwargs), node.meta.get("val"),
+                     node in ctx.masks.lanes, half)
         if _writes_first(node.target) and isinstance(node.args[0], torch.fx.Node):
             env[node.args[0]] = out
             ctx.mutations[node.args[0]] = out
@@ -217,7 +236,8 @@ def convert_graph(gm: torch.fx.GraphModule, inputs: Iterable[Any], ctx: Context,
     Returns:
         the flattened output values, and every node's value.
     """
-    check_supported(gm.graph, what)
+    ctx.masks = plan(gm.graph)
+    check_supported(gm.graph, what, ctx.masks.symbolic)
     env: dict[torch.fx.Node, Any] = {}
     values = iter(inputs)
     for node in gm.graph.nodes:

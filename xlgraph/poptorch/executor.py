@@ -29,7 +29,12 @@ from xlgraph.ir import Ir
 from xlgraph.poptorch import optim as pt_optim
 from xlgraph.poptorch import weights
 from xlgraph.poptorch.blocks import recorded_blocks, static_blocks
-from xlgraph.poptorch.enums import CommGroupType, OutputMode, ReductionType
+from xlgraph.poptorch.enums import (
+    CommGroupType,
+    HalfFloatCastingBehavior,
+    OutputMode,
+    ReductionType,
+)
 from xlgraph.poptorch.lowering import (
     Lowered,
     flat_tensors,
@@ -244,6 +249,14 @@ class PoplarExecutor:
             grid = grid[:, self._replica_inputs()]
         return grid.reshape(self._lead() + stream.shape)
 
+    def _seed(self, lowered: Lowered) -> int | None:
+        """The first seed of the model's random ops: ``opts.randomSeed``, else drawn from
+        torch's generator (None when it has none)."""
+        if lowered.seed is None:
+            return None
+        seed = self.options.random_seed
+        return int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else seed
+
     def _compile(self, args: dict[str, Any]) -> None:
         start = time.perf_counter()
         bar = _compile_bar(self.options.show_compilation_progress_bar)
@@ -251,7 +264,10 @@ class PoplarExecutor:
                   for k, v in args.items()}
         ir = Ir(replication=self._replicas)
         with recorded_blocks() as blocks:
-            lowered = lower_module(ir, self._traced, sample, self.training)
+            lowered = lower_module(
+                ir, self._traced, sample, self.training, downcast_half=(
+                    self.options.Precision.half_float_casting
+                    == HalfFloatCastingBehavior.FloatDowncastToHalf))
         blocks.update(static_blocks(self._traced))
         bar.update(40)
         tensors = named_tensors(self._traced)
@@ -268,10 +284,7 @@ class PoplarExecutor:
                       or not tensors[k].requires_grad]
             self._grad_keys = [k for k in variables if k not in frozen]
             index = lowered.loss_index
-            seed = None
-            if lowered.seed is not None:
-                seed = self.options.random_seed
-                seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else seed
+            seed = self._seed(lowered)
             reduction = self.options.Training.accumulation_and_replication_reduction_type
             scale = pt_optim.loss_scaling(self._optimizer)
 
@@ -293,11 +306,12 @@ class PoplarExecutor:
             self._grad_streams = dict(step.grad_streams or {})
             self._optimizer_state = dict(step.state)
         else:
-            xl_optimizer, loss_stream, seed_var = None, None, None
+            xl_optimizer, loss_stream = None, None
             step = build_inference(ir, lowered.graph, specs, params=params,
                                    num_host_transfers=self._steps,
-                                   updates=lowered.buffer_updates)
-            streams, out_streams = step.streams, step.output_streams
+                                   updates=lowered.buffer_updates, seed=self._seed(lowered),
+                                   seed_input=lowered.seed)
+            streams, out_streams, seed_var = step.streams, step.output_streams, step.seed
         bar.update(30)
         if self.options.TensorLocations.num_io_tiles:
             ir.session_options.numIOTiles = self.options.TensorLocations.num_io_tiles
@@ -434,8 +448,10 @@ class PoplarExecutor:
         new = pt_optim.hyperparameters(optimizer)
         if self._compiled is not None:
             old = pt_optim.hyperparameters(self._optimizer)
-            changed = sorted({k for n, o in zip(new, old) for k in n if k != "lr" and n[k] != o[k]})
-            if changed or len(new) != len(old) or type(optimizer) is not type(self._optimizer):
+            changed = sorted({k for n, o in zip(new, old) for k in n
+                              if k != "lr" and n[k] != o.get(k)})
+            if changed or len(new) != len(old) or not pt_optim.same_kind(optimizer,
+                                                                        self._optimizer):
                 raise Error(f"setOptimizer: only learning rates can change after compilation; "
                             f"{changed or 'the optimizer type or its groups'} changed")
             self._compiled.optimizer.set_lrs(self._compiled.session, [g["lr"] for g in new])

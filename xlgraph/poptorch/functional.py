@@ -262,6 +262,18 @@ def _randn(ctx: Any, *args: Any, **_: Any) -> Tensor:
     return ops.random_normal(ctx.next_seed(), shape, 0.0, 1.0, dtype)
 
 
+@register("aten.randint.default", "aten.randint.low", "aten.randint_like.default",
+          "aten.randint_like.low_dtype")
+def _randint(ctx: Any, *args: Any, **_: Any) -> Tensor:
+    """Integers uniform in ``[low, high)``: the floor of a uniform float draw."""
+    shape, dtype = _spec(ctx)
+    bounds = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
+    low, high = (0, bounds[0]) if ctx.node.target.__name__.split(".")[-1] == "default" \
+        else bounds[:2]
+    draw = ops.random_uniform(ctx.next_seed(), shape, float(low), float(high), dtypes.float32)
+    return ops.cast(ops.minimum(ops.floor(draw), float(high - 1)), dtype)
+
+
 @register("aten.uniform.default")
 def _uniform(ctx: Any, x: Tensor, low: float = 0.0, high: float = 1.0, **_: Any) -> Tensor:
     return ops.random_uniform(ctx.next_seed(), x.shape, low, high, x.dtype)

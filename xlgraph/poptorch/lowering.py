@@ -18,7 +18,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
-from xlgraph import ops
+from xlgraph import dtypes, ops
 from xlgraph.errors import XlgraphError
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
@@ -175,7 +175,7 @@ def _independent_losses(graph: torch.fx.Graph) -> list[torch.fx.Node]:
 
 
 def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], training: bool,
-                 name: str = "torch_forward") -> Lowered:
+                 name: str = "torch_forward", downcast_half: bool = False) -> Lowered:
     """Capture ``model.forward`` with ``args`` (one batch) into a new subgraph of ``ir``.
 
     Args:
@@ -184,6 +184,8 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
         args: ``forward``'s bound arguments by name, defaults applied; tensors (also inside
             tuples, lists and dicts) become graph inputs, other values are baked in.
         training: build for training (dropout active, exactly one loss required).
+        downcast_half: PopTorch's ``FloatDowncastToHalf``: an op with float16 and float32
+            operands computes in float16.
 
     Raises:
         UnsupportedOpError: listing every unconverted op with its module path and source line.
@@ -196,7 +198,7 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
     seeds = _Seeds()
     with graph:
         inputs, data, params = _placeholders(program, flat_args)
-        ctx = Context(training, seeds if training else None)
+        ctx = Context(training, seeds, downcast_half)
         outs, env = convert_graph(program.graph_module, inputs, ctx,
                                   f"{type(model).__name__}.forward")
         specs = program.graph_signature.output_specs
@@ -208,7 +210,8 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
         for t in outputs:
             graph_output(t)
         out_nodes = list(program.graph.output_node().args[0])
-        dtypes_ = [n.meta["val"].dtype for n, s in zip(out_nodes, specs)
+        dtypes_ = [_output_dtype(n.meta["val"].dtype, v)
+                   for n, s, v in zip(out_nodes, specs, outs)
                    if s.kind == OutputKind.USER_OUTPUT]
         lowered = Lowered(graph, data, params, outputs, program.call_spec.out_spec, dtypes_,
                           seed=seeds.input)
@@ -219,6 +222,13 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
                 lowered.buffer_updates[len(graph.outputs)] = spec.target
                 graph_output(value)
     return lowered
+
+
+def _output_dtype(torch_dtype: torch.dtype, value: Tensor) -> torch.dtype:
+    """torch's dtype of an output, float16 where ``FloatDowncastToHalf`` computed it so."""
+    if torch_dtype == torch.float32 and value.dtype == dtypes.float16:
+        return torch.float16
+    return torch_dtype
 
 
 def _loss_output(model: torch.nn.Module, graph: torch.fx.Graph, env: Mapping[Any, Any],

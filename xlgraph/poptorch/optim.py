@@ -253,6 +253,12 @@ def _kind(optimizer: torch.optim.Optimizer) -> type[xl_optim.Optimizer]:
                        f"SGD/Adam/AdamW/RMSprop")
 
 
+def same_kind(a: torch.optim.Optimizer, b: torch.optim.Optimizer) -> bool:
+    """Whether two optimisers are the same algorithm (``torch.optim.SGD`` and
+    ``poptorch.optim.SGD`` are) with the same loss scaling."""
+    return _kind(a) is _kind(b) and loss_scaling(a) == loss_scaling(b)
+
+
 def _group_settings(kind: type[xl_optim.Optimizer], group: dict[str, Any]) -> dict[str, Any]:
     return {k: group[k] for k in ("lr",) + _KEYS[kind]}
 

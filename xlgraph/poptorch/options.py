@@ -160,7 +160,9 @@ class _PrecisionOptions(OptionsDict):
 
     def halfFloatCasting(self, half_float_casting: HalfFloatCastingBehavior,  # noqa: N802
                          ) -> _PrecisionOptions:
-        """``HalfUpcastToFloat`` (torch's rule) or ``FloatDowncastToHalf`` for mixed operands."""
+        """How an op with float16 and float32 operands computes: ``HalfUpcastToFloat`` (and
+        ``Default``) in float32, torch's rule; ``FloatDowncastToHalf`` in float16, with a
+        float16 result (explicit casts such as ``x.float()`` are kept)."""
         return self._set("half_float_casting", HalfFloatCastingBehavior(half_float_casting))
 
     def runningStatisticsAlwaysFloat(self, value: bool) -> _PrecisionOptions:  # noqa: N802

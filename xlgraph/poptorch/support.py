@@ -88,8 +88,6 @@ STATUS: dict[str, tuple[str, str]] = {
     "opts.Precision.runningStatisticsAlwaysFloat": (IGNORED, _SIM_STATS),
     "opts.Precision.enableStochasticRounding": (IGNORED, "float16 rounds to nearest"),
     "opts.Precision.setPartialsType": (IGNORED, "partials use the op's dtype (numpy)"),
-    "opts.Precision.halfFloatCasting": (RECORDED, "mixed float16/float32 operands follow torch's "
-                                                  "promotion (HalfUpcastToFloat)"),
     "opts.Precision.enableFloatingPointExceptions": (RECORDED, "the Session raises at the "
                                                                "first NaN/Inf (check_numerics)"),
     "opts.Training.setAutomaticLossScaling": (IGNORED, "loss_scaling stays as the optimiser sets"),
