@@ -344,3 +344,36 @@ def test_wrapper_methods_follow_poptorch():
     again = poptorch.trainingModel(net)
     again(torch.randn(2, 4))
     assert "fc.weight" in again.state_dict()
+
+
+# -- ops PopTorch programs reach for -------------------------------------------------------------
+def test_diagonals_one_hot_and_value_checks_match_torch():
+    class Diagonals(nn.Module):
+        def forward(self, x, labels):
+            return (torch.diag(x[:, :4]), torch.diagonal(x, 1), torch.diagonal(x, -2),
+                    torch.diagonal(x.reshape(2, 2, 5), 0, 2, 0), torch.trace(x[:, :4]),
+                    nn.functional.one_hot(labels, 6))
+
+    model = Diagonals()
+    x, labels = torch.randn(4, 5), torch.randint(0, 6, (4, 5))
+    _close(poptorch.inferenceModel(model)(x, labels), model(x, labels))
+
+
+def test_item_in_forward_is_a_clear_error():
+    class Item(nn.Module):
+        def forward(self, x):
+            return x + x.sum().item()
+
+    with pytest.raises(DataDependentError, match=r"item\(\).*return x \+ x.sum\(\).item\(\)"):
+        poptorch.inferenceModel(Item())(torch.randn(3))
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.nonzero(x > 0), lambda x: torch.unique(x),
+                                lambda x: torch.masked_select(x, x > 0)])
+def test_data_dependent_shapes_are_clear_errors(fn):
+    class Dynamic(nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+    with pytest.raises(DataDependentError, match="depends on the data"):
+        poptorch.inferenceModel(Dynamic())(torch.randn(6))

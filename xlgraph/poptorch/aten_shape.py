@@ -357,6 +357,19 @@ def _fill(ctx: Any, x: Tensor, value: Any) -> Tensor:
     return _filled(ctx, value)
 
 
+@register("aten.diagonal.default")
+def _diagonal(ctx: Any, x: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The elements ``(i, i + offset)`` of dims ``dim1``, ``dim2``, as a last dim."""
+    d1, d2 = _d(dim1, x.rank), _d(dim2, x.rank)
+    perm = [k for k in range(x.rank) if k not in (d1, d2)] + [d1, d2]
+    moved = ops.transpose(x, perm)
+    n, m = moved.shape[-2:]
+    rows = np.arange(max(0, min(n + min(offset, 0), m - max(offset, 0))))
+    flat = (rows - min(offset, 0)) * m + rows + max(offset, 0)
+    merged = ops.reshape(moved, moved.shape[:-2] + (n * m,))
+    return ops.gather(merged, constant(flat.astype(np.int32)), x.rank - 2)
+
+
 @register("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
 def _arange(ctx: Any, *args: Any, **_: Any) -> Tensor:
     numbers = [a for a in args if isinstance(a, int | float)]
@@ -365,6 +378,8 @@ def _arange(ctx: Any, *args: Any, **_: Any) -> Tensor:
 
 
 @register("aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
-          "aten.sym_constrain_range_for_size.default")
+          "aten.sym_constrain_range_for_size.default", "aten._assert_async.msg",
+          "aten._assert_async.default")
 def _assertion(ctx: Any, *args: Any, **kwargs: Any) -> None:
-    """torch's own checks of the traced shapes and dtypes: nothing to run."""
+    """torch's own checks of the traced shapes and dtypes, and of values (``one_hot``'s range):
+    nothing to run, as on the IPU."""

@@ -28,6 +28,7 @@ __all__ = ["MaskPlan", "plan"]
 aten = torch.ops.aten
 _INDEX = aten.index.Tensor
 _INDEX_PUT = (aten.index_put.default, aten.index_put_.default)
+_READS_VALUE = (aten._local_scalar_dense.default, aten.item.default)
 # not tagged pointwise by torch, but elementwise all the same
 _ELEMENTWISE = (aten._to_copy.default, aten.clone.default, aten.alias.default)
 
@@ -91,13 +92,20 @@ def _lane_inputs_ok(node: torch.fx.Node, lanes: dict[torch.fx.Node, Any],
     return True
 
 
-def _error(node: torch.fx.Node, why: str) -> DataDependentError:
-    return DataDependentError(
-        f"{why} at {module_path(node)}, {source_line(node)}: its shape depends on the data, "
-        f"which a compiled graph cannot have. Keep every element and select with "
-        f"torch.where(mask, x, other), x.masked_fill(mask, value), (x * mask).sum(), or "
-        f"assign in place (y[mask] = value, y[mask] *= 2), which poptorch converts; "
-        f"poptorch.cond for a branch on a tensor value.")
+_SHAPE_ADVICE = ("its shape depends on the data, which a compiled graph cannot have. Keep every "
+                 "element and select with torch.where(mask, x, other), x.masked_fill(mask, "
+                 "value), (x * mask).sum(), or assign in place (y[mask] = value, y[mask] *= 2), "
+                 "which poptorch converts")
+
+
+def _error(node: torch.fx.Node, why: str, advice: str = _SHAPE_ADVICE) -> DataDependentError:
+    where = source_line(node)
+    for user in node.users:  # torch records no stack for some nodes; their users have it
+        if where != "<unknown source>":
+            break
+        where = source_line(user)
+    return DataDependentError(f"{why} at {module_path(node)}, {where}: {advice}; "
+                              f"poptorch.cond for a branch on a tensor value.")
 
 
 def plan(graph: torch.fx.Graph) -> MaskPlan:
@@ -112,6 +120,10 @@ def plan(graph: torch.fx.Graph) -> MaskPlan:
         if node.op != "call_function":
             continue
         val = node.meta.get("val")
+        if node.target in _READS_VALUE:
+            raise _error(node, "Tensor.item() (or float(), int()) reads a tensor's value",
+                         "only the device knows it. Keep it a tensor: x + x.sum() broadcasts "
+                         "the 0-d sum")
         if node.target == _INDEX and _dynamic(node) and bool_mask(node.args[1]) is not None:
             result.lanes[node] = _key(bool_mask(node.args[1]))
         elif node.target in _INDEX_PUT and bool_mask(node.args[1]) is not None:
