@@ -127,7 +127,7 @@ def test_batch_checks_hold_under_python_optimise():
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     lines = result.stdout.splitlines()
     assert len(lines) == 2, result.stderr
-    assert lines[0].startswith("Error Invalid batch dimension")
+    assert lines[0].startswith("BatchDimensionError Invalid batch dimension")
     assert lines[1].startswith("TypeError poptorch.DataLoader needs a poptorch.Options")
 
 

@@ -377,3 +377,17 @@ def test_data_dependent_shapes_are_clear_errors(fn):
 
     with pytest.raises(DataDependentError, match="depends on the data"):
         poptorch.inferenceModel(Dynamic())(torch.randn(6))
+
+
+def test_poptorch_error_types():
+    """A batch that does not split into micro-batches is PopTorch's AssertionError (and a
+    poptorch.Error); a model without a loss is a poptorch.Error."""
+    model = poptorch.inferenceModel(nn.Linear(2, 2), poptorch.Options().deviceIterations(3))
+    with pytest.raises(AssertionError, match="Invalid batch dimension"):
+        model(torch.randn(4, 2))
+    class NoLoss(_Linear):
+        def forward(self, x):
+            return self.fc(x)
+
+    with pytest.raises(poptorch.Error, match="Couldn't find a loss"):
+        poptorch.trainingModel(NoLoss())(torch.randn(2, 4))

@@ -110,6 +110,11 @@ def _ipu_model(options: Options, blocks: dict[str, int | None]) -> IPUModel | No
     return IPUModel(ipu_version=version, num_ipus=num_ipus, tiles_per_ipu=tiles)
 
 
+class BatchDimensionError(Error, AssertionError):
+    """An input's batch dimension is not a multiple of the micro-batches per call (PopTorch
+    asserts it, so it is an ``AssertionError`` as well as a ``poptorch.Error``)."""
+
+
 def _apply_output_mode(array: np.ndarray, steps: int, replicas: int, mode: OutputMode,
                        period: int) -> np.ndarray:
     """One output of ``steps`` micro-batches on ``replicas`` replicas (stream data: leading
@@ -227,7 +232,7 @@ class PoplarExecutor:
             return t  # one micro-batch per call: any shape, 0-d included
         size = t.shape[0] if t.dim() else "none"
         if not (t.dim() > 0 and t.shape[0] % steps == 0 and t.shape[0] >= steps):
-            raise Error(
+            raise BatchDimensionError(
                 f"Invalid batch dimension: in the input {name}, the batch dimension ({size}) must "
                 f"be a multiple of device iterations x replication factor / input group size x "
                 f"gradient accumulation ({steps})")

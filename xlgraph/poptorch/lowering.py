@@ -24,6 +24,7 @@ from xlgraph.graph import Graph
 from xlgraph.ir import Ir
 from xlgraph.poptorch.capture import export_module
 from xlgraph.poptorch.convert import Context, UnsupportedOpError, convert_graph
+from xlgraph.poptorch.support import Error
 from xlgraph.poptorch.table import op_name
 from xlgraph.poptorch.util import torch_to_numpy, xlgraph_dtype
 from xlgraph.tensor import Tensor, constant, graph_input, graph_output
@@ -236,10 +237,10 @@ def _loss_output(model: torch.nn.Module, graph: torch.fx.Graph, env: Mapping[Any
     """The graph output index of the one independent loss (added as an output if needed)."""
     losses = _independent_losses(graph)
     if not losses:
-        raise XlgraphError(f"Couldn't find a loss in graph! {type(model).__name__}.forward must "
+        raise Error(f"Couldn't find a loss in graph! {type(model).__name__}.forward must "
                            f"compute a torch loss or wrap its loss in poptorch.identity_loss")
     if len(losses) > 1:
-        raise XlgraphError(f"Multiple independent losses found in graph of "
+        raise Error(f"Multiple independent losses found in graph of "
                            f"{type(model).__name__}: wrap their combination in "
                            f"poptorch.identity_loss")
     loss = env[losses[0]]
