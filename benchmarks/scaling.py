@@ -17,9 +17,10 @@ Each phase is timed two ways: ``cpu`` (this process's CPU seconds, ``time.proces
 the work costs, unaffected by other processes taking turns on a busy machine) and ``wall``
 (``time.perf_counter``). Every size but the largest is built ``--repeats`` times and each
 phase keeps its fastest (smallest) time, so a phase of a millisecond is not decided by one
-scheduler tick or one garbage collection. ``ratio`` uses the CPU times, ``ratio_wall`` the wall
-times. Prints JSON. Run ``PYTHONPATH=. python benchmarks/scaling.py [--sizes 100 1000 10000]
-[--repeats 5] [--profile PHASE [--sort tottime]]``.
+scheduler tick or one garbage collection (the largest: ``--last-repeats`` times). ``ratio`` uses
+the CPU times, ``ratio_wall`` the wall times. Prints JSON. Run ``PYTHONPATH=. python
+benchmarks/scaling.py [--sizes 100 1000 10000] [--repeats 5] [--last-repeats 2]
+[--profile PHASE [--sort tottime]]``.
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
     parser.add_argument("--repeats", type=int, default=5,
                         help="runs of every size but the largest (each phase keeps its fastest)")
+    parser.add_argument("--last-repeats", type=int, default=2, help="runs of the largest size")
     parser.add_argument("--profile", choices=PHASES, help="cProfile this phase at the last size")
     parser.add_argument("--sort", default="cumulative", help="pstats order of the profile")
     args = parser.parse_args()
@@ -140,7 +142,7 @@ def main() -> None:
     result: dict[str, Any] = {"machine": machine(), "load_before": os.getloadavg(), "layers": {}}
     for i, n in enumerate(sizes):
         last = i == len(sizes) - 1
-        result["layers"][n] = fastest(n, 1 if last else args.repeats,
+        result["layers"][n] = fastest(n, args.last_repeats if last else args.repeats,
                                       args.profile if last else None, args.sort)
     gc.collect()
     straight = phases(sizes[-1], collect=False)

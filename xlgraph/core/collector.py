@@ -1,6 +1,7 @@
 """Python's cyclic garbage collector paused while a transform builds a large graph in one go.
 
-Differentiating and lowering a program allocate millions of small objects that stay alive
+Building a subgraph (``Ir.create_graph``), differentiating (``autodiff``, ``grad_of_call``) and
+lowering a program (``Session``) allocate millions of small objects that stay alive
 (tensors, ops, steps, plan entries); with the collector running, every collection re-walks the
 young ones and each full collection all of them, about 40% of the time at 10000 layers
 (``benchmarks/scaling.py``). The collector is paused for the duration of such a transform and

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from xlgraph.core import instances
+from xlgraph.core.collector import collector_paused
 from xlgraph.core.graph import Graph
 from xlgraph.core.listing import format_ir, ir_dot, write_dot
 from xlgraph.core.tensor import Tensor, TensorSpec, graph_input, graph_output
@@ -162,6 +163,7 @@ class Ir:
         self.graphs.append(g)
         return g
 
+    @collector_paused  # builds a whole graph in one go: see xlgraph.core.collector
     def create_graph(self, fn: Callable[..., Any] | Any, *args: Any, **kwargs: Any) -> Graph:
         """Build a subgraph by calling ``fn`` (or ``module.build``) with graph inputs.
 
