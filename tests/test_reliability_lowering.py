@@ -12,6 +12,7 @@ import xlgraph as popxl
 from xlgraph import ops
 from xlgraph.errors import DeviceMemoryError, ExecutionError, LimitError
 from xlgraph.lower.depth import MAX_COMPILED_LOOPS, graph_depth
+from xlgraph.transforms import grad_of_call
 
 F32 = popxl.float32
 BOTH = pytest.mark.parametrize("optimize", [True, False])
@@ -112,6 +113,38 @@ def test_3000_levels_lower_and_run_in_a_thread_without_touching_the_recursion_li
     assert len(results) == 2, "the worker failed (see the thread's exception above)"
     for result in results:
         np.testing.assert_array_equal(result, [1.0, 1.0])
+
+
+def test_3000_nested_calls_differentiate_in_a_thread_without_touching_the_recursion_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """autodiff differentiates called graphs as nested generators: 3000 levels of calls get
+    their gradient graphs (it recursed once per level)."""
+    def refuse(limit: int) -> None:
+        raise AssertionError(f"sys.setrecursionlimit({limit}) called")
+
+    monkeypatch.setattr(sys, "setrecursionlimit", refuse)
+    results: list[object] = []
+    data = np.array([1.5, -2.0], np.float32)
+
+    def build_and_run() -> None:
+        ir = popxl.Ir()
+        spec = popxl.TensorSpec((2,), F32)
+        with ir.main_graph:
+            g = ir.create_graph(lambda v: v * v, spec)
+            for _ in range(3000):
+                g = ir.create_graph(lambda v, inner=g: ops.call(inner, v)[0] * 1.0, spec)
+            x = popxl.variable(data, name="x")
+            site = ops.call_with_info(g, x)
+            dx = grad_of_call(site, seeds=[popxl.constant(np.ones(2, np.float32))], wrt=[x])
+            out = popxl.d2h_stream((2,), F32, "dx")
+            ops.host_store(out, dx[x])
+        results.append(_run(ir, True)[out])
+
+    worker = threading.Thread(target=build_and_run)
+    worker.start()
+    worker.join()
+    assert len(results) == 1, "the worker failed (see the thread's exception above)"
+    np.testing.assert_allclose(results[0], 2 * data)
 
 
 def test_nested_repeats_beyond_pythons_loop_limit_compile_as_functions() -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from xlgraph.core.collector import collector_paused
+from xlgraph.core.trampoline import Nested, run
 from xlgraph.errors import AutodiffError, user_source_line
 from xlgraph.graph import Graph
 from xlgraph.op import REGISTRY, Op
@@ -58,29 +59,35 @@ class _GradBuilder:
         return self.fwd_inputs[t]
 
     def op_grads(self, op: Op, grads: dict[Tensor, list[Tensor]]) -> tuple[Any, ...]:
+        """The gradients of the inputs of ``op`` (an op with a gradient rule)."""
         dys = [_total(grads.get(o)) for o in op.outputs]
-        if op.defn.kind == "call":
-            return self.call_grads(op, dys)
-        if op.defn.kind == "conditional":
-            return self.cond_grads(op, dys)
         return tuple(op.defn.grad(GradContext(self, op), *dys))
 
-    def grad_info(self, callee: Graph) -> GradGraphInfo:
+    def graph_grads(self, op: Op, grads: dict[Tensor, list[Tensor]]) -> Nested[tuple[Any, ...]]:
+        """The gradients of the inputs of a call or conditional, whose graphs are
+        differentiated as nested generators (``xlgraph.core.trampoline``): nesting is bounded
+        by memory, not by the recursion limit."""
+        dys = [_total(grads.get(o)) for o in op.outputs]
+        if op.defn.kind == "call":
+            return (yield self.call_grads(op, dys))
+        return (yield self.cond_grads(op, dys))
+
+    def grad_info(self, callee: Graph) -> Nested[GradGraphInfo]:
         """The (cached) gradient graph of a called graph: float outputs to float inputs."""
         if callee not in self.cache:
             provided = [t for t in callee.outputs if t.dtype.is_floating_point]
             required = [t for t in callee.inputs if t.dtype.is_floating_point]
-            self.cache[callee] = differentiate(callee, provided, required, self.cache)
+            self.cache[callee] = yield _differentiate(callee, provided, required, self.cache)
         return self.cache[callee]
 
     def callee_grads(self, callee: Graph, site: CallSiteInfo, dy_of: dict[Tensor, Tensor],
-                     fwd: Callable[[Tensor], Tensor]) -> dict[Tensor, Tensor]:
+                     fwd: Callable[[Tensor], Tensor]) -> Nested[dict[Tensor, Tensor]]:
         """Call the gradient graph of ``callee`` for one call site of it.
 
         ``dy_of`` maps the site's outputs to their gradients (zeros when absent); ``fwd`` turns
         a tensor of the site's graph into a tensor of the current graph.
         """
-        info = self.grad_info(callee)
+        info = yield self.grad_info(callee)
         args = []
         for conn in info.expected_inputs:
             parent = site.graph_to_parent(conn.fwd_tensor)
@@ -92,13 +99,13 @@ class _GradBuilder:
         outs = call(info.graph, *args)
         return {c.fwd_tensor: g for c, g in zip(info.expected_outputs, outs)}
 
-    def call_grads(self, op: Op, dys: list[Tensor | None]) -> tuple[Any, ...]:
+    def call_grads(self, op: Op, dys: list[Tensor | None]) -> Nested[tuple[Any, ...]]:
         callee: Graph = op.attrs["graph"]
-        by_input = self.callee_grads(callee, CallSiteInfo(op), dict(zip(op.outputs, dys)),
-                                     self.fwd_value)
+        by_input = yield self.callee_grads(callee, CallSiteInfo(op), dict(zip(op.outputs, dys)),
+                                           self.fwd_value)
         return tuple(by_input.get(t) for t in callee.inputs)
 
-    def cond_grads(self, op: Op, dys: list[Tensor | None]) -> tuple[Any, ...]:
+    def cond_grads(self, op: Op, dys: list[Tensor | None]) -> Nested[tuple[Any, ...]]:
         """The gradient of a conditional is a conditional of its branches' gradients.
 
         Each arm recomputes its forward branch: activations cannot leave an arm that may not
@@ -112,7 +119,7 @@ class _GradBuilder:
         arms, feeds = [], []
         for then_branch in (True, False):
             branch, span, _ = branch_of(op, then_branch)
-            arms.append(self.arm(op, branch, span, wanted))
+            arms.append((yield self.arm(op, branch, span, wanted)))
             feeds.append([*seeds, *(self.fwd_value(t) for t in op.inputs[span])])
         outs = conditional(self.fwd_value(op.inputs[0]), *arms, *feeds)
         grads: list[Tensor | None] = [None] * len(op.inputs)
@@ -120,7 +127,7 @@ class _GradBuilder:
             grads[i] = g
         return tuple(grads)
 
-    def arm(self, op: Op, branch: Graph, span: slice, wanted: list[int]) -> Graph:
+    def arm(self, op: Op, branch: Graph, span: slice, wanted: list[int]) -> Nested[Graph]:
         """One arm of a conditional's gradient: gradients for every ``wanted`` parent input
         (zeros for those feeding the other branch)."""
         floats = [i for i, t in enumerate(op.outputs) if t.dtype.is_floating_point]
@@ -131,7 +138,7 @@ class _GradBuilder:
             site = call_with_info(branch, *(graph_input(t.shape, t.dtype, t.name)
                                             for t in branch.inputs))
             dy_of = {site.outputs[i]: s for i, s in zip(floats, seeds)}
-            by_input = self.callee_grads(branch, site, dy_of, lambda t: t)
+            by_input = yield self.callee_grads(branch, site, dy_of, lambda t: t)
             for i in wanted:
                 inside = span.start <= i < span.stop
                 g = by_input.get(branch.inputs[i - span.start]) if inside else None
@@ -208,6 +215,11 @@ def _add_forward_output(graph: Graph, t: Tensor) -> None:
 def differentiate(graph: Graph, provided: list[Tensor], required: list[Tensor],
                   cache: dict[Graph, GradGraphInfo]) -> GradGraphInfo:
     """Build the gradient graph of ``graph`` (the work behind ``autodiff``)."""
+    return run(_differentiate(graph, provided, required, cache))
+
+
+def _differentiate(graph: Graph, provided: list[Tensor], required: list[Tensor],
+                   cache: dict[Graph, GradGraphInfo]) -> Nested[GradGraphInfo]:
     _check_differentiable(graph)
     for t in [*provided, *required]:
         if t.graph is not graph:
@@ -228,7 +240,11 @@ def differentiate(graph: Graph, provided: list[Tensor], required: list[Tensor],
                 continue
             if op.defn.grad is None and op.defn.kind not in ("call", "conditional"):
                 continue
-            for t, g in zip(op.inputs, builder.op_grads(op, grads)):
+            if op.defn.kind in ("call", "conditional"):
+                input_grads = yield builder.graph_grads(op, grads)
+            else:
+                input_grads = builder.op_grads(op, grads)
+            for t, g in zip(op.inputs, input_grads):
                 if g is not None and t in needs and t.dtype.is_floating_point:
                     grads.setdefault(t, []).append(_fit(g, t))
         for t in required:
