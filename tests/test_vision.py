@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from xlgraph.datasets import FASHION_MNIST_CLASSES, write_idx
-from xlgraph.vision import datasets, transforms
+from xlgraph.vision import batching, datasets, transforms
 
 pytestmark = pytest.mark.usefixtures("unverified_data")
 
@@ -226,10 +226,14 @@ def test_batched_transforms_equal_the_per_image_results_bit_for_bit(channels):
                      transforms.Normalize(list(rng.random(channels)),
                                           list(rng.random(channels) + 0.1)) for s in steps]
         pipeline = transforms.Compose(steps)
-        batch = transforms.batched(pipeline)(pixels)
+        batch = batching.batched(pipeline)(pixels)
         each = torch.stack([pipeline(image_module.fromarray(p)) for p in pixels])
         assert batch.dtype == each.dtype and batch.shape == each.shape
         assert torch.equal(batch, each), steps
+    pipeline = transforms.ToTensor()  # other dtypes: no table, the steps on the whole batch
+    floats = pixels / np.float32(7)
+    assert torch.equal(batching.batched(pipeline)(floats),
+                       torch.stack([pipeline(p) for p in floats]))
 
 
 def test_steps_without_a_batch_form_fall_back_to_per_image():
@@ -244,8 +248,8 @@ def test_steps_without_a_batch_form_fall_back_to_per_image():
                      t.Compose([t.ToTensor(), t.RandomHorizontalFlip()]),
                      t.Compose([t.ToTensor(), Shifted((0.5,), (0.5,))]),
                      t.Compose([t.ToTensor(), t.ToTensor()])):
-        assert transforms.batched(pipeline) is None
-    assert transforms.batched(t.ConvertImageDtype(torch.float32)) is None  # not raw pixels first
+        assert batching.batched(pipeline) is None
+    assert batching.batched(t.ConvertImageDtype(torch.float32)) is None  # not raw pixels first
 
 
 def test_getitems_equals_the_items_one_by_one(tmp_path):

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import datasets as _data
-from xlgraph.vision.transforms import batched
+from xlgraph.vision.batching import batched
 
 __all__ = ["MNIST", "FashionMNIST", "CIFAR10", "FakeData"]
 
@@ -39,7 +39,7 @@ def _transformed(dataset: Any, image: Any, target: Any) -> tuple[Any, Any]:
 
 class _Batches:
     """Many items at once, for the datasets that keep their raw pixels in one uint8 array: the
-    transform runs once on the whole batch when it has a batch form (``transforms.batched``)."""
+    transform runs once on the whole batch when it has a batch form (``batching.batched``)."""
 
     transform: Callable[[Any], Any] | None
     target_transform: Callable[[Any], Any] | None

@@ -3,9 +3,8 @@
 ``Compose``, ``ToTensor``, ``PILToTensor``, ``Normalize``, ``ToPILImage``, ``Resize``,
 ``CenterCrop``, ``RandomHorizontalFlip``, ``Lambda`` and ``ConvertImageDtype``.
 
-``batched(transform)`` gives the same transform applied to a whole batch of raw pixels at once
-(numpy and torch array operations instead of one PIL image at a time) when every step has a
-batch form with the per-image results; the datasets use it for ``__getitems__``.
+``xlgraph.vision.batching.batched(transform)`` gives the same transform applied to a whole batch
+of raw pixels at once, when every step has a batch form with the per-image results.
 
 They accept and return torch tensors when torch is installed (as torchvision does) and numpy
 arrays otherwise; ``ToPILImage`` needs Pillow (the ``image`` extra).
@@ -20,7 +19,7 @@ import numpy as np
 
 __all__ = ["Compose", "ToTensor", "Normalize", "ToPILImage", "Resize", "CenterCrop",
            "RandomHorizontalFlip", "Lambda", "PILToTensor", "ConvertImageDtype",
-           "convert_image_dtype", "batched"]
+           "convert_image_dtype"]
 
 
 def _torch() -> Any:
@@ -353,42 +352,3 @@ def convert_image_dtype(image: np.ndarray, dtype: Any) -> np.ndarray:
     if top_in > top_out:  # keep the top bits
         return (image // ((top_in + 1) // (top_out + 1))).astype(dtype)
     return image.astype(dtype) * dtype.type((top_out + 1) // (top_in + 1))
-
-
-# -- whole batches ---------------------------------------------------------------------------------
-# Steps whose call on a (N, C, H, W) batch equals stacking their calls on each (C, H, W) image:
-# elementwise per channel, no randomness.
-_ELEMENTWISE = (Normalize, ConvertImageDtype)
-
-
-def batched(transform: Callable[[Any], Any] | None) -> Callable[[np.ndarray], Any] | None:
-    """``transform`` applied to a whole batch of raw images at once, or None.
-
-    The batch form takes uint8 pixels ``(N, H, W)`` or ``(N, H, W, C)`` (what the datasets store)
-    and returns what stacking the per-image results along a new first axis gives, bit for bit:
-    the same float32 operations, on all images in one call. It exists when ``transform`` (or
-    each step of a ``Compose``, nested ones included) is ``ToTensor`` or ``PILToTensor`` first,
-    then only ``Normalize`` and ``ConvertImageDtype`` (exact types: a subclass may change what
-    a call does). Anything else (PIL geometry, random flips, ``Lambda``) gives None, and the
-    caller transforms image by image.
-    """
-    steps = _flatten(transform)
-    if not steps or type(steps[0]) not in (ToTensor, PILToTensor):
-        return None
-    if any(type(step) not in _ELEMENTWISE for step in steps[1:]):
-        return None
-    first, rest = steps[0], steps[1:]
-
-    def run(pixels: np.ndarray) -> Any:
-        value = first.batch(pixels)
-        for step in rest:
-            value = step(value)
-        return value
-
-    return run
-
-
-def _flatten(transform: Any) -> list[Any]:
-    if type(transform) is Compose:
-        return [step for inner in transform.transforms for step in _flatten(inner)]
-    return [] if transform is None else [transform]
