@@ -1,19 +1,25 @@
-"""Time every line of the MNIST tutorial's generated training step on its own.
+"""Time every line of a benchmark model's generated training step.
 
-Each line of ``session.source`` runs many times in a row with the step's buffers and the
-variables bound, so the figure is that line's cost with warm caches (a full step, where lines
-evict each other's data, takes longer: the last line printed is one ``Session.run``). Shows where
-a step's time goes on each backend.
+Two views of ``session.source``: each line run many times in a row with the step's buffers and
+the variables bound (that line's cost with warm caches), and with ``--in-step`` each line timed
+inside whole steps run line by line (where lines evict each other's data, as in a real step).
+``--cpu`` times the CPU time of this thread (``time.thread_time``) instead of wall time: on a
+shared machine it moves much less with the other processes' load. The models: the PopXL MNIST
+tutorial MLP (``mlp``) and the seed-000 MNIST CNN of ``cnn.py`` (``cnn``). The last line
+printed is one ``Session.run``.
 
-Run: ``PYTHONPATH=. python benchmarks/profile_step.py [--batch 8] [--backend numba]``.
+Run: ``PYTHONPATH=. python benchmarks/profile_step.py [--model mlp|cnn] [--batch 8]
+[--backend numba] [--in-step] [--cpu]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 import timeit
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,40 +29,90 @@ from models import build_mlp, mnist_batches  # noqa: E402
 import xlgraph as popxl  # noqa: E402
 
 
-def line_times(batch: int, backend: str, number: int = 2000) -> tuple[list[tuple[float, str]],
-                                                                      float]:
-    """Microseconds per execution of each line of the step, and of one whole ``run``."""
+def model_step(model: str, batch: int, backend: str) -> tuple[popxl.Session, list[dict]]:
+    """A Session (BLAS and chunks at one thread) and a few feeds for ``model``."""
+    if model == "cnn":
+        from cnn import batches, build_cnn
+
+        ir, img, lab, seed, _ = build_cnn(batch)
+        session = popxl.Session(ir, backend=backend, blas_threads=1, chunk_threads=1)
+        feeds = [{img: x, lab: y, seed: np.array([i, 7], np.uint32)}
+                 for i, (x, y) in enumerate(batches(batch, 4))]
+        return session, feeds
     m = build_mlp(batch)
     session = popxl.Session(m.ir, backend=backend, blas_threads=1)
-    (x, y), = mnist_batches(batch, 1)
-    feed = {m.images: x, m.labels: y}
+    return session, [{m.images: x, m.labels: y} for x, y in mnist_batches(batch, 4)]
+
+
+def _lines(source: str) -> list[str]:
+    """The step's statements (the generated MNIST steps have no loops or branches)."""
+    rows = []
+    for line in source.splitlines():
+        code = line.strip().split("  #")[0]
+        if line.startswith("    ") and code and not code.startswith(("#", "return")):
+            rows.append(code)
+    return rows
+
+
+def _bind(session: popxl.Session, feed: dict) -> dict[str, Any]:
+    """The step's globals with its arguments bound as the Session would pass them."""
+    ex = session.executable
+    names = dict(ex.compiled.fn.__globals__)
+    inputs = [feed[s] for s in ex.h2d]
+    outputs = [np.zeros(s.shape, s.dtype.as_numpy()) for s in ex.d2h]
+    names.update(IN=inputs, OUT=outputs, V=ex.state[0], N=ex.state[1])
+    return names
+
+
+def line_times(model: str, batch: int, backend: str, number: int = 2000, in_step: bool = False,
+               cpu: bool = False) -> tuple[list[tuple[float, str]], float]:
+    """Microseconds per execution of each line of the step, and of one whole ``run``."""
+    timer = time.thread_time if cpu else time.perf_counter
+    session, feeds = model_step(model, batch, backend)
     with session:
-        session.run(feed)
-        ex = session.executable
-        names = dict(ex.compiled.fn.__globals__)
-        names.update(IN=[x, y], OUT=[np.zeros((), np.float32)], V=ex.state[0], N=ex.state[1])
-        rows = []
-        for line in ex.source.splitlines():
-            code = line.strip().split("  #")[0]
-            if not line.startswith("    ") or not code or code.startswith(("#", "return")):
-                continue
-            exec(code, names)  # noqa: S102 - the generated source, as the Session runs it
-            best = min(timeit.repeat(code, globals=names, number=number, repeat=5))
-            rows.append((best / number * 1e6, code))
-        run = min(timeit.repeat(lambda: session.run(feed), number=number, repeat=5))
+        session.run(feeds[0])
+        codes = _lines(session.executable.source)
+        if in_step:
+            compiled = [compile(code, "<step>", "exec") for code in codes]
+            totals = [0.0] * len(codes)
+            for k in range(number + 3):
+                names = _bind(session, feeds[k % len(feeds)])
+                for i, code in enumerate(compiled):
+                    start = timer()
+                    exec(code, names)  # noqa: S102 - the generated source, as the Session runs it
+                    if k >= 3:
+                        totals[i] += timer() - start
+            rows = [(t / number * 1e6, code) for t, code in zip(totals, codes)]
+        else:
+            names = _bind(session, feeds[0])
+            rows = []
+            for code in codes:
+                exec(code, names)  # noqa: S102 - the generated source, as the Session runs it
+                best = min(timeit.repeat(code, globals=names, number=number, repeat=5,
+                                         timer=timer))
+                rows.append((best / number * 1e6, code))
+        run = min(timeit.repeat(lambda: session.run(feeds[0]), number=number, repeat=5,
+                                timer=timer))
     return rows, run / number * 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--backend", default="numba", choices=["numpy", "numba"])
+    parser.add_argument("--number", type=int, default=None,
+                        help="executions per line (default 2000 for the MLP, 50 for the CNN)")
+    parser.add_argument("--in-step", action="store_true",
+                        help="time each line inside whole steps instead of on its own")
+    parser.add_argument("--cpu", action="store_true", help="CPU time of this thread")
     args = parser.parse_args()
-    rows, run = line_times(args.batch, args.backend)
+    number = args.number or (2000 if args.model == "mlp" else 50)
+    rows, run = line_times(args.model, args.batch, args.backend, number, args.in_step, args.cpu)
     for us, code in rows:
-        print(f"{us:8.2f}  {code[:100]}")
-    print(f"{sum(us for us, _ in rows):8.2f}  sum of the lines")
-    print(f"{run:8.2f}  Session.run")
+        print(f"{us:9.2f}  {code[:100]}")
+    print(f"{sum(us for us, _ in rows):9.2f}  sum of the lines")
+    print(f"{run:9.2f}  Session.run")
 
 
 if __name__ == "__main__":
