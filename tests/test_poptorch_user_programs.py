@@ -391,3 +391,19 @@ def test_poptorch_error_types():
 
     with pytest.raises(poptorch.Error, match="Couldn't find a loss"):
         poptorch.trainingModel(NoLoss())(torch.randn(2, 4))
+
+
+def test_plain_python_outputs_come_back_in_place():
+    class Mixed(_Linear):
+        def forward(self, x, labels=None):
+            y = self.fc(x)
+            loss = None if labels is None else nn.functional.mse_loss(y, labels)
+            return {"out": y, "loss": loss, "rows": x.shape[0]}
+
+    net = Mixed()
+    x = torch.randn(3, 4)
+    got = poptorch.inferenceModel(net)(x)
+    assert got["loss"] is None and got["rows"] == 3
+    torch.testing.assert_close(got["out"], net(x)["out"].detach())
+    trained = poptorch.trainingModel(net)(x, torch.randn(3, 4))
+    assert trained["loss"].shape == () and trained["rows"] == 3

@@ -380,7 +380,7 @@ class PoplarExecutor:
         results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,
                                                 period)).to(dtype)
                    for s, dtype in zip(compiled.output_streams, compiled.lowered.output_dtypes)]
-        return pytree.tree_unflatten(results, compiled.lowered.out_spec)
+        return pytree.tree_unflatten(compiled.lowered.results(results), compiled.lowered.out_spec)
 
     # -- weights and device ------------------------------------------------------------------
     @property

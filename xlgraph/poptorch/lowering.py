@@ -34,6 +34,7 @@ __all__ = ["UnsupportedOpError", "Lowered", "lower_module", "named_tensors", "to
            "split_arguments", "flat_tensors"]
 
 IDENTITY_LOSS = "xlgraph_poptorch.identity_loss.default"
+_PLAIN = (type(None), bool, int, float, str)
 _LOSS_OPS = (IDENTITY_LOSS, "xlgraph_poptorch.ctc_loss.default")
 
 
@@ -82,6 +83,8 @@ class Lowered:
         loss_index: the graph output holding the loss (None in inference).
         seed: the seed input of the random ops, if any.
         buffer_updates: ``{graph output index: state_dict key}`` of updated buffers.
+        constant_outputs: ``{position among forward's flattened outputs: value}`` of the
+            outputs that are plain Python values (``None``, a size), returned as they are.
     """
 
     graph: Graph
@@ -93,6 +96,15 @@ class Lowered:
     loss_index: int | None = None
     seed: Tensor | None = None
     buffer_updates: dict[int, str] = field(default_factory=dict)
+    constant_outputs: dict[int, Any] = field(default_factory=dict)
+
+    def results(self, tensors: list[Any]) -> list[Any]:
+        """Every flattened output of ``forward``: ``tensors`` (the computed outputs, in order)
+        with the plain Python outputs put back in their places."""
+        computed = iter(tensors)
+        count = len(tensors) + len(self.constant_outputs)
+        return [self.constant_outputs[i] if i in self.constant_outputs else next(computed)
+                for i in range(count)]
 
 
 class _Seeds:
@@ -204,18 +216,20 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
                                   f"{type(model).__name__}.forward")
         specs = program.graph_signature.output_specs
         user = [(v, s) for v, s in zip(outs, specs) if s.kind == OutputKind.USER_OUTPUT]
-        outputs = [v for v, _ in user]
-        if not all(isinstance(v, Tensor) for v in outputs):
-            raise UnsupportedOpError(f"{type(model).__name__}.forward returns non-tensor values "
-                                     f"{[v for v in outputs if not isinstance(v, Tensor)]}")
+        constants = {i: v for i, (v, _) in enumerate(user) if not isinstance(v, Tensor)}
+        odd = [v for v in constants.values() if not isinstance(v, _PLAIN)]
+        if odd:
+            raise UnsupportedOpError(f"{type(model).__name__}.forward returns values that are "
+                                     f"neither tensors nor plain Python values: {odd}")
+        outputs = [v for v, _ in user if isinstance(v, Tensor)]
         for t in outputs:
             graph_output(t)
         out_nodes = list(program.graph.output_node().args[0])
         dtypes_ = [_output_dtype(n.meta["val"].dtype, v)
                    for n, s, v in zip(out_nodes, specs, outs)
-                   if s.kind == OutputKind.USER_OUTPUT]
+                   if s.kind == OutputKind.USER_OUTPUT and isinstance(v, Tensor)]
         lowered = Lowered(graph, data, params, outputs, program.call_spec.out_spec, dtypes_,
-                          seed=seeds.input)
+                          seed=seeds.input, constant_outputs=constants)
         if training:
             lowered.loss_index = _loss_output(model, program.graph, env, outputs)
         for value, spec in zip(outs, specs):
