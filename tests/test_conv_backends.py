@@ -40,10 +40,12 @@ def test_cnn_step_runs_compiled_window_kernels_and_trains_like_numpy() -> None:
         np.testing.assert_allclose(a, b, **TOLERANCE["float32"])
 
 
-@pytest.mark.parametrize(("kernel", "stride", "dilation", "groups"),
-                         [((3, 3), (1, 1), (1, 1), 1), ((2, 3), (2, 1), (1, 2), 2)])
+@pytest.mark.parametrize(("kernel", "stride", "dilation", "groups", "channels"),
+                         [((3, 3), (1, 1), (1, 1), 1, 6), ((2, 3), (2, 1), (1, 2), 2, 6),
+                          ((3, 2), (1, 2), (2, 1), 1, 6), ((3, 3), (1, 1), (1, 1), 1, 20)])
 def test_col2im_loop_adds_like_numpy(kernel: tuple[int, int], stride: tuple[int, int],
-                                     dilation: tuple[int, int], groups: int) -> None:
+                                     dilation: tuple[int, int], groups: int,
+                                     channels: int) -> None:
     from xlgraph.lower.backends.numba_backend import jitted
     from xlgraph.ops.window import taps
     from xlgraph.ops.window_loops import col2im_2d
@@ -52,9 +54,9 @@ def test_col2im_loop_adds_like_numpy(kernel: tuple[int, int], stride: tuple[int,
     out = (4, 5)
     sizes = tuple((o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, stride, kernel,
                                                                        dilation))
-    cols = rng.normal(size=(3, kernel[0] * kernel[1], groups, out[0] * out[1], 6))
+    cols = rng.normal(size=(3, kernel[0] * kernel[1], groups, out[0] * out[1], channels))
     cols = cols.astype(np.float32)
-    want = np.full((3, groups, *sizes, 6), np.nan, np.float32)
+    want = np.full((3, groups, *sizes, channels), np.nan, np.float32)
     got = want.copy()
     conv_module._col2im(cols, want, taps(kernel, stride, dilation, out), out)
     jitted(col2im_2d)(cols, got, *out, *kernel, *stride, *dilation)
