@@ -157,6 +157,26 @@ def test_nested_repeats_beyond_pythons_loop_limit_compile_as_functions() -> None
         np.testing.assert_array_equal(session.run({})[out], [1.0, 1.0])
 
 
+def test_a_large_repeat_body_stays_inline_in_its_loop() -> None:
+    """Only bodies nested too deep become functions: a large body called once keeps running
+    inline in the loop (a function would return fresh arrays every iteration)."""
+    ir = popxl.Ir()
+    spec = popxl.TensorSpec((2,), F32)
+    with ir.main_graph:
+        def body(v: popxl.Tensor) -> popxl.Tensor:
+            for _ in range(450):  # above LARGE_MIN_OPS
+                v = v * 1.0
+            return v
+
+        y, = ops.repeat(ir.create_graph(body, spec), 3, popxl.constant(np.ones(2, np.float32)))
+        out = popxl.d2h_stream((2,), F32, "out")
+        ops.host_store(out, y)
+    session = popxl.Session(ir)
+    assert "\ndef f" not in session.source
+    with session:
+        np.testing.assert_array_equal(session.run({})[out], [1.0, 1.0])
+
+
 def test_too_many_nested_repeats_that_cannot_be_functions_name_the_way_out() -> None:
     """A body with a host transfer inside must stay inline: beyond Python's loop limit the
     Session says to interpret it."""

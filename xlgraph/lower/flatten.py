@@ -181,7 +181,9 @@ class _Flattener:
                 env[t] = self.new_slot(t.spec)
                 steps.append(Step("ref", [slot], [env[t]], op))
         body: list[Step] = []
-        if self.as_function(graph, op.attrs["modified"], nested=True):  # by value throughout
+        # the body inline, as always, unless it would nest too deep: then a function call
+        deep = self.blocks >= MAX_NESTED_BLOCKS
+        if deep and self.as_function(graph, op.attrs["modified"], nested=True):
             fn = yield self.function(graph, len(graph.outputs))
             results = [self.new_slot(t.spec) for t in graph.outputs]
             body.append(Step("func", [env[t] for t in graph.inputs], results, op, func=fn))
