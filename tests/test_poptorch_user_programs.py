@@ -407,3 +407,12 @@ def test_plain_python_outputs_come_back_in_place():
     torch.testing.assert_close(got["out"], net(x)["out"].detach())
     trained = poptorch.trainingModel(net)(x, torch.randn(3, 4))
     assert trained["loss"].shape == () and trained["rows"] == 3
+
+
+def test_inputs_requiring_grad_are_detached_with_a_warning():
+    net = nn.Linear(3, 2)
+    x = torch.randn(2, 3, requires_grad=True)
+    with pytest.warns(UserWarning, match="requires_grad=True"):
+        out = poptorch.inferenceModel(net)(x)
+    assert not out.requires_grad and x.grad is None
+    torch.testing.assert_close(out, net(x).detach())

@@ -350,6 +350,10 @@ class PoplarExecutor:
             self._compile(bound)
         compiled = self._compiled
         tensors = flat_tensors(bound)
+        if any(t.requires_grad for t in tensors):
+            warnings.warn("Input tensor has requires_grad=True set. This tensor will be "
+                          "detached: the backward pass through inputs is not supported "
+                          "(as in PopTorch)", stacklevel=2)
         got = [(tuple(t.shape), t.dtype) for t in tensors]
         if got != compiled.input_specs or _concrete(bound) != compiled.concrete:
             # a new input signature: capture and compile again, as PopTorch does
