@@ -42,7 +42,7 @@ def _loader(dataset, prefetch, **kwargs):
     return made
 
 
-@pytest.mark.parametrize("prefetch", [True, False, None])
+@pytest.mark.parametrize("prefetch", [True, False])
 def test_batches_and_order_are_torchs(prefetch):
     data = torch.arange(200.0).view(100, 2)
     torch.manual_seed(3)
@@ -72,14 +72,10 @@ def test_the_thread_loads_ahead_and_the_first_batch_in_the_callers_thread():
     assert not _prefetching()
 
 
-def test_prefetch_none_loads_ahead_only_when_a_core_is_free(monkeypatch):
-    for busy, threaded in ((True, False), (False, True)):
-        monkeypatch.setattr(dataloader, "machine_busy", lambda busy=busy: busy)
-        batches = iter(_loader(Recorded(30), None))
-        next(batches)
-        assert isinstance(batches, dataloader._Ahead) == threaded
-        del batches
-    assert not _prefetching()
+def test_no_thread_unless_asked_for():
+    batches = iter(poptorch.DataLoader(poptorch.Options(), Recorded(30), batch_size=3))
+    next(batches)
+    assert not isinstance(batches, dataloader._Ahead) and not _prefetching()
 
 
 @pytest.mark.parametrize("wrap", [False, True])

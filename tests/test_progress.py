@@ -89,3 +89,20 @@ def test_an_explicit_mininterval_is_kept(monkeypatch):
     for i in bar:
         bar.set_postfix(step=i)
     assert stream.draws >= 20  # no limit asked for: every call redraws, as tqdm does
+
+
+def test_postfix_text_is_tqdms_formatted_when_read(monkeypatch):
+    from tqdm import tqdm as plain
+
+    monkeypatch.setenv(ENV, "1")
+    ours, theirs = tqdm(range(2), file=io.StringIO()), plain(range(2), file=io.StringIO())
+    values = {"Loss": 0.123456, "name": "b", "n": 3}
+    for bar in (ours, theirs):
+        bar.set_postfix(values, lr=1e-3)
+    values["Loss"] = 9.0  # changed after the call: the bar keeps what it was given
+    assert ours.postfix == theirs.postfix == "Loss=0.123, name=b, n=3, lr=0.001"
+    ours.set_postfix_str("text")
+    assert ours.postfix == "text"
+    ours.set_postfix(step=4)
+    ours.close()
+    assert ours.fp.getvalue().rsplit("\r", 1)[-1].rstrip().endswith("step=4]")

@@ -45,7 +45,9 @@ class tqdm(_tqdm):  # noqa: N801 - the drop-in name
 
     ``disable=False`` asks for the bar whatever the stream; ``disable=True`` hides it. A
     refreshing ``set_postfix``/``set_description`` redraws only when ``mininterval`` has passed
-    since the last redraw; otherwise the new text shows at the next one (or at ``close``).
+    since the last redraw; otherwise the new text shows at the next one (or at ``close``). The
+    values given to ``set_postfix`` are formatted when the postfix is next read (a redraw, or
+    ``bar.postfix``), not on every call.
     """
 
     def __init__(self, *args: Any, disable: bool | None = None, **kwargs: Any) -> None:
@@ -54,8 +56,21 @@ class tqdm(_tqdm):  # noqa: N801 - the drop-in name
         super().__init__(*args, disable=bar_disable(requested), **kwargs)
 
     def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
-        super().set_postfix(ordered_dict, refresh=False, **kwargs)
+        self.__dict__["_pending_postfix"] = (dict(ordered_dict or {}), kwargs)
         self._refresh_when_due(refresh)
+
+    @property
+    def postfix(self) -> str | None:
+        """The postfix text (tqdm's attribute), formatted from the last ``set_postfix``."""
+        pending = self.__dict__.pop("_pending_postfix", None)
+        if pending is not None:
+            _tqdm.set_postfix(self, pending[0], refresh=False, **pending[1])
+        return self.__dict__.get("_postfix")
+
+    @postfix.setter
+    def postfix(self, text: str | None) -> None:
+        self.__dict__.pop("_pending_postfix", None)
+        self.__dict__["_postfix"] = text
 
     def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
         super().set_postfix_str(s, refresh=False)

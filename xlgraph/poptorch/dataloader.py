@@ -3,13 +3,15 @@
 A dataset with ``collated_batch(indices)`` (``xlgraph.vision``'s ``MNIST``, ``FashionMNIST``,
 ``CIFAR10``) hands over whole batches, which the loader takes instead of collating items.
 
-In the default ``DataLoaderMode.Sync`` without worker processes, the loader can prepare the next
-batches in a background thread while the caller works on the current one (``prefetch``; by
-default when a core is free at the start of the epoch: on a busy machine each hand-over between
-the threads waits for the scheduler, which costs more than loading). The batches, their order
-and the sampler's random draws are those of torch's loader: the first batch is loaded in the
-caller's thread, where the shuffling draws its seed, and when no batch is ready the caller loads
-one itself rather than wait for the thread. The thread ends with the epoch, or when the caller
+In ``DataLoaderMode.Sync`` without worker processes, ``loader.prefetch = True`` prepares the next
+batches in a background thread while the caller works on the current one. It pays when the
+caller's step releases the GIL (torch, BLAS-heavy steps, I/O) and a core is free; an xlgraph
+training step holds the GIL almost throughout, so the thread can only run in the step's place,
+and on the 2-core development machine it made the seed-003 epoch slower
+(``benchmarks/seed003_epoch.py``): hence off by default. The batches, their order and the
+sampler's random draws are those of torch's loader: the first batch is loaded in the caller's
+thread, where the shuffling draws its seed, and when no batch is ready the caller loads one
+itself rather than wait for the thread. The thread ends with the epoch, or when the caller
 leaves the loop early (``break``, an exception: the iterator is collected).
 ``DataLoaderMode.Async`` and ``AsyncRebatched`` load ahead of the caller in a worker thread
 (PopTorch uses a worker process and shared memory; a thread keeps the batches in one address
@@ -31,7 +33,6 @@ import torch
 
 from xlgraph.poptorch.enums import DataLoaderMode, SharingStrategy
 from xlgraph.poptorch.options import Options
-from xlgraph.runtime.threads import machine_busy
 
 __all__ = ["DataLoader", "AsynchronousDataAccessor"]
 
@@ -52,12 +53,11 @@ class DataLoader(torch.utils.data.DataLoader):
         **kwargs: passed to ``torch.utils.data.DataLoader``.
 
     Attributes:
-        prefetch: in ``Sync`` mode without workers, load ahead in a background thread: ``True``
-            always, ``False`` never, ``None`` (default) when the machine has a free core as an
-            epoch starts (``xlgraph.runtime.threads.machine_busy``). Not a PopTorch setting.
+        prefetch: in ``Sync`` mode without workers, load ahead in a background thread (default
+            False; see the module's notes). Not a PopTorch setting.
     """
 
-    prefetch: bool | None = None
+    prefetch: bool = False
 
     def __init__(self, options: Options, dataset: Any, batch_size: int = 1,
                  shuffle: bool | None = None, num_workers: int = 0, drop_last: bool = True,
@@ -109,8 +109,7 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:
         if self.mode == DataLoaderMode.Sync:
             batches = _collated(self) if _collates_itself(self) else super().__iter__()
-            ahead = self.prefetch if self.prefetch is not None else not machine_busy()
-            return _Ahead(batches) if ahead and not self.num_workers else batches
+            return _Ahead(batches) if self.prefetch and not self.num_workers else batches
         return iter(AsynchronousDataAccessor(_Batches(self), load_indefinitely=False,
                                              **self._async_options))
 
