@@ -7,12 +7,14 @@ In ``DataLoaderMode.Sync`` without worker processes, ``loader.prefetch = True`` 
 batches in a background thread while the caller works on the current one. It pays when the
 caller's step releases the GIL (torch, BLAS-heavy steps, I/O) and a core is free; an xlgraph
 training step holds the GIL almost throughout, so the thread can only run in the step's place,
-and on the 2-core development machine it made the seed-003 epoch slower
-(``benchmarks/seed003_epoch.py``): hence off by default. The batches, their order and the
-sampler's random draws are those of torch's loader: the first batch is loaded in the caller's
-thread, where the shuffling draws its seed, and when no batch is ready the caller loads one
-itself rather than wait for the thread. The thread ends with the epoch, or when the caller
-leaves the loop early (``break``, an exception: the iterator is collected).
+and on the 2-core development machine the seed-003 epoch was no faster with it (0.94 to 1.23
+times as long in six runs of ``benchmarks/seed003_epoch.py``): hence off by default. The
+batches, their order and the sampler's random draws are those of torch's loader: the first
+batch is loaded in the caller's thread, where the shuffling draws its seed, and when no batch
+is ready the caller loads one itself rather than wait for the thread. The thread ends with the
+epoch, or when the caller leaves the loop early (``break``, an exception: the iterator is
+collected).
+
 ``DataLoaderMode.Async`` and ``AsyncRebatched`` load ahead of the caller in a worker thread
 (PopTorch uses a worker process and shared memory; a thread keeps the batches in one address
 space and needs no pickling). Batches come out in the same order as synchronous loading.
