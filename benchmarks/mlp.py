@@ -7,7 +7,8 @@ against a jitted ``lax.scan``), all in one process on synthetic MNIST-shaped dat
 its users write it: ``jax.jit`` with the parameters donated and asynchronous dispatch (``jax``:
 the timed loop waits once, at its end), and per-step synchronous (``jax_sync``). Prints one JSON
 object: microseconds per step (median of several timed loops), samples per second, xlgraph's
-ratios to every contender, and the Session creation time. PyTorch and JAX are optional
+ratios to every contender, and the Session creation time in a warm process (a fresh
+process's first step: ``cold_start.py``). PyTorch and JAX are optional
 (``pip install torch==2.13.0 jax jaxlib``).
 
 Run: ``PYTHONPATH=. python benchmarks/mlp.py [--threads 1 2] [--quick]`` from the repository
@@ -23,9 +24,7 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +37,6 @@ from harness import blas_threads, calls_for, interleaved, machine  # noqa: E402
 from models import CLASSES, LR, NumpyMLP, build_mlp, initial_params, mnist_batches  # noqa: E402
 
 import xlgraph as popxl  # noqa: E402
-from xlgraph.lower.backends import default_backend  # noqa: E402
 from xlgraph.runtime.threads import choose_threads, largest_matrix_flops  # noqa: E402
 
 Step = Callable[[int], Any]
@@ -65,33 +63,6 @@ def session_creation_ms(batch: int = 8, repeats: int = 9,
     return {k: round(statistics.median(v), 2) for k, v in times.items()}
 
 
-_FIRST_SESSION = """
-import sys, time
-sys.path.insert(0, {here!r})
-from models import build_mlp
-import xlgraph
-ir = build_mlp(8).ir
-start = time.perf_counter()
-xlgraph.Session(ir, backend={backend!r})
-print((time.perf_counter() - start) * 1e3)
-"""
-
-
-def first_session_ms(backend: str) -> dict[str, float]:
-    """Milliseconds of the first ``Session(ir)`` of a fresh process (imports of the backend
-    included): with an empty compile cache (``first``), then again with the cache that run
-    left (``cached``). numba's cache goes to a temporary ``NUMBA_CACHE_DIR``."""
-    code = _FIRST_SESSION.format(here=str(Path(__file__).resolve().parent), backend=backend)
-    out = {}
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": os.getcwd()}
-        for run in ("first", "cached"):
-            done = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                  capture_output=True, text=True)
-            out[run] = round(float(done.stdout.split()[-1]), 1)
-    return out
-
-
 def xlgraph_step(mode: str, batch: int, data: list, blas: int | str | None = None,
                  backend: str | None = None) -> tuple[Step, Any]:
     """A Session step on ``backend`` (None: the default, numba when installed); ``blas=None``
@@ -99,6 +70,7 @@ def xlgraph_step(mode: str, batch: int, data: list, blas: int | str | None = Non
     per ``run`` (``data`` holds stacked batches)."""
     m = build_mlp(batch, train=mode != "infer", loop=LOOP if mode == "loop" else 1)
     session = popxl.Session(m.ir, blas_threads=blas, backend=backend)
+    session.wait_for_kernels()  # time the compiled kernels, not numpy's while they compile
     session.__enter__()
     if mode == "infer":
         feeds = [{m.images: x} for x, _ in data]
@@ -309,9 +281,7 @@ def main() -> None:
     drift = check_same_step()
     assert drift < 1e-4 * math.log(CLASSES), f"xlgraph and numpy disagree by {drift}"
     result: dict[str, Any] = {"benchmark": "mlp", "machine": machine(),
-                              "session_create_ms": session_creation_ms(),
-                              "first_session_ms": {b: first_session_ms(b)
-                                                   for b in ("numpy", default_backend())}}
+                              "session_create_ms": session_creation_ms()}
     timings: dict[int, dict[str, dict[str, float]]] = {}
     for n in args.threads:
         with with_threads(n):

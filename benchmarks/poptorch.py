@@ -129,6 +129,7 @@ def nn_step(kind: str, batch: int, iterations: int, arrays: list) -> Any:
         targets=[xlgraph.TensorSpec((batch,), xlgraph.int32)], seed=seed, init_seed=0,
         num_host_transfers=iterations)
     session = xlgraph.Session(ir)
+    session.wait_for_kernels()
     session.__enter__()
     lead = (iterations,) if iterations > 1 else ()
     feeds = [(x.reshape(lead + (batch, 1, 28, 28)), y.astype(np.int32).reshape(lead + (batch,)))

@@ -35,12 +35,14 @@ def model_step(model: str, batch: int, backend: str) -> tuple[popxl.Session, lis
         from cnn import batches, build_cnn
 
         ir, img, lab, seed, _ = build_cnn(batch)
-        session = popxl.Session(ir, backend=backend, blas_threads=1, chunk_threads=1)
+        session = popxl.Session(ir, backend=backend, blas_threads=1, chunk_threads=1,
+                                compile_in_background=False)
         feeds = [{img: x, lab: y, seed: np.array([i, 7], np.uint32)}
                  for i, (x, y) in enumerate(batches(batch, 4))]
         return session, feeds
     m = build_mlp(batch)
-    session = popxl.Session(m.ir, backend=backend, blas_threads=1)
+    session = popxl.Session(m.ir, backend=backend, blas_threads=1,
+                            compile_in_background=False)
     return session, [{m.images: x, m.labels: y} for x, y in mnist_batches(batch, 4)]
 
 

@@ -64,7 +64,7 @@ def build(model: str, replicas: int | str, batch: int,
         for p in params:
             g = replicated_all_reduce(grads[p], "mean") if ir.replication_factor > 1 else grads[p]
             ops.scaled_add_(p, g, b=-LR)
-    return xlgraph.Session(ir, backend=backend), s_x, s_y
+    return xlgraph.Session(ir, backend=backend, compile_in_background=False), s_x, s_y
 
 
 def _data(replicas: int, batch: int, item: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:

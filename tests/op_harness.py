@@ -75,7 +75,8 @@ def run_forward(defn: OpDef, sample: Sample, arrays: list[np.ndarray], optimize:
                 backend: str | None = None):
     """Run the op in a Session on ``arrays`` fed through streams; returns (outputs, op)."""
     ir, streams, d2h, op = build_op(defn, sample, arrays)
-    session = xlgraph.Session(ir, "cpu", optimize=optimize, backend=backend)
+    session = xlgraph.Session(ir, "cpu", optimize=optimize, backend=backend,
+                              compile_in_background=False)
     with session:
         got = session.run(dict(zip(streams, arrays)))
     return [got[s] for s in d2h], op

@@ -33,7 +33,8 @@ def traced_step_memory(optimize: bool, steps: int = 12,
                        backend: str = "numpy") -> tuple[int, int]:
     """(peak bytes above the starting point, net growth) over ``steps`` warm training steps."""
     m = build_mlp(BATCH)
-    session = popxl.Session(m.ir, optimize=optimize, backend=backend)
+    session = popxl.Session(m.ir, optimize=optimize, backend=backend,
+                            compile_in_background=False)
     feeds = [{m.images: x, m.labels: y} for x, y in mnist_batches(BATCH, 3)]
     with session:
         for f in feeds:  # warm up: first-run caches are not steady state

@@ -49,7 +49,8 @@ def _session(replicas: int, backend: str, numerics: bool, traps: bool = False):
             g = replicated_all_reduce(grads[w], "mean") if replicas > 1 else grads[w]
             ops.scaled_add_(w, g, b=-0.5)
         ops.host_store(s_loss, replicated_all_reduce(loss, "mean") if replicas > 1 else loss)
-    session = popxl.Session(ir, backend=backend, check_numerics=numerics)
+    session = popxl.Session(ir, backend=backend, check_numerics=numerics,
+                            compile_in_background=False)
     return session, s_x, s_y, s_loss, (w0, w1)
 
 

@@ -226,7 +226,8 @@ def run_both(seed: int, backend: str = "numpy") -> tuple[popxl.Session, list[np.
     results, sessions = [], []
     for optimize in (True, False):
         ir, feeds, variables = build(seed)
-        session = popxl.Session(ir, optimize=optimize, backend=backend)
+        session = popxl.Session(ir, optimize=optimize, backend=backend,
+                                compile_in_background=False)
         got = []
         with session:
             for _ in range(2):

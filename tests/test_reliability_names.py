@@ -83,7 +83,8 @@ def build(names: dict[str, str]) -> Program:
 
 
 def run(program: Program, device: str, optimize: bool, backend: str) -> tuple[np.ndarray, ...]:
-    session = popxl.Session(program.ir, device, optimize=optimize, backend=backend)
+    session = popxl.Session(program.ir, device, optimize=optimize, backend=backend,
+                            compile_in_background=False)
     data = np.array([1.0, -2.0, 3.0, 0.25], np.float32)
     with session:
         outs = [session.run({program.xs: data})[program.ys] for _ in range(2)]

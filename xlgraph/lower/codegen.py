@@ -44,6 +44,7 @@ class CompiledStep:
     fn: Callable[..., None]
     source: str
     line_ops: dict[int, Op]
+    loops: int = 0  # steps with a loop form that applies (compiled when a backend was given)
 
 
 def dense(a: np.ndarray) -> np.ndarray:
@@ -102,6 +103,7 @@ class _Writer:
         self.counters: list[str] = []  # transfer counters of streams with several sites
         self.plan: Plan = plans[program]
         self.globals_made: dict[str, str] = {}  # constant and view globals -> what they hold
+        self.loops = 0  # steps that run (or, without a backend, could run) a compiled loop
 
     # -- naming --------------------------------------------------------------------------------
     def emit(self, indent: int, text: str, op: Op | None = None, note: str | None = None) -> None:
@@ -201,14 +203,18 @@ class _Writer:
         different views of one buffer (numpy buffers overlapping operands; a loop would not)."""
         d, plan, specs = s.defn, self.plan, self.program.specs
         roots = {plan.root[x]: x for x in s.ins}
-        if (self.backend is None or d.loop is None or s in plan.densify
+        if (d.loop is None or s in plan.densify
                 or s in plan.copies or any(plan.layout[x] != "C" for x in s.ins)
                 or len(roots) != len(set(s.ins))):
             return False
-        found = self.backend.kernel(d.loop, [specs[x] for x in s.ins],
-                                    [specs[o] for o in s.outs], s.attrs)
+        ins = [specs[x] for x in s.ins]
+        if self.backend is None:  # count it: a backend may compile it later
+            self.loops += d.loop(ins, **s.attrs) is not None
+            return False
+        found = self.backend.kernel(d.loop, ins, [specs[o] for o in s.outs], s.attrs)
         if found is None:
             return False
+        self.loops += 1
         fn, extra = found
         src = s.alias_source
         if src is not None and s in self.swaps:  # the result goes to the spare array
@@ -440,7 +446,7 @@ def generate(program: Program, plans: dict[Program | Function, Plan],
     code = compile(source, _FILENAME, "exec")
     namespace = writer.namespace
     exec(code, namespace)  # noqa: S102 - generated from the Ir; names only in escaped comments
-    return CompiledStep(namespace["step"], source, writer.line_ops)
+    return CompiledStep(namespace["step"], source, writer.line_ops, writer.loops)
 
 
 def failing_op(compiled: CompiledStep, exc: BaseException) -> Op | None:

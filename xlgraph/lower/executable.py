@@ -12,6 +12,7 @@ other array objects after a run, and a run interrupted before that rebinding cha
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,7 +22,7 @@ from xlgraph.ir import Ir
 from xlgraph.lower.alias import plan_copies
 from xlgraph.lower.backends import Backend, get_backend
 from xlgraph.lower.checks import check_inplace_order
-from xlgraph.lower.codegen import failing_op, generate
+from xlgraph.lower.codegen import CompiledStep, failing_op, generate
 from xlgraph.lower.depth import check_compiled_loops, graph_depth
 from xlgraph.lower.flatten import flatten
 from xlgraph.lower.interpreter import Interpreter
@@ -96,7 +97,7 @@ class CompiledExecutable:
     """The generated step function."""
 
     def __init__(self, ir: Ir, backend: Backend | None = None,
-                 ctx: ReplicaContext | None = None) -> None:
+                 ctx: ReplicaContext | None = None, defer: bool = False) -> None:
         program = flatten(ir)
         self.ctx = ctx
         varying = set() if ctx is None else replicate(program, ctx)
@@ -131,9 +132,14 @@ class CompiledExecutable:
         self.program = program
         self.plans = plans
         self.buffers = pool.allocate()
-        self.compiled = generate(program, plans, self.buffers, swaps, self.h2d, self.d2h,
-                                 ir.num_host_transfers, backend, arrays)
+        self._generate = functools.partial(generate, program, plans, self.buffers, swaps,
+                                           self.h2d, self.d2h, ir.num_host_transfers,
+                                           arrays=arrays)
+        self.compiled = self._generate(None if defer else backend)
         self.source = self.compiled.source
+        # With ``defer``, the backend whose kernels are still to compile (None when none of the
+        # steps has a loop form): a Session's kernel thread compiles them and calls ``use``.
+        self.deferred = backend if defer and self.compiled.loops else None
         swapped = set(swaps.values())
         self.written_variables = [program.variable_slots[s] for s in sorted(written)
                                   if s not in swapped]
@@ -161,6 +167,16 @@ class CompiledExecutable:
             return following
         return found[1]
 
+    def generate(self, backend: Backend | None) -> CompiledStep:
+        """The step function of the same plan (same buffers and variables) for ``backend``
+        (compiling its kernels now); ``use`` puts it in place."""
+        return self._generate(backend)
+
+    def use(self, compiled: CompiledStep) -> None:
+        """Run ``compiled`` from the next run on (the caller holds the Session's lock, so no
+        run is in flight)."""
+        self.compiled, self.source, self.deferred = compiled, compiled.source, None
+
     @property
     def arrays(self) -> list[np.ndarray]:
         return self.state[0]
@@ -174,6 +190,7 @@ class InterpretedExecutable:
 
     source = "# optimize=False: the graph is interpreted op by op; no generated source\n"
     state = None  # writes go to the variables' arrays: nothing to commit
+    deferred = None  # no kernels to compile
 
     def __init__(self, ir: Ir, interpreter: type[Interpreter] = Interpreter,
                  ctx: ReplicaContext | None = None) -> None:
@@ -197,7 +214,7 @@ class InterpretedExecutable:
 
 @collector_paused  # millions of long-lived objects: see xlgraph.core.collector
 def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
-          exchange: Any = None, check_numerics: bool = False,
+          exchange: Any = None, check_numerics: bool = False, defer: bool = False,
           ) -> CompiledExecutable | InterpretedExecutable:
     """Check ``ir`` and build its executable: compiled for ``backend`` (see
     ``xlgraph.lower.backends``), interpreted when not ``optimize``, and over a replica axis
@@ -205,7 +222,8 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
     ``check_numerics`` interprets it, stopping at the first NaN or Inf
     (``xlgraph.lower.numerics``). Under ``enableFloatingPointChecks`` the compiled plan keeps
     to numpy's kernels, whose floating-point traps the Session turns on: compiled loops
-    report no IEEE flags."""
+    report no IEEE flags. With ``defer`` the compiled plan starts on numpy's kernels and leaves
+    the backend's to compile later (``CompiledExecutable.deferred``)."""
     if ir.session_options.enableInplaceAmbiguityChecking:
         check_inplace_order(ir)
     graph_depth(ir)  # refuses graphs that call each other in a cycle
@@ -217,5 +235,5 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
         chosen = get_backend(backend)
         if ir.session_options.enableFloatingPointChecks:
             chosen = None
-        return CompiledExecutable(ir, chosen, ctx)
+        return CompiledExecutable(ir, chosen, ctx, defer)
     return InterpretedExecutable(ir, ctx=ctx)

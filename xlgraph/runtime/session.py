@@ -28,6 +28,7 @@ from xlgraph.lower import lower
 from xlgraph.ops.window import chunks_on
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
+from xlgraph.runtime.kernels import KernelThread
 from xlgraph.runtime.remote_memory import RemoteMemory
 from xlgraph.runtime.replica_layout import ReplicaLayout
 from xlgraph.runtime.threads import (
@@ -79,6 +80,10 @@ class Session:
             ``OutOfMemoryError`` here; ``"cpu"`` never checks memory.
         check_numerics: interpret op by op and raise ``ExecutionError`` at the first NaN or
             Inf, naming the op and the line that created it (slow; see ``docs/debugging.md``).
+        compile_in_background: with a compiling backend (numba), start at once on numpy's
+            kernels and compile the backend's on a thread the Session owns, swapping them in
+            between two runs when ready (``wait_for_kernels``; ``xlgraph.runtime.kernels``).
+            False compiles them before the Session is made.
 
     Concurrent calls of ``run`` (and of the weight methods) from several threads are
     serialised: each takes the Session's lock in turn.
@@ -91,20 +96,23 @@ class Session:
     def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True,
                  *, optimize: bool = True, blas_threads: int | str | None = "auto",
                  backend: str | None = None, chunk_threads: int | str = "auto",
-                 ipu_model: IPUModel | None = None, check_numerics: bool = False) -> None:
+                 ipu_model: IPUModel | None = None, check_numerics: bool = False,
+                 compile_in_background: bool = True) -> None:
         if not ir.main_graph.ops and not ir.main_graph.variables:
             raise EmptyProgramError(
                 f"Session: {ir!r} has no operations and no variables in its main graph, so there "
                 f"is nothing to compile or run; add operations (such as ops.host_load / "
                 f"ops.host_store or a call) before creating the Session [at {user_source_line()}]"
             )
+        self._lock = threading.RLock()  # one run (or weight transfer) at a time
         self.device = make_device(device_desc, ipu_model)
         self.layout = ReplicaLayout(ir)  # checks that the replicas split over the instances
         ir.frozen = True
         ir.session_ref = weakref.ref(self)  # for Tensor.in_sync_with_ipu
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
-        self.executable = lower(ir, optimize, backend, _exchange(ir), check_numerics)
+        self.executable = lower(ir, optimize, backend, _exchange(ir), check_numerics,
+                                defer=compile_in_background)
         self.layout.held_once = self.executable.held_once
         model = self.device.model
         self._memory = None if model is None else model_memory(ir, self.executable, model)
@@ -132,7 +140,10 @@ class Session:
         self._simulated = 0.0
         self._host_stale = False
         self._entered: list[bool] = []
-        self._lock = threading.RLock()  # one run (or weight transfer) at a time
+        self._kernels: KernelThread | None = None  # compiles the backend's kernels, if deferred
+        if self.executable.deferred is not None:
+            self._kernels = KernelThread(self.executable, self._lock)
+            weakref.finalize(self, self._kernels.stop)
 
     @property
     def _device(self) -> dict[Variable, np.ndarray]:
@@ -157,6 +168,15 @@ class Session:
         timing = self.host_timing
         self._report.host_side_s_per_run = timing.host_side_s_per_run if timing.runs else None
         return self._report
+
+    def wait_for_kernels(self, timeout: float | None = None) -> bool:
+        """Block until the backend's compiled kernels are in use (True; at once when there is
+        nothing to compile) or ``timeout`` seconds pass (False).
+
+        Raises:
+            RuntimeError: compiling them failed (the Session keeps running numpy's kernels).
+        """
+        return self._kernels is None or self._kernels.wait(timeout)
 
     # -- attachment --------------------------------------------------------------------------
     @property

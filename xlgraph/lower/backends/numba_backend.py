@@ -1,15 +1,21 @@
 """The ``numba`` backend: ops' loop forms compiled to machine code, cached on disk.
 
-Each loop form is compiled once per process and argument types (``nopython``, no fast-math,
-so float operations keep their IEEE order) and numba's on-disk cache keeps the
-machine code between processes: it is keyed by the loop form's source (file and function) and
-the argument types, so a second process loads instead of compiling. The cache lives where numba
-puts it (``__pycache__`` beside ``xlgraph/ops/loops.py``, or ``NUMBA_CACHE_DIR``).
+Each loop form is compiled for the argument types a program needs (``nopython``, no fast-math,
+so float operations keep their IEEE order) and numba's on-disk cache keeps the machine code
+between processes: it is keyed by the loop form's source (file and function) and the argument
+types, so a later process loads instead of compiling. The cache lives where numba puts it
+(``__pycache__`` beside ``xlgraph/ops/loops.py``, or ``NUMBA_CACHE_DIR``).
+
+A ``NumbaBackend`` holds its own dispatchers (one per loop form) and belongs to one Session:
+nothing here is per process. numba itself is imported by the first compile, not when the
+backend is made, so a Session can hand the compiling to a thread (``xlgraph.runtime.kernels``)
+and start at once.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -18,29 +24,15 @@ import numpy as np
 from xlgraph.ops.loops import Composite
 from xlgraph.tensor import TensorSpec
 
-try:
-    import numba
-except ImportError:  # pragma: no cover - exercised only without the extra
-    numba = None
-
-_JITTED: dict[Callable[..., Any], Any] = {}  # loop form -> its numba dispatcher (per process)
-
 # The loops keep the GIL (no ``nogil``): they take microseconds, and a call that releases it
 # must win it back afterwards, which can wait when another Python thread wants it (JAX's or
 # torch's threads, a data loader). With both in the process, MLP steps in us, releasing vs
 # keeping it: inference b80 47.5 vs 46.1, training b8 30.8 vs 29.9, b256 293 vs 282 (medians).
 
 
-def jitted(fn: Callable[..., Any]) -> Any:
-    """The numba dispatcher of a loop form (made once per process)."""
-    found = _JITTED.get(fn)
-    if found is None:
-        found = _JITTED[fn] = numba.njit(cache=True, error_model="numpy")(fn)
-    return found
-
-
-def _array_type(spec: TensorSpec) -> Any:
-    return numba.typeof(np.empty(spec.shape, spec.dtype.as_numpy()))
+def available() -> bool:
+    """Whether numba is installed (without importing it: that takes about half a second)."""
+    return importlib.util.find_spec("numba") is not None
 
 
 class NumbaBackend:
@@ -49,8 +41,18 @@ class NumbaBackend:
     name = "numba"
 
     def __init__(self) -> None:
-        if numba is None:
+        if not available():
             raise ImportError("backend='numba' needs numba: pip install xlgraph[fast]")
+        self._jitted: dict[Callable[..., Any], Any] = {}  # loop form -> its numba dispatcher
+
+    def jitted(self, fn: Callable[..., Any]) -> Any:
+        """The numba dispatcher of a loop form (made once per backend)."""
+        found = self._jitted.get(fn)
+        if found is None:
+            import numba
+
+            found = self._jitted[fn] = numba.njit(cache=True, error_model="numpy")(fn)
+        return found
 
     def kernel(self, loop: Callable[..., Any], ins: list[TensorSpec], outs: list[TensorSpec],
                attrs: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
@@ -59,13 +61,15 @@ class NumbaBackend:
         found = loop(ins, **attrs)
         if found is None:
             return None
+        import numba
+
         fn, extra = found
         if isinstance(fn, Composite):  # Python calling compiled loops (compiled when first met)
-            compiled = {name: jitted(loop) for name, loop in fn.loops.items()}
+            compiled = {name: self.jitted(loop) for name, loop in fn.loops.items()}
             return functools.partial(fn.fn, **fn.kwargs, **compiled), extra
-        dispatcher = jitted(fn)
-        types = [_array_type(s) for s in (*ins, *outs)] + [numba.typeof(x) for x in extra]
-        dispatcher.compile(tuple(types))
+        dispatcher = self.jitted(fn)
+        types = [numba.typeof(np.empty(s.shape, s.dtype.as_numpy())) for s in (*ins, *outs)]
+        dispatcher.compile(tuple(types + [numba.typeof(x) for x in extra]))
         return dispatcher, extra
 
     def direct(self, fn: Any, args: list[Any]) -> Callable[..., Any] | None:
@@ -75,5 +79,7 @@ class NumbaBackend:
         overloads = getattr(fn, "overloads", None)  # None: a Composite's Python function
         if overloads is None:
             return None
+        import numba
+
         found = overloads.get(tuple(numba.typeof(a) for a in args))
         return None if found is None else found.entry_point
