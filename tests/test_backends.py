@@ -206,3 +206,47 @@ def test_loop_calls_on_fixed_arrays_skip_the_type_dispatch() -> None:
         got = session.run({m.images: x, m.labels: y})[m.out]
         want = reference.run({ref.images: x, ref.labels: y})[ref.out]
     np.testing.assert_allclose(got, want, **TOLERANCE["float32"])
+
+
+def test_bias_adds_run_as_loops_with_numpys_bits() -> None:
+    """``add`` where the second operand repeats over the first's rows (or has its shape) runs
+    as one compiled loop, with numpy's bits; other broadcasts and integer adds keep numpy."""
+    rng = np.random.default_rng(5)
+    got = []
+    for backend in ("numba", "numpy"):
+        ir = popxl.Ir()
+        with ir.main_graph:
+            x = ops.host_load(xs := popxl.h2d_stream((4, 6, 5), popxl.float32, "x"))
+            bias = popxl.variable(rng.normal(size=(5,)), popxl.float32, name="bias")
+            rows = popxl.variable(rng.normal(size=(1, 6, 5)), popxl.float32, name="rows")
+            col = popxl.variable(rng.normal(size=(4, 1, 1)), popxl.float32, name="col")
+            n = ops.host_load(ns := popxl.h2d_stream((3,), popxl.int32, "n"))
+            for i, t in enumerate((x + bias, x + rows, x + x, x + col, n + n)):
+                ops.host_store(popxl.d2h_stream(t.shape, t.dtype, f"o{i}"), t)
+        session = popxl.Session(ir, backend=backend, compile_in_background=False)
+        if backend == "numba":
+            assert session.source.count("j_add(") == 3  # not the column or the integers
+        with session:
+            got.append(session.run({xs: rng.normal(size=(4, 6, 5)).astype(np.float32),
+                                    ns: np.arange(3, dtype=np.int32)}))
+        rng = np.random.default_rng(5)
+    for a, b in zip(got[0].values(), got[1].values()):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_device_loop_views_of_variables_updated_in_place_are_made_once() -> None:
+    """In a device loop the weights are updated in place, so a view of one (the transposed
+    ``W1`` of the backward pass) is made when the step is generated, on either backend; it
+    follows the updates: training on numba matches numpy run for run."""
+    got = []
+    for backend in ("numba", "numpy"):
+        m = build_mlp(8, loop=5)
+        session = popxl.Session(m.ir, backend=backend, compile_in_background=False)
+        assert "a transpose view of w" in session.source  # either backend
+        batches = mnist_batches(8, 15)
+        with session:
+            for k in range(0, 15, 5):
+                got.append(session.run({m.images: np.stack([x for x, _ in batches[k:k + 5]]),
+                                        m.labels: np.stack([y for _, y in batches[k:k + 5]])}
+                                       )[m.out])
+    np.testing.assert_allclose(got[:3], got[3:], **TOLERANCE["float32"])

@@ -93,6 +93,7 @@ class _Writer:
         for slot, arr in zip(program.variable_slots, arrays):
             self.fixed[f"w{slot}"] = self.fixed[f"n{slot}"] = arr
         self.swaps = swaps
+        self.swapped = set(swaps.values())
         for slot in program.variable_slots:
             self.names[slot] = f"w{slot}"
         self.carried = {d for s in program.walk() if s.kind == "loop" for d, _ in s.carried}
@@ -137,6 +138,16 @@ class _Writer:
 
     def is_static(self, slot: int) -> bool:
         return self.names[slot][0] in "cbv"
+
+    def unmoved(self, name: str) -> np.ndarray | None:
+        """The array ``name`` holds in every run, if it is always the same one: a constant,
+        pool buffer or view of one, or a variable no step double-buffers (updated in place,
+        as in a device loop, or not at all)."""
+        if name[0] in "cbv":
+            return self.namespace[name]
+        if name[0] == "w" and int(name[1:]) not in self.swapped:
+            return self.fixed.get(name)
+        return None
 
     def arg(self, s: Step, i: int) -> str:
         name = self.names[s.ins[i]]
@@ -240,8 +251,8 @@ class _Writer:
     def view(self, s: Step, args: list[str], attrs: str, indent: int) -> None:
         out, src = s.outs[0], s.alias_source
         name = None
-        if self.is_static(src) and pure_view(s):  # a view of a fixed array is fixed: make it now
-            base = self.namespace[self.names[src]]
+        base = self.unmoved(self.names[src])
+        if base is not None and pure_view(s):  # a view of a fixed array is fixed: make it now
             try:
                 arr = s.defn.kernel(base, **s.attrs)
             except Exception:  # noqa: BLE001 - leave the failure to run time, naming the op

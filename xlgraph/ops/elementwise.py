@@ -31,7 +31,7 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 # -- arithmetic --------------------------------------------------------------------------------
-add = binary("add", np.add, grad=lambda g, dy: (dy, dy), kernel_out=np.add)
+add = binary("add", np.add, grad=lambda g, dy: (dy, dy), kernel_out=np.add, loop=loops.add_loop)
 sub = binary("sub", np.subtract, grad=lambda g, dy: (dy, -dy), kernel_out=np.subtract)
 mul = binary(
     "mul", np.multiply, grad=lambda g, dy: (dy * g.x(1), dy * g.x(0)), kernel_out=np.multiply

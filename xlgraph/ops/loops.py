@@ -77,6 +77,32 @@ def gelu_grad(dy, x, out, a, b, one, c, d, top):  # noqa: ANN001, ANN201
         outs[i] = ((one - s) * ((p * c + d) * v) + one) * s * dys[i]
 
 
+# Past this many elements an add is memory-bound either way; numpy's kernel keeps it.
+ADD_LOOP_MAX = 1 << 16
+
+
+def add_loop(ins: list[TensorSpec]) -> tuple[Callable[..., None], tuple[Any, ...]] | None:
+    """The loop form of ``add`` where the second operand repeats along the first's leading
+    axes (a bias over rows) or has its shape, both float of one dtype: ``(add_rows, ())``."""
+    x, y = ins
+    first = next((i for i, d in enumerate(y.shape) if d != 1), len(y.shape))
+    rows = y.shape[first:]  # y without its leading ones: must end x's shape
+    if (x.dtype != y.dtype or not math.prod(y.shape) or len(rows) > len(x.shape)
+            or x.shape[len(x.shape) - len(rows):] != rows):
+        return None
+    return float_only(x, add_rows, max_elements=ADD_LOOP_MAX)
+
+
+def add_rows(x, y, out):  # noqa: ANN001, ANN201
+    """``x + y`` with ``y`` repeated over ``x``'s leading axes (one rounding per element, as
+    numpy: the same bits); ``out`` may be ``x``."""
+    xs, ys, outs = x.reshape(-1), y.reshape(-1), out.reshape(-1)
+    inner = ys.size
+    for base in range(0, xs.size, inner):
+        for j in range(inner):
+            outs[base + j] = xs[base + j] + ys[j]
+
+
 def scaled_add(x, y, out, a, b):  # noqa: ANN001, ANN201
     """``a x + b y`` into ``out``: ``x`` itself, or a spare array of its shape (which ``y``
     cannot be). In place, ``x`` is scaled before ``y`` is read, as in the numpy kernel (this
