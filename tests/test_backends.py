@@ -250,3 +250,16 @@ def test_device_loop_views_of_variables_updated_in_place_are_made_once() -> None
                                         m.labels: np.stack([y for _, y in batches[k:k + 5]])}
                                        )[m.out])
     np.testing.assert_allclose(got[:3], got[3:], **TOLERANCE["float32"])
+
+
+def test_large_adds_stay_with_numpys_simd_add() -> None:
+    from xlgraph.ops.loops import ADD_LOOP_MAX
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        bias = popxl.variable(np.ones(32), popxl.float32, name="bias")
+        for i, rows in enumerate((ADD_LOOP_MAX // 32, ADD_LOOP_MAX // 32 + 1)):
+            x = ops.host_load(popxl.h2d_stream((rows, 32), popxl.float32, f"x{i}"))
+            ops.host_store(popxl.d2h_stream((rows, 32), popxl.float32, f"o{i}"), x + bias)
+    source = popxl.Session(ir, backend="numba", compile_in_background=False).source
+    assert source.count("j_add(") == 1 and source.count("o_add(") == 1
