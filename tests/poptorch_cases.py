@@ -349,11 +349,15 @@ CASES: dict[str, list[Case]] = {
     "torch.nn.EmbeddingBag": module(lambda: nn.EmbeddingBag(6, 3), I(2, 4, hi=6))
     + module(lambda: nn.EmbeddingBag(6, 3, mode="sum"), I(2, 4, hi=6))
     + module(lambda: nn.EmbeddingBag(6, 3, mode="max"), I(2, 4, hi=6))
-    # ragged bags (1-D input and offsets), an empty bag, padding_idx
-    + [(_bags(mode, pad, last), inputs(I(9, hi=6), lambda d: torch.tensor([0, 2, 2, 7]),
+    # ragged bags (1-D input and offsets), an empty bag, padding_idx; with include_last_offset
+    # the last offset ends the input (torch's backward scatters the gradient of indices past it
+    # from unset memory)
+    + [(_bags(mode, pad, last), inputs(I(9, hi=6), lambda d, o=offsets: torch.tensor(o),
                                        R(6, 3)))
-       for mode, pad, last in (("mean", None, False), ("sum", 1, False), ("max", None, False),
-                               ("sum", None, True))],
+       for mode, pad, last, offsets in (("mean", None, False, [0, 2, 2, 7]),
+                                        ("sum", 1, False, [0, 2, 2, 7]),
+                                        ("max", None, False, [0, 2, 2, 7]),
+                                        ("sum", None, True, [0, 2, 2, 9]))],
     "torch.nn.functional.one_hot": [(lambda i: F.one_hot(i, 5), inputs(I(2, 3, hi=5)))],
     # -- losses ------------------------------------------------------------------------------
     "torch.nn.L1Loss": loss(nn.L1Loss, R(3, 4), R(3, 4)),
