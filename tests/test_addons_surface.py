@@ -4,24 +4,16 @@ listed with its reason on docs/addons-support.md, and that page is current."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
+from doc_generators import load_generator
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "generate_addons_support", ROOT / "docs" / "generate_addons_support.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = load_generator("generate_addons_support")
 ROWS = GEN.load_table()
 
 

@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import ast
 import enum
-import importlib.util
 import inspect
 from pathlib import Path
 
 import pytest
+from doc_generators import load_generator
 
 pytest.importorskip("torch")
 
 import xlgraph.poptorch as poptorch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("generate_poptorch_support",
-                                               ROOT / "docs" / "generate_poptorch_support.py")
-gen = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gen)
+gen = load_generator("generate_poptorch_support")
 ENTRIES = gen.load_surface()
 _NAMES = {name: getattr(poptorch, name) for name in poptorch.__all__}
 

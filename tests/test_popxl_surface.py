@@ -4,12 +4,12 @@ are the ones docs/popxl-surface.md lists, and that page is current."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from doc_generators import load_generator
 
 import xlgraph as popxl
 from xlgraph import ops
@@ -18,15 +18,7 @@ from xlgraph.transforms import autodiff
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "generate_popxl_surface", ROOT / "docs" / "generate_popxl_surface.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = load_generator("generate_popxl_surface")
 TABLE = GEN.load_table()
 
 

@@ -22,7 +22,7 @@ import torch.utils._pytree as pytree
 from xlgraph import ops
 from xlgraph.ir import Ir
 from xlgraph.poptorch.capture import trace_function
-from xlgraph.poptorch.convert import Context, convert_graph
+from xlgraph.poptorch.convert import Context, SeedInput, convert_graph
 from xlgraph.poptorch.util import torch_to_numpy, xlgraph_dtype
 from xlgraph.runtime import Session
 from xlgraph.streams import d2h_stream, h2d_stream
@@ -41,20 +41,6 @@ class _Built:
     cotangents: list[Any]
     outputs: list[Any]
     grads: list[Any]
-
-
-class _SeedInput:
-    """The subgraph's seed input, created when the first random op asks for it."""
-
-    def __init__(self) -> None:
-        self.input: Tensor | None = None
-        self._state: Tensor | None = None
-
-    def __call__(self) -> Tensor:
-        if self.input is None:
-            self.input = self._state = graph_input(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
-        this, self._state = ops.split_random_seed(self._state)
-        return this
 
 
 def _functional(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -96,7 +82,7 @@ class AtenProgram:
                        for i, (s, d) in enumerate(self.specs)]
             seed_stream = h2d_stream(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
         sub = ir.create_empty_graph("aten_forward")
-        seeds = _SeedInput()
+        seeds = SeedInput()
         with sub:
             inputs = [graph_input(s, xlgraph_dtype(d), f"x{i}")
                       for i, (s, d) in enumerate(self.specs)]

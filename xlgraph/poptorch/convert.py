@@ -24,7 +24,8 @@ from xlgraph.poptorch.masks import MaskPlan, plan
 from xlgraph.poptorch.support import SUPPORT_PAGE
 from xlgraph.poptorch.table import op_name
 from xlgraph.poptorch.util import Unsupported, torch_to_numpy, xlgraph_dtype
-from xlgraph.tensor import Tensor, constant
+from xlgraph.tensor import Tensor, constant, graph_input
+from xlgraph.training import SEED_SPEC
 
 __all__ = ["Context", "UnsupportedOpError", "convert_graph", "source_line", "SUPPORT_PAGE"]
 
@@ -32,6 +33,21 @@ __all__ = ["Context", "UnsupportedOpError", "convert_graph", "source_line", "SUP
 
 class UnsupportedOpError(XlgraphError, NotImplementedError):
     """Torch operations (or argument values) that the frontend cannot convert."""
+
+
+class SeedInput:
+    """A program's seed input, created when the first random op asks for it and split once per
+    random op (the seed source a ``Context`` takes)."""
+
+    def __init__(self) -> None:
+        self.input: Tensor | None = None
+        self._state: Tensor | None = None
+
+    def __call__(self) -> Tensor:
+        if self.input is None:
+            self.input = self._state = graph_input(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
+        this, self._state = ops.split_random_seed(self._state)
+        return this
 
 
 class Context:

@@ -23,12 +23,11 @@ from xlgraph.errors import XlgraphError
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
 from xlgraph.poptorch.capture import export_module
-from xlgraph.poptorch.convert import Context, UnsupportedOpError, convert_graph
+from xlgraph.poptorch.convert import Context, SeedInput, UnsupportedOpError, convert_graph
 from xlgraph.poptorch.support import Error
 from xlgraph.poptorch.table import op_name
 from xlgraph.poptorch.util import torch_to_numpy, xlgraph_dtype
 from xlgraph.tensor import Tensor, constant, graph_input, graph_output
-from xlgraph.training import SEED_SPEC
 
 __all__ = ["UnsupportedOpError", "Lowered", "lower_module", "named_tensors", "torch_to_numpy",
            "split_arguments", "flat_tensors"]
@@ -105,20 +104,6 @@ class Lowered:
         count = len(tensors) + len(self.constant_outputs)
         return [self.constant_outputs[i] if i in self.constant_outputs else next(computed)
                 for i in range(count)]
-
-
-class _Seeds:
-    """The step's seed input, created on first use and split once per random op."""
-
-    def __init__(self) -> None:
-        self.input: Tensor | None = None
-        self._state: Tensor | None = None
-
-    def __call__(self) -> Tensor:
-        if self.input is None:
-            self.input = self._state = graph_input(SEED_SPEC.shape, SEED_SPEC.dtype, "seed")
-        this, self._state = ops.split_random_seed(self._state)
-        return this
 
 
 def _placeholders(program: torch.export.ExportedProgram, flat_args: list[Any]
@@ -208,7 +193,7 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
     program = export_module(model, call_args, call_kwargs)
     flat_args = pytree.tree_leaves((call_args, call_kwargs))
     graph = ir.create_empty_graph(name)
-    seeds = _Seeds()
+    seeds = SeedInput()
     with graph:
         inputs, data, params = _placeholders(program, flat_args)
         ctx = Context(training, seeds, downcast_half)
