@@ -46,25 +46,80 @@ def test_loop_form_matches_the_interpreter(name: str, index: int, dtype: type) -
         np.testing.assert_allclose(a, b, **TOLERANCE[np.dtype(dtype).name])
 
 
-def _train(backend: str, steps: int = 4) -> tuple[list[float], list[np.ndarray], str]:
-    m = build_mlp(8)
-    session = popxl.Session(m.ir, backend=backend, compile_in_background=False)
+def _train(backend: str, steps: int = 4, fuse: bool = True,
+           loop: int = 1) -> tuple[list[float], list[np.ndarray], str]:
+    m = build_mlp(8, loop=loop)
+    session = popxl.Session(m.ir, backend=backend, compile_in_background=False,
+                            fuse_steps=fuse)
+    batches = mnist_batches(8, steps * loop)
+    if loop > 1:
+        batches = [(np.stack([x for x, _ in batches[k:k + loop]]),
+                    np.stack([y for _, y in batches[k:k + loop]]))
+                   for k in range(0, len(batches), loop)]
     with session:
-        losses = [float(session.run({m.images: x, m.labels: y})[m.out])
-                  for x, y in mnist_batches(8, steps)]
-    return losses, [session.get_tensor_data(v) for v in m.variables], session.source
+        losses = [session.run({m.images: x, m.labels: y})[m.out] for x, y in batches]
+    return (np.ravel(losses).tolist(), [session.get_tensor_data(v) for v in m.variables],
+            session.source)
 
 
-def test_mnist_step_runs_compiled_loops_and_trains_like_numpy() -> None:
-    losses, weights, source = _train("numba")
-    ref_losses, ref_weights, ref_source = _train("numpy")
+@pytest.mark.parametrize(("fuse", "loop"), [(False, 1), (True, 1), (True, 5)])
+def test_mnist_step_runs_compiled_loops_and_trains_like_numpy(fuse: bool, loop: int) -> None:
+    """Per op (``fuse_steps=False``) and fused into segments, also in a device loop."""
+    losses, weights, source = _train("numba", fuse=fuse, loop=loop)
+    ref_losses, ref_weights, ref_source = _train("numpy", fuse=fuse, loop=loop)
     for op in ("gelu", "gelu_grad", "softmax", "nll_loss_with_softmax_grad", "scaled_add_"):
         assert f"j_{op}(" in source and f"j_{op}(" not in ref_source
-    assert "o_matmul(" in source  # BLAS stays with numpy
+    code = [line.split("  #")[0] for line in source.splitlines() if not line.startswith("#")]
+    if fuse:  # the whole step is one segment between the host transfers, matmuls included
+        assert sum("g0(" in line for line in code) == 1 and "g1(" not in source
+        assert "#     np.dot(" in source and not any("j_" in line for line in code)
+    else:
+        assert "o_matmul(" in source and "g0(" not in source  # BLAS stays with numpy
     np.testing.assert_allclose(losses, ref_losses, **TOLERANCE["float32"])
     for a, b in zip(weights, ref_weights):
         np.testing.assert_allclose(a, b, **TOLERANCE["float32"])
-    assert _train("numba")[2] == source  # deterministic source
+    assert _train("numba", fuse=fuse, loop=loop)[2] == source  # deterministic source
+
+
+def test_a_segment_that_does_not_compile_stays_separate_lines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from xlgraph.lower.backends.numba_backend import NumbaBackend
+
+    monkeypatch.setattr(NumbaBackend, "fuse", lambda self, fn, args: None)
+    losses, weights, source = _train("numba")
+    ref_losses, ref_weights, _ = _train("numpy")
+    assert "g0(" not in source and "j_gelu(" in source and "o_matmul(" in source
+    np.testing.assert_allclose(losses, ref_losses, **TOLERANCE["float32"])
+
+
+def test_segments_hold_one_raising_op_and_its_error_names_it() -> None:
+    """Two label checks in a row: two segments; a failing run names the op that raised (its
+    inputs and the user's line) and leaves the variables unchanged (one is updated first)."""
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        w = popxl.variable(np.ones((2, 3), np.float32), name="w")
+        lab = ops.host_load(ls := popxl.h2d_stream((2,), popxl.int32, "l"))
+        lab2 = ops.host_load(ls2 := popxl.h2d_stream((2,), popxl.int32, "l2"))
+        ops.scaled_add_(w, popxl.constant(np.ones((2, 3), np.float32)), b=0.5)
+        probs = ops.softmax(w, axis=1)
+        _, grad = ops.nll_loss_with_softmax_grad(probs, lab)
+        _, grad2 = ops.nll_loss_with_softmax_grad(ops.softmax(grad, axis=1), lab2)
+        out = ops.softmax(grad2, axis=1)
+        ops.host_store(popxl.d2h_stream(out.shape, out.dtype, "g"), out)
+    session = popxl.Session(ir, backend="numba", compile_in_background=False)
+    assert "g0(" in session.source and "g1(" in session.source
+    good = np.array([0, 2], np.int32)
+    with session:
+        for labels, where in [({ls: np.array([0, 3], np.int32), ls2: good}, "first"),
+                              ({ls: good, ls2: np.array([-1, 0], np.int32)}, "second")]:
+            with pytest.raises(ExecutionError, match="nll_loss_with_softmax_grad") as info:
+                session.run(labels)
+            message = str(info.value)
+            assert "out of range" in message and "created at test_backends.py:" in message
+            assert ("l2 i32[2]" in message) == (where == "second")
+            np.testing.assert_array_equal(session.get_tensor_data(w), np.ones((2, 3)))
+        session.run({ls: good, ls2: good})
+        np.testing.assert_array_equal(session.get_tensor_data(w), np.full((2, 3), 1.5))
 
 
 def test_attributes_without_a_loop_form_keep_the_numpy_kernel() -> None:

@@ -10,6 +10,13 @@ The source explains itself: a line that runs an op ends with a comment naming th
 tensors (``# %y:f32[8,32] = matmul %x %W``, prefixed by the subgraph's name when the op was
 inlined from one), and a header lists the constants and the views of fixed arrays it uses.
 
+With ``fuse`` and a backend that compiles (numba), runs of consecutive compiled loop calls and
+2-D matrix products become one compiled function each (a *segment*, ``g0``, ``g1``, ...): one
+call instead of one per op. Views (which read no data) made between them move before the
+segment's call. A segment holds at most one op that can raise (its line is attributed to that
+op; any other segment line to its first op). A segment that does not compile stays as its
+separate lines. The segments' source follows the step's, in comments.
+
 User text never becomes code: names reach the source only inside comments, escaped by
 ``annotate.comment``; string attributes appear as ``repr`` literals; attribute names that are not
 plain identifiers are passed as a bound dict. No line of the source may hold a character that is
@@ -32,9 +39,24 @@ from xlgraph.lower.layouts import pure_view
 from xlgraph.lower.plan import Plan, is_elementwise_ufunc
 from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.op import Op
+from xlgraph.ops.loops import RAISING
 
 _FILENAME = "<xlgraph-step>"
 _LITERALS = (bool, int, float, str, type(None))
+
+
+_ARRAY_NAME = re.compile(r"\b[bwnsvc]\d+\b")
+
+
+@dataclass(eq=False)
+class _Fused:
+    """One call of a segment: ``text`` in the fused function, ``plain`` as a step line."""
+
+    indent: int
+    text: str
+    plain: str
+    op: Op
+    raises: bool
 
 
 @dataclass(eq=False)
@@ -73,7 +95,7 @@ class _Writer:
     def __init__(self, program: Program, plans: dict[Program | Function, Plan],
                  buffers: list[np.ndarray], swaps: dict[Step, int], h2d: list[Any],
                  d2h: list[Any], transfers: int, backend: Backend | None = None,
-                 arrays: list[np.ndarray] = ()) -> None:
+                 arrays: list[np.ndarray] = (), fuse: bool = False) -> None:
         self.program = program
         self.backend = backend
         self.plans = plans
@@ -105,10 +127,22 @@ class _Writer:
         self.plan: Plan = plans[program]
         self.globals_made: dict[str, str] = {}  # constant and view globals -> what they hold
         self.loops = 0  # steps that run (or, without a backend, could run) a compiled loop
+        self.fuse = fuse and backend is not None and hasattr(backend, "fuse")
+        self.segment: list[_Fused] = []  # calls waiting to be fused
+        self.seg_namespace: dict[str, Any] = {"np": np}  # the segments' globals
+        self.seg_sources: list[str] = []
+        # Example arrays of the names whose array changes from run to run (host data, views of
+        # it): what a segment is compiled for.
+        self.samples: dict[str, np.ndarray] = {}
 
     # -- naming --------------------------------------------------------------------------------
-    def emit(self, indent: int, text: str, op: Op | None = None, note: str | None = None) -> None:
-        """Append a line; its comment is ``note`` or else ``op``'s listing line (escaped)."""
+    def emit(self, indent: int, text: str, op: Op | None = None, note: str | None = None,
+             hoist: bool = False) -> None:
+        """Append a line; its comment is ``note`` or else ``op``'s listing line (escaped).
+        A line that reads or writes no array data (``hoist``: binding a name, making a view)
+        goes before the calls waiting to be fused; any other comes after them."""
+        if not hoist:
+            self.flush()
         if note is None and op is not None:
             note = annotate.op_comment(op)
         if note is not None:
@@ -160,9 +194,20 @@ class _Writer:
     def set_name(self, slot: int, name: str, indent: int) -> None:
         """Name ``slot``; a loop-carried slot must be a local, so it gets an assignment."""
         if slot in self.carried and name != f"s{slot}":
-            self.emit(indent, f"s{slot} = {name}")
+            self.emit(indent, f"s{slot} = {name}", hoist=True)
+            self.sample_as(f"s{slot}", name)
             name = f"s{slot}"
         self.names[slot] = name
+
+    def sample(self, name: str) -> np.ndarray | None:
+        """An array of the type ``name`` holds in every run (None: unknown)."""
+        found = self.fixed.get(name)
+        return self.samples.get(name) if found is None else found
+
+    def sample_as(self, name: str, source: str) -> None:
+        found = self.sample(source)
+        if found is not None:
+            self.samples[name] = found
 
     # -- steps ---------------------------------------------------------------------------------
     def kernel(self, s: Step, indent: int) -> None:
@@ -190,7 +235,10 @@ class _Writer:
         if s in plan.use_out:
             outs = [f"b{plan.buffer_of[o]}" for o in s.outs]
             fn = self.bind_global(f"o_{d.name}", d.kernel_out)
-            if is_elementwise_ufunc(d.kernel_out) and not attrs:
+            if self.fusable_matmul(s, args, outs):
+                self.add_fused(_Fused(indent, f"np.dot({args[0]}, {args[1]}, {outs[0]})",
+                                      _call(fn, args, f", out={outs[0]}"), s.op, False))
+            elif is_elementwise_ufunc(d.kernel_out) and not attrs:
                 self.emit(indent, f"{fn}({', '.join([*args, outs[0]])})", s.op)
             else:
                 out = outs[0] if len(outs) == 1 else f"({', '.join(outs)})"
@@ -239,10 +287,77 @@ class _Writer:
             fn, [*fixed, *extra])
         name = self.bind_global(f"j_{d.name}", fn if direct is None else direct)
         call = f"{name}({', '.join([*args, *outs, *consts])})"
-        self.emit(indent, call, s.op)
+        if self.fuse and hasattr(fn, "overloads"):  # a compiled loop (not Python calling some)
+            for c in consts:
+                if not c[0].isdigit() and c[0] != "-":
+                    self.seg_namespace[c] = self.namespace[c]
+            self.seg_namespace[name] = fn
+            raises = getattr(fn, "py_func", None) in RAISING
+            self.add_fused(_Fused(indent, call, call, s.op, raises))
+        else:
+            self.emit(indent, call, s.op)
         for o, name in zip(s.outs, outs):
             self.set_name(o, name, indent)
         return True
+
+    def fusable_matmul(self, s: Step, args: list[str], outs: list[str]) -> bool:
+        """A 2-D float matrix product into a buffer, of contiguous operands that are not that
+        buffer: ``np.dot`` in a segment (the backend's BLAS)."""
+        if not (self.fuse and self.backend.blas and s.defn.kernel_out is np.matmul
+                and not s.attrs and len(outs) == 1):
+            return False
+        specs = [self.program.specs[x] for x in (*s.ins, *s.outs)]
+        dtype = specs[0].dtype.as_numpy()
+        if any(len(x.shape) != 2 or x.dtype.as_numpy() != dtype for x in specs) or (
+                np.dtype(dtype) not in (np.float32, np.float64)):
+            return False
+        samples = [self.sample(a) for a in args]
+        out = self.fixed[outs[0]]
+        return all(a is not None and (a.flags.c_contiguous or a.flags.f_contiguous)
+                   and not np.may_share_memory(a, out) for a in samples)
+
+    def add_fused(self, call: _Fused) -> None:
+        """Queue ``call`` for the current segment (a new one at another indent, or when both
+        it and the segment can raise)."""
+        if self.segment and (self.segment[0].indent != call.indent
+                             or call.raises and any(f.raises for f in self.segment)):
+            self.flush()
+        self.segment.append(call)
+
+    def flush(self) -> None:
+        """Emit the queued calls: as one segment call when there are several and it compiles,
+        else line by line."""
+        calls, self.segment = self.segment, []
+        if not calls:
+            return
+        call = self.compile_segment(calls) if len(calls) > 1 else None
+        if call is None:
+            for f in calls:
+                self.emit(f.indent, f.plain, f.op)
+            return
+        op = next((f.op for f in calls if f.raises), calls[0].op)
+        note = " | ".join(annotate.op_comment(f.op) for f in calls)
+        self.emit(calls[0].indent, call, op, note=f"fused: {note}")
+
+    def compile_segment(self, calls: list[_Fused]) -> str | None:
+        """The step's line that calls ``calls`` fused into one compiled function, or None
+        when some argument's type is unknown or the backend does not compile it."""
+        params = list(dict.fromkeys(n for f in calls for n in _ARRAY_NAME.findall(f.text)))
+        samples = [self.sample(p) for p in params]
+        if any(a is None for a in samples):
+            return None
+        name = f"g{len(self.seg_sources)}"
+        source = f"def {name}({', '.join(params)}):\n" + "".join(
+            f"    {f.text}\n" for f in calls)
+        code = compile(source, f"<xlgraph-segment-{name}>", "exec")
+        exec(code, self.seg_namespace)  # noqa: S102 - generated as the step is, names only
+        fn = self.backend.fuse(self.seg_namespace[name], samples)
+        if fn is None:
+            return None
+        fixed = all(p in self.fixed for p in params)
+        direct = self.backend.direct(fn, samples) if fixed else None
+        self.seg_sources.append(source)
+        return f"{self.bind_global(name, fn if direct is None else direct)}({', '.join(params)})"
 
     def scratch_text(self, s: Step) -> str:
         bufs = self.plan.scratch.get(s)
@@ -262,17 +377,35 @@ class _Writer:
                 self.namespace[name] = self.fixed[name] = arr
                 self.globals_made[name] = (f"{annotate.tensor_text(s.op, 0)}, a {s.defn.name} view "
                                            f"of {self.names[src]}")
+        hoist = False
         if name is None:
             fn = self.bind_global(f"k_{s.defn.name}", s.defn.kernel)
             name = _call(fn, args, attrs)
+            hoist = self.view_sample(s, f"s{out}", args)
         if s.copy_out:
             self.emit(indent, f"s{out} = np.array({name})", s.op)
             self.names[out] = f"s{out}"
+            self.samples.pop(f"s{out}", None)
         elif name.startswith("v"):
             self.set_name(out, name, indent)
         else:
-            self.emit(indent, f"s{out} = {name}", s.op)
+            self.emit(indent, f"s{out} = {name}", s.op, hoist=hoist)
             self.names[out] = f"s{out}"
+
+    def view_sample(self, s: Step, name: str, args: list[str]) -> bool:
+        """Record the example array of a view of arrays whose examples are known; whether the
+        view shares its input's memory (then making it reads no data: it may be hoisted)."""
+        ins = [self.sample(a) for a in args]
+        if not pure_view(s) or any(a is None for a in ins):
+            return False
+        try:
+            arr = s.defn.kernel(*ins, **s.attrs)
+        except Exception:  # noqa: BLE001 - no example: the segment stays separate lines
+            return False
+        if not isinstance(arr, np.ndarray) or not np.may_share_memory(arr, ins[0]):
+            return False
+        self.samples[name] = arr
+        return True
 
     def step(self, s: Step, indent: int) -> None:
         k = s.kind
@@ -293,6 +426,8 @@ class _Writer:
             self.emit(indent, f"s{s.outs[0]} = {f'np.array({expr})' if s.copy_out else expr}",
                       s.op)
             self.names[s.outs[0]] = f"s{s.outs[0]}"
+            spec = self.program.specs[s.outs[0]]  # inputs come C-contiguous (HostIO)
+            self.samples[f"s{s.outs[0]}"] = np.empty(spec.shape, spec.dtype.as_numpy())
         elif k == "host_store":
             i = self.d2h[s.attrs["stream"]]
             self.counter(s, indent)
@@ -357,6 +492,7 @@ class _Writer:
             self.emit(indent + 1, f"{dst} = {src}")
         elif not s.body:
             self.emit(indent + 1, "pass")
+        self.flush()
 
     def branch(self, body: list[Step], results: list[tuple[int, int]], indent: int) -> None:
         """One arm of a ``cond``: its steps, then a fresh copy of each result in the output."""
@@ -367,6 +503,7 @@ class _Writer:
             self.names[dst] = f"s{dst}"
         if not body and not results:
             self.emit(indent, "pass")
+        self.flush()
 
     # -- functions -----------------------------------------------------------------------------
     def transfer_indices(self) -> None:
@@ -432,16 +569,20 @@ class _Writer:
         self.emit(1, "return None")
         header = annotate.header(self.lines, self.globals_made)
         self.line_ops = {line + len(header): op for line, op in self.line_ops.items()}
-        if not all(line.isprintable() for line in header + self.lines):
+        segments = [f"# {line}".rstrip() for source in self.seg_sources
+                    for line in ["", f"segment {source.split('(')[0][4:]}, compiled:",
+                                 *source.splitlines()]]
+        lines = header + self.lines + segments
+        if not all(line.isprintable() for line in lines):
             raise AssertionError("a generated line holds a line break or another non-printable "
                                  "character: a name reached it unescaped (please report this)")
-        return "\n".join(header + self.lines) + "\n"
+        return "\n".join(lines) + "\n"
 
 
 def generate(program: Program, plans: dict[Program | Function, Plan],
              buffers: list[np.ndarray], swaps: dict[Step, int], h2d: list[Any], d2h: list[Any],
              transfers: int, backend: Backend | None = None,
-             arrays: list[np.ndarray] = ()) -> CompiledStep:
+             arrays: list[np.ndarray] = (), fuse: bool = False) -> CompiledStep:
     """Compile ``program`` into a Python function ``step(IN, OUT, V, N)``.
 
     ``plans`` maps each body (the program and each function) to its buffer plan and
@@ -450,9 +591,11 @@ def generate(program: Program, plans: dict[Program | Function, Plan],
     ``program.variable_slots`` order) and ``N`` the spare arrays of the variables in ``swaps``
     (``{step: variable slot}``, in slot order), which those steps write instead. With a
     ``backend``, steps whose op has a loop form call its compiled version instead; ``arrays``
-    (the variables' device arrays, as ``V``) lets calls on variables skip its type dispatch.
+    (the variables' device arrays, as ``V``) lets calls on variables skip its type dispatch;
+    ``fuse`` runs consecutive compiled calls as segments (see the module docstring).
     """
-    writer = _Writer(program, plans, buffers, swaps, h2d, d2h, transfers, backend, arrays)
+    writer = _Writer(program, plans, buffers, swaps, h2d, d2h, transfers, backend, arrays,
+                     fuse)
     source = writer.source()
     code = compile(source, _FILENAME, "exec")
     namespace = writer.namespace

@@ -97,7 +97,8 @@ class CompiledExecutable:
     """The generated step function."""
 
     def __init__(self, ir: Ir, backend: Backend | None = None,
-                 ctx: ReplicaContext | None = None, defer: bool = False) -> None:
+                 ctx: ReplicaContext | None = None, defer: bool = False,
+                 fuse: bool = False) -> None:
         program = flatten(ir)
         self.ctx = ctx
         varying = set() if ctx is None else replicate(program, ctx)
@@ -134,7 +135,7 @@ class CompiledExecutable:
         self.buffers = pool.allocate()
         self._generate = functools.partial(generate, program, plans, self.buffers, swaps,
                                            self.h2d, self.d2h, ir.num_host_transfers,
-                                           arrays=arrays)
+                                           arrays=arrays, fuse=fuse)
         self.compiled = self._generate(None if defer else backend)
         self.source = self.compiled.source
         # With ``defer``, the backend whose kernels are still to compile (None when none of the
@@ -215,7 +216,7 @@ class InterpretedExecutable:
 @collector_paused  # millions of long-lived objects: see xlgraph.core.collector
 def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
           exchange: Any = None, check_numerics: bool = False, defer: bool = False,
-          ) -> CompiledExecutable | InterpretedExecutable:
+          fuse: bool = False) -> CompiledExecutable | InterpretedExecutable:
     """Check ``ir`` and build its executable: compiled for ``backend`` (see
     ``xlgraph.lower.backends``), interpreted when not ``optimize``, and over a replica axis
     when the Ir has several replicas (``exchange`` links instances, see ``xlgraph.dist``).
@@ -223,7 +224,8 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
     (``xlgraph.lower.numerics``). Under ``enableFloatingPointChecks`` the compiled plan keeps
     to numpy's kernels, whose floating-point traps the Session turns on: compiled loops
     report no IEEE flags. With ``defer`` the compiled plan starts on numpy's kernels and leaves
-    the backend's to compile later (``CompiledExecutable.deferred``)."""
+    the backend's to compile later (``CompiledExecutable.deferred``). ``fuse`` runs
+    consecutive compiled calls as one compiled function each (``xlgraph.lower.codegen``)."""
     if ir.session_options.enableInplaceAmbiguityChecking:
         check_inplace_order(ir)
     graph_depth(ir)  # refuses graphs that call each other in a cycle
@@ -235,5 +237,5 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
         chosen = get_backend(backend)
         if ir.session_options.enableFloatingPointChecks:
             chosen = None
-        return CompiledExecutable(ir, chosen, ctx, defer)
+        return CompiledExecutable(ir, chosen, ctx, defer, fuse)
     return InterpretedExecutable(ir, ctx=ctx)

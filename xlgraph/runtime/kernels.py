@@ -32,11 +32,17 @@ class _Stoppable:
     def __init__(self, backend: Any, stop: threading.Event) -> None:
         self._backend, self._stop = backend, stop
         self.name = backend.name
+        self.blas = backend.blas
 
     def kernel(self, *args: Any) -> Any:
         if self._stop.is_set():
             raise Stopped
         return self._backend.kernel(*args)
+
+    def fuse(self, *args: Any) -> Any:
+        if self._stop.is_set():
+            raise Stopped
+        return self._backend.fuse(*args)
 
     def direct(self, *args: Any) -> Any:
         return self._backend.direct(*args)

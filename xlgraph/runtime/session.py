@@ -84,6 +84,9 @@ class Session:
             kernels and compile the backend's on a thread the Session owns, swapping them in
             between two runs when ready (``wait_for_kernels``; ``xlgraph.runtime.kernels``).
             False compiles them before the Session is made.
+        fuse_steps: with a compiling backend, run each stretch of consecutive compiled loops
+            and 2-D matrix products as one compiled function (one call instead of one per op;
+            ``xlgraph.lower.codegen``). False keeps a call per op.
 
     Concurrent calls of ``run`` (and of the weight methods) from several threads are
     serialised: each takes the Session's lock in turn.
@@ -97,7 +100,7 @@ class Session:
                  *, optimize: bool = True, blas_threads: int | str | None = "auto",
                  backend: str | None = None, chunk_threads: int | str = "auto",
                  ipu_model: IPUModel | None = None, check_numerics: bool = False,
-                 compile_in_background: bool = True) -> None:
+                 compile_in_background: bool = True, fuse_steps: bool = True) -> None:
         if not ir.main_graph.ops and not ir.main_graph.variables:
             raise EmptyProgramError(
                 f"Session: {ir!r} has no operations and no variables in its main graph, so there "
@@ -112,7 +115,7 @@ class Session:
         self.ir = ir
         self.weights_to_host_on_exit = weights_to_host_on_exit
         self.executable = lower(ir, optimize, backend, _exchange(ir), check_numerics,
-                                defer=compile_in_background)
+                                defer=compile_in_background, fuse=fuse_steps)
         self.layout.held_once = self.executable.held_once
         model = self.device.model
         self._memory = None if model is None else model_memory(ir, self.executable, model)

@@ -39,6 +39,8 @@ class NumbaBackend:
     """Compiles loop forms with numba; see the module docstring."""
 
     name = "numba"
+    # Whether ``np.dot`` compiles in a segment: numba calls BLAS through scipy.
+    blas = importlib.util.find_spec("scipy") is not None
 
     def __init__(self) -> None:
         if not available():
@@ -71,6 +73,19 @@ class NumbaBackend:
         types = [numba.typeof(np.empty(s.shape, s.dtype.as_numpy())) for s in (*ins, *outs)]
         dispatcher.compile(tuple(types + [numba.typeof(x) for x in extra]))
         return dispatcher, extra
+
+    def fuse(self, fn: Callable[..., Any], args: list[np.ndarray]) -> Any:
+        """``fn`` (a generated segment: Python calling this backend's dispatchers and
+        ``np.dot``) compiled for the types of ``args``, or None where numba cannot compile it.
+        Not cached on disk: the source is generated (a Session compiles its segments once)."""
+        import numba
+
+        dispatcher = numba.njit(error_model="numpy")(fn)
+        try:
+            dispatcher.compile(tuple(numba.typeof(a) for a in args))
+        except Exception:  # noqa: BLE001 - numba's typing and lowering errors: keep the lines
+            return None
+        return dispatcher
 
     def direct(self, fn: Any, args: list[Any]) -> Callable[..., Any] | None:
         """The compiled entry point of dispatcher ``fn`` for the types of ``args`` (the arrays
