@@ -26,6 +26,7 @@ not printable (checked before it is compiled), so a name can never end a line an
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,12 @@ _LITERALS = (bool, int, float, str, type(None))
 
 
 _ARRAY_NAME = re.compile(r"\b[bwnsvc]\d+\b")
+# The largest matrix product (multiply-adds) a segment takes: numba's ``np.dot`` calls scipy's
+# OpenBLAS, which is as fast as numpy's for the MNIST step's small products (float32, one
+# thread: 784x8 @ 8x32 3.0 vs 3.3 us, 8x784 @ 784x32 3.7 vs 3.8) but slower for some larger
+# ones (784x256 @ 256x32 from a transposed operand 123 vs 84 us, 80x784 @ 784x32 40 vs 34);
+# there one call's overhead is lost in the product anyway.
+FUSED_MATMUL_MAX = 1 << 20
 
 
 @dataclass(eq=False)
@@ -309,7 +316,8 @@ class _Writer:
         specs = [self.program.specs[x] for x in (*s.ins, *s.outs)]
         dtype = specs[0].dtype.as_numpy()
         if any(len(x.shape) != 2 or x.dtype.as_numpy() != dtype for x in specs) or (
-                np.dtype(dtype) not in (np.float32, np.float64)):
+                np.dtype(dtype) not in (np.float32, np.float64)
+                or math.prod(specs[0].shape) * specs[1].shape[1] > FUSED_MATMUL_MAX):
             return False
         samples = [self.sample(a) for a in args]
         out = self.fixed[outs[0]]
