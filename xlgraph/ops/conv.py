@@ -11,7 +11,7 @@ when the Session allows, see ``xlgraph.runtime.threads``): ``conv`` and
 (col2im), channels-last so that each add runs over long rows. The im2col copy runs over the
 innermost axis of its source: with more channels than output columns (and one group) the data is
 first made channels-last, so that the copy runs over channels and the whole chunk is one matmul
-(``_channels_last``).
+(``window.channels_last``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from xlgraph.ops.loops import Composite, float_only
 from xlgraph.ops.replicas import batch_rule
 from xlgraph.ops.window import (
     Ints,
+    channels_last,
     check_positive,
     checked,
     crop,
@@ -43,6 +44,7 @@ from xlgraph.ops.window import (
     windows,
 )
 from xlgraph.ops.window_loops import col2im_2d
+from xlgraph.ops.window_parallel import conv_grad_weight_loop, conv_loop, conv_transpose_loop
 from xlgraph.tensor import Tensor, TensorSpec
 
 PadType = Literal["not_set", "same_upper", "same_lower", "valid"]  # pad_type values
@@ -58,21 +60,6 @@ def _patches(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints,
     xp = pad_to(x, pads[:n], extents(out, kernel, stride, dilation), 0)
     view = windows(xp, kernel, stride, dilation, out)  # (N, C, *out, *kernel)
     return view.transpose(0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n)), out
-
-
-def _channels_last(x: np.ndarray, groups: int, out: Ints, kernel: Ints, stride: Ints,
-                   dilation: Ints) -> bool:
-    """Whether im2col goes through channels-last data: with one group, when its copy runs over
-    at least twice as many contiguous elements as the channels-first copy (a window row's
-    taps x channels, against a row of output positions). CPU time of the copy and the matmul,
-    float32, channels-last against channels-first, us, as (batch, C, size, kernel): conv
-    (8, 4, 13, 3) 79 / 58, (8, 16, 28, 3) 844 / 638, (8, 1, 28, 3) 321 / 67; (8, 16, 13, 3)
-    149 / 163, the MNIST CNN's second conv (8, 32, 13, 3) 411 / 461 and its weight gradient
-    417 / 525, the Fashion-MNIST model's second conv (16, 5, 13, 5) 139 / 165 and its weight
-    gradient 135 / 197."""
-    run_last = x.shape[1] * (kernel[-1] if dilation[-1] == 1 else 1)
-    run_first = out[-1] if stride[-1] == 1 else 1
-    return groups == 1 and run_last >= 2 * run_first
 
 
 def _channels_last_patches(x: np.ndarray, kernel: Ints, stride: Ints, pads: Ints,
@@ -104,7 +91,7 @@ def _conv_out(x: np.ndarray, w: np.ndarray, out: np.ndarray, stride: Ints, pads:
     # copy a chunk's patches, then one matmul per item and group writes (B, M, positions)
     # into ``out`` (C-contiguous, as the buffer pool's are)
     m, k, p = w.shape[0], x.shape[1] * int(np.prod(w.shape[2:])), int(np.prod(out.shape[2:]))
-    if _channels_last(x, groups, out.shape[2:], w.shape[2:], stride, dilation):
+    if channels_last(x.shape[1], groups, out.shape[2:], w.shape[2:], stride, dilation):
         rows = _channels_last_patches(x, w.shape[2:], stride, pads, dilation, out.shape[2:])
         w_t = _taps_last(w).T
 
@@ -179,10 +166,12 @@ def _conv_transpose_out(x: np.ndarray, w: np.ndarray, out: np.ndarray, stride: I
 
 def _conv_transpose_loop(ins: list[TensorSpec], **attrs: Any) -> Any:
     """The compiled backend's form of ``conv_transpose`` for float data with two spatial
-    dims: the numpy kernel with ``window_loops.col2im_2d`` for its adds."""
+    dims: the parallel loop for one group (``window_parallel``), else the numpy kernel with
+    ``window_loops.col2im_2d`` for its adds."""
     if len(attrs["size"]) != 2 or float_only(ins[0], col2im_2d) is None:
         return None
-    return Composite(_conv_transpose_out, attrs, {"col2im": col2im_2d}), ()
+    return (conv_transpose_loop(ins, **attrs)
+            or (Composite(_conv_transpose_out, attrs, {"col2im": col2im_2d}), ()))
 
 
 def _conv_grad_weight(dy: np.ndarray, x: np.ndarray, stride: Ints, pads: Ints, dilation: Ints,
@@ -195,7 +184,7 @@ def _conv_grad_weight_out(dy: np.ndarray, x: np.ndarray, out: np.ndarray, stride
                           pads: Ints, dilation: Ints, groups: int, kernel: Ints) -> np.ndarray:
     sp = out_shape(x.shape[2:], kernel, stride, pads, dilation)
     m, k, p = dy.shape[1], x.shape[1] * int(np.prod(kernel)), int(np.prod(sp))
-    if _channels_last(x, groups, sp, kernel, stride, dilation):
+    if channels_last(x.shape[1], groups, sp, kernel, stride, dilation):
         rows = _channels_last_patches(x, kernel, stride, pads, dilation, sp)
 
         def chunk_last(sl: slice) -> np.ndarray:  # (M, B positions) @ (B positions, K)
@@ -347,7 +336,7 @@ def macs(per: int, weight: int) -> CostFn:
 # conv_transpose: every input element spreads over (C_out / groups) x kernel outputs;
 # conv_grad_weight: every dy element meets (C_in / groups) x kernel patch elements (the output)
 _CONV = OpDef("conv", _conv_infer, _conv, _conv_grad, kernel_out=_conv_out,
-              samples=_conv_samples, cost=macs(per=2, weight=1), threaded=True,
+              loop=conv_loop, samples=_conv_samples, cost=macs(per=2, weight=1), threaded=True,
               replicated=batch_rule(_conv))
 _CONV_TRANSPOSE = OpDef("conv_transpose", _conv_transpose_infer, _conv_transpose,
                         _conv_transpose_grad, kernel_out=_conv_transpose_out,
@@ -355,7 +344,8 @@ _CONV_TRANSPOSE = OpDef("conv_transpose", _conv_transpose_infer, _conv_transpose
                         cost=macs(per=0, weight=1), threaded=True,
                         replicated=batch_rule(_conv_transpose))
 _CONV_GRAD_WEIGHT = OpDef("conv_grad_weight", _grad_weight_infer, _conv_grad_weight,
-                          kernel_out=_conv_grad_weight_out, samples=_grad_weight_samples,
+                          kernel_out=_conv_grad_weight_out, loop=conv_grad_weight_loop,
+                          samples=_grad_weight_samples,
                           cost=macs(per=0, weight=2),
                           threaded=True, replicated=batch_rule(_conv_grad_weight, (0, 1), True))
 

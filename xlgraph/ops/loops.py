@@ -51,11 +51,13 @@ def float_only(spec: TensorSpec, fn: Callable[..., None], consts: tuple[Any, ...
 class Composite:
     """A loop form that stays Python and calls compiled loops for its inner work (a kernel
     whose matmuls stay with BLAS): the backend calls ``fn(*inputs, *outputs, **kwargs,
-    **compiled)``, ``compiled`` mapping each name of ``loops`` to that loop compiled."""
+    **compiled)``, ``compiled`` mapping each name of ``loops`` to that loop compiled;
+    ``parallel`` loops use ``prange`` (``xlgraph.ops.window_parallel``)."""
 
     fn: Callable[..., Any]
     kwargs: dict[str, Any]
     loops: dict[str, Callable[..., Any]]
+    parallel: bool = False
 
 
 def gelu(x, out, a, b, one, top):  # noqa: ANN001, ANN201 - numba infers the types

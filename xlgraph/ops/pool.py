@@ -34,7 +34,7 @@ from xlgraph.ops.window import (
     taps,
     valid_counts,
 )
-from xlgraph.ops.window_loops import max_pool_grad_loop, max_pool_loop
+from xlgraph.ops.window_parallel import max_pool_grad_loop, max_pool_loop
 from xlgraph.tensor import Tensor, TensorSpec
 
 

@@ -13,9 +13,6 @@ Max is exact, so the results are numpy's bits.
 
 from __future__ import annotations
 
-from typing import Any
-
-from xlgraph.ops.loops import float_only
 from xlgraph.tensor import TensorSpec
 
 
@@ -97,25 +94,9 @@ def col2im_2d(cols, buf, oh, ow, kh, kw, sh, sw, dh, dw):  # noqa: ANN001, ANN20
                                 buf[n, g, r, q, k] += cols[n, t, g, i * ow + j, k]
 
 
-def _is_2x2(x: TensorSpec, kernel: tuple[int, ...], stride: tuple[int, ...],
-            pads: tuple[int, ...], dilation: tuple[int, ...], ceil_mode: bool) -> bool:
+def is_2x2(x: TensorSpec, kernel: tuple[int, ...], stride: tuple[int, ...],
+           pads: tuple[int, ...], dilation: tuple[int, ...], ceil_mode: bool) -> bool:
     """2x2 windows at stride 2 inside the data: no padding or dilation, and with
     ``ceil_mode`` even sizes (an odd one gets a last window that sticks out)."""
     return (kernel == (2, 2) and stride == (2, 2) and not any(pads) and dilation == (1, 1)
             and len(x.shape) == 4 and not (ceil_mode and (x.shape[2] % 2 or x.shape[3] % 2)))
-
-
-def max_pool_loop(ins: list[TensorSpec], kernel: tuple[int, ...], stride: tuple[int, ...],
-                  pads: tuple[int, ...], dilation: tuple[int, ...], ceil_mode: bool) -> Any:
-    """``max_pool``'s loop form for float data and the geometry of ``_is_2x2``."""
-    if not _is_2x2(ins[0], kernel, stride, pads, dilation, ceil_mode):
-        return None
-    return float_only(ins[0], max_pool_2x2)
-
-
-def max_pool_grad_loop(ins: list[TensorSpec], kernel: tuple[int, ...], stride: tuple[int, ...],
-                       pads: tuple[int, ...], dilation: tuple[int, ...], ceil_mode: bool) -> Any:
-    """``max_pool_grad``'s loop form for float data and the geometry of ``_is_2x2``."""
-    if not _is_2x2(ins[1], kernel, stride, pads, dilation, ceil_mode):
-        return None
-    return float_only(ins[0], max_pool_2x2_grad)

@@ -47,13 +47,21 @@ class NumbaBackend:
             raise ImportError("backend='numba' needs numba: pip install xlgraph[fast]")
         self._jitted: dict[Callable[..., Any], Any] = {}  # loop form -> its numba dispatcher
 
-    def jitted(self, fn: Callable[..., Any]) -> Any:
-        """The numba dispatcher of a loop form (made once per backend)."""
+    def jitted(self, fn: Callable[..., Any], parallel: bool = False) -> Any:
+        """The numba dispatcher of a loop form (made once per backend); ``parallel`` loops
+        (``xlgraph.ops.window_parallel``) run their ``prange`` on numba's threads where those
+        wait by spinning, else in turn."""
         found = self._jitted.get(fn)
         if found is None:
             import numba
 
-            found = self._jitted[fn] = numba.njit(cache=True, error_model="numpy")(fn)
+            if parallel:
+                from xlgraph.lower.backends import numba_parallel
+
+                numba_parallel.bind()
+                parallel = numba_parallel.threads_spin()
+            found = self._jitted[fn] = numba.njit(cache=True, error_model="numpy",
+                                                  parallel=parallel)(fn)
         return found
 
     def kernel(self, loop: Callable[..., Any], ins: list[TensorSpec], outs: list[TensorSpec],
@@ -67,7 +75,7 @@ class NumbaBackend:
 
         fn, extra = found
         if isinstance(fn, Composite):  # Python calling compiled loops (compiled when first met)
-            compiled = {name: self.jitted(loop) for name, loop in fn.loops.items()}
+            compiled = {name: self.jitted(loop, fn.parallel) for name, loop in fn.loops.items()}
             return functools.partial(fn.fn, **fn.kwargs, **compiled), extra
         dispatcher = self.jitted(fn)
         types = [numba.typeof(np.empty(s.shape, s.dtype.as_numpy())) for s in (*ins, *outs)]
