@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from doc_generators import load_generator
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "docs" / "generate_api.py"
 
 
 @pytest.fixture(scope="module")
 def gen():
     pytest.importorskip("torch")  # xlgraph.poptorch is documented too; CI installs torch
-    spec = importlib.util.spec_from_file_location("generate_api", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_generator("generate_api")
 
 
 def test_api_md_is_up_to_date(gen) -> None:

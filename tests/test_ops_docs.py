@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from doc_generators import load_generator
 
 from xlgraph.op import BUILDERS, REGISTRY
 
@@ -20,10 +20,7 @@ ALIAS = re.compile(r"alias: `([\w.]+)`")
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("generate_ops", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_generator("generate_ops")
 
 
 def test_ops_md_is_up_to_date() -> None:
