@@ -204,3 +204,45 @@ def test_no_gradient_path_gives_zeros() -> None:
         got = session.run()
     np.testing.assert_array_equal(got[streams[0]], 0.0)
     np.testing.assert_array_equal(got[streams[1]], 1.0)
+
+
+@pytest.mark.parametrize("weight_used_twice", [False, True])
+def test_transposed_weight_gradient_comes_out_in_the_weights_layout(
+        weight_used_twice: bool) -> None:
+    """``x @ w.T`` (torch's linear): w's gradient is ``dy.T @ x``, one matmul of w's shape,
+    not a transposed view of ``x.T @ dy``; with two uses of w.T the gradients still add up."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(RNG.normal(size=(4, 6)), popxl.float64, name="x")
+        w = popxl.variable(RNG.normal(size=(5, 6)), popxl.float64, name="w")
+
+        def linear(a, b):
+            wt = ops.transpose(b, (1, 0))
+            y = ops.matmul(a, wt)
+            if weight_used_twice:
+                y = y * ops.matmul(ops.tanh(a), wt)
+            return ops.sum(ops.tanh(y))
+
+        graph = ir.create_graph(linear, x.spec, w.spec)
+        site = ops.call_with_info(graph, x, w)
+        info = autodiff(graph)
+        seed = popxl.constant(1.0, popxl.float64)
+        grad_site = ops.call_with_info(info.graph, seed, inputs_dict=info.inputs_dict(site))
+        dw = info.fwd_parent_ins_to_grad_parent_outs(site, grad_site)[w]
+        stream = popxl.d2h_stream(w.shape, w.dtype, "dw")
+        ops.host_store(stream, dw)
+    index = [c.fwd_tensor for c in info.expected_outputs].index(graph.inputs[1])
+    made = info.graph.outputs[index].producer
+    if not weight_used_twice:
+        assert made.defn.name == "matmul" and made.outputs[0].shape == (5, 6)
+    with popxl.Session(ir) as session:
+        got = session.run()[stream]
+    xv, wv = session.get_tensor_data(x), session.get_tensor_data(w)
+
+    def f(wa):
+        y = xv @ wa.T
+        if weight_used_twice:
+            y = y * (np.tanh(xv) @ wa.T)
+        return float(np.sum(np.tanh(y)))
+
+    np.testing.assert_allclose(got, _numeric_grad(f, wv), rtol=1e-6, atol=1e-9)

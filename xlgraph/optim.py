@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes, ops
+from xlgraph.ops.sgd_updates import sgd_momentum_, sgd_update_
 from xlgraph.ops.var_updates import (
     accumulate_moving_average_,
     accumulate_moving_average_square_,
@@ -115,14 +116,16 @@ class Optimizer:
             p_lr, p_step = (lr, step) if p.dtype == lr.dtype else (
                 ops.cast(lr, p.dtype), None if step is None else ops.cast(step, p.dtype))
             new_p = self._step_param(p, grads[pname], slots, p_lr, p_step)
-            copy_var_update_(p, new_p)
+            if new_p is not None:  # else the step updated p in place
+                copy_var_update_(p, new_p)
 
     def _l2(self, p: Tensor, g: Tensor) -> Tensor:
         return g + p * self.weight_decay if self.weight_decay else g
 
     def _step_param(self, p: Tensor, g: Tensor, slots: dict[str, Tensor], lr: Tensor,
                     step: Tensor | None) -> Tensor:
-        """Write the slot updates and return the new value of ``p``."""
+        """Write the slot updates and return the new value of ``p`` (None when it updated
+        ``p`` in place)."""
         raise NotImplementedError
 
 
@@ -143,19 +146,20 @@ class SGD(Optimizer):
         self.uses_step = bool(momentum and dampening)
 
     def _step_param(self, p, g, slots, lr, step):
-        g = self._l2(p, g)
-        if self.momentum:
-            buf = slots["momentum_buffer"]
-            if self.dampening:
-                # step 1 takes the gradient undamped: coefficient 1 then 1 - dampening after
-                first = ops.cast(ops.equal(step, 1.0), step.dtype)
-                coef = first * self.dampening + (1.0 - self.dampening)
-                new_buf = buf * self.momentum + g * coef
-            else:
-                new_buf = buf * self.momentum + g
-            copy_var_update_(buf, new_buf)
-            g = g + new_buf * self.momentum if self.nesterov else new_buf
-        return p - lr * g
+        # two fused in-place updates (xlgraph.ops.sgd_updates): the buffer, then the weight
+        wd = self.weight_decay
+        if not self.momentum:
+            sgd_update_(p, g, lr, weight_decay=wd)
+            return None
+        # step 1 takes the gradient undamped: coefficient 1 then 1 - dampening after
+        buf = sgd_momentum_(slots["momentum_buffer"], g, p if wd else None,
+                            step if self.dampening else None, momentum=self.momentum,
+                            dampening=self.dampening, weight_decay=wd)
+        if self.nesterov:
+            sgd_update_(p, g, lr, buf, momentum=self.momentum, weight_decay=wd)
+        else:
+            sgd_update_(p, buf, lr)
+        return None
 
 
 class Adam(Optimizer):

@@ -100,9 +100,14 @@ def _streams(specs: Sequence[TensorSpec], prefix: str) -> list[HostToDeviceStrea
 
 
 def _loop(ir: Ir, body: Graph, count: int, bound: Mapping[Tensor, Variable]) -> None:
-    """Repeat ``body`` in the main graph; the variables it updates in place stay updated."""
+    """Repeat ``body`` in the main graph; the variables it updates in place stay updated. Once
+    is a plain call: its steps are then the run's own, whose first writes of a variable the
+    lowering can direct to a spare array instead of snapshotting the variable each run."""
     with ir.main_graph, in_sequence():
-        site = ops.repeat_with_info(body, count, inputs_dict=bound)
+        if count == 1:
+            site = ops.call_with_info(body, inputs_dict=bound)
+        else:
+            site = ops.repeat_with_info(body, count, inputs_dict=bound)
         for v in dict.fromkeys(bound.values()):
             site.set_parent_input_modified(v)
 

@@ -109,7 +109,16 @@ def _transpose_replicated(ctx: Any, x: np.ndarray, permutation: tuple[int, ...])
 
 
 def _transpose_grad(g: Any, dy: Tensor) -> tuple[Tensor]:
-    return (transpose(dy, tuple(int(i) for i in np.argsort(g.attrs["permutation"]))),)
+    inverse = tuple(int(i) for i in np.argsort(g.attrs["permutation"]))
+    made = dy.producer
+    if (inverse == (1, 0) and made is not None and made.defn.name == "matmul"
+            and all(t.rank == 2 for t in made.inputs)):
+        # (a b)^T as b^T a^T (the same matmul op): the gradient of a transposed weight
+        # (``x @ w.T``) comes out in the weight's own layout, as torch computes it, instead of
+        # as a transposed view
+        a, b = made.inputs
+        return (apply1(made.defn, [transpose(b, (1, 0)), transpose(a, (1, 0))], made.attrs),)
+    return (transpose(dy, inverse),)
 
 
 def _transpose_samples(rng: np.random.Generator) -> list[Sample]:

@@ -18,13 +18,14 @@ from xlgraph.ops.optim_updates import (
     lamb_updater,
     scalar,
 )
+from xlgraph.ops.sgd_updates import sgd_momentum_, sgd_update_
 from xlgraph.tensor import Tensor, TensorSpec
 
 __all__ = [
     "accumulate_", "copy_var_update_", "accumulate_square_", "accumulate_mean_",
     "accumulate_moving_average_", "accumulate_moving_average_square_", "accumulator_scale_",
     "accumulator_zero_", "sparse_accumulate_", "adam_updater", "lamb_updater", "adamax_updater",
-    "adam_var_update",
+    "adam_var_update", "sgd_momentum_", "sgd_update_",
 ]
 
 

@@ -35,6 +35,7 @@ from xlgraph.poptorch.enums import (
     OutputMode,
     ReductionType,
 )
+from xlgraph.poptorch.fastcall import FastCall
 from xlgraph.poptorch.lowering import (
     Lowered,
     flat_tensors,
@@ -65,6 +66,7 @@ class _Compiled:
     loss_stream: Any
     input_specs: list[tuple[tuple[int, ...], torch.dtype]]
     concrete: list[Any]
+    fast: FastCall | None
     optimizer: Any = None
     seed: Any = None
 
@@ -326,8 +328,12 @@ class PoplarExecutor:
         sync = weights.WeightSync(session, variables, self._traced, torch_to_numpy)
         input_specs = [(tuple(v.shape), v.dtype) for v in flat_tensors(args)]
         concrete = _concrete(args)
+        fast = FastCall.plan(self._signature, input_specs, concrete, self._steps, self._replicas,
+                             self.options.synthetic_data, self.options.output_mode, streams,
+                             out_streams, lowered.output_dtypes, lowered.constant_outputs,
+                             lowered.out_spec)
         self._compiled = _Compiled(session, lowered, sync, streams, out_streams, loss_stream,
-                                   input_specs, concrete, xl_optimizer, seed_var)
+                                   input_specs, concrete, fast, xl_optimizer, seed_var)
         self.blocks = dict(blocks)
         session.__enter__()
         if self.training:
@@ -345,7 +351,40 @@ class PoplarExecutor:
 
     # -- calling -----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        bound = self._bind(args, kwargs)
+        compiled = self._compiled
+        fast = None if compiled is None or kwargs else compiled.fast
+        feeds = None if fast is None else fast.feeds(args)
+        if feeds is None:  # the general path: bind, check the signature, convert
+            fast = None
+            compiled, feeds = self._prepare(self._bind(args, kwargs))
+        if not compiled.session.is_attached:
+            self.attachToDevice()
+        if not self.training:
+            weights.fetch_trained(self._user_model)
+        compiled.sync.upload_changed()
+        out = compiled.session.run(feeds)
+        if self.training:
+            compiled.sync.host_stale = True
+            # the device stepped the optimizer: flag it as optimizer.step() does, so torch's LR
+            # schedulers know the step came before theirs
+            self._optimizer._opt_called = True
+            if self._grad_streams:
+                self._keep_anchored_gradients(out)
+        elif compiled.lowered.buffer_updates:  # buffers forward updated keep their new values
+            compiled.sync.host_stale = True
+            compiled.sync.download()
+        if fast is not None:
+            return fast.results(out)
+        mode = self.options.output_mode
+        period = self.options.output_return_period
+        results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,
+                                                period)).to(dtype)
+                   for s, dtype in zip(compiled.output_streams, compiled.lowered.output_dtypes)]
+        return pytree.tree_unflatten(compiled.lowered.results(results), compiled.lowered.out_spec)
+
+    def _prepare(self, bound: dict[str, Any]) -> tuple[_Compiled, dict[Any, np.ndarray]]:
+        """Compile for ``bound`` if needed (again for a new input signature, as PopTorch does)
+        and convert its tensors to stream data."""
         if self._compiled is None:
             self._compile(bound)
         compiled = self._compiled
@@ -353,38 +392,17 @@ class PoplarExecutor:
         if any(t.requires_grad for t in tensors):
             warnings.warn("Input tensor has requires_grad=True set. This tensor will be "
                           "detached: the backward pass through inputs is not supported "
-                          "(as in PopTorch)", stacklevel=2)
+                          "(as in PopTorch)", stacklevel=3)
         got = [(tuple(t.shape), t.dtype) for t in tensors]
         if got != compiled.input_specs or _concrete(bound) != compiled.concrete:
-            # a new input signature: capture and compile again, as PopTorch does
             compiled.sync.download()
             if compiled.session.is_attached:
                 compiled.session.__exit__(None, None, None)
             self._compiled = None
             self._compile(bound)
             compiled = self._compiled
-        if not compiled.session.is_attached:
-            self.attachToDevice()
-        if not self.training:
-            weights.fetch_trained(self._user_model)
-        compiled.sync.upload_changed()
-        feeds = {stream: self._feed(stream, t) for stream, t in zip(compiled.streams, tensors)}
-        out = compiled.session.run(feeds)
-        if self.training:
-            compiled.sync.host_stale = True
-            # the device stepped the optimizer: flag it as optimizer.step() does, so torch's LR
-            # schedulers know the step came before theirs
-            self._optimizer._opt_called = True
-            self._keep_anchored_gradients(out)
-        elif compiled.lowered.buffer_updates:  # buffers forward updated keep their new values
-            compiled.sync.host_stale = True
-            compiled.sync.download()
-        mode = self.options.output_mode
-        period = self.options.output_return_period
-        results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,
-                                                period)).to(dtype)
-                   for s, dtype in zip(compiled.output_streams, compiled.lowered.output_dtypes)]
-        return pytree.tree_unflatten(compiled.lowered.results(results), compiled.lowered.out_spec)
+        return compiled, {stream: self._feed(stream, t)
+                          for stream, t in zip(compiled.streams, tensors)}
 
     # -- weights and device ------------------------------------------------------------------
     @property

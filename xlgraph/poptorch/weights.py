@@ -78,10 +78,13 @@ class WeightSync:
         """The keys whose tensor was replaced, re-pointed (``.data =``) or written since the
         last sync (no data is copied to find them)."""
         out = []
-        for k in self._slots:
-            t = self._current(k)
-            if t is not self.tensors[k] or (t.data_ptr(), t._version) != self._stamps[k]:
-                self.tensors[k] = t
+        tensors, stamps = self.tensors, self._stamps
+        for k, (table, name) in self._slots.items():
+            t = table.get(name)
+            if t is None:
+                t = self._current(k)  # raises
+            if t is not tensors[k] or t._version != stamps[k][1] or t.data_ptr() != stamps[k][0]:
+                tensors[k] = t
                 out.append(k)
         return out
 
