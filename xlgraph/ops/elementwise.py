@@ -176,11 +176,15 @@ def _gelu_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
                           (np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)))
 
 
-def _loop_with(fn: Any, consts: tuple[float, ...], max_elements: int) -> Any:
-    """An ``OpDef.loop`` running ``fn`` with ``consts`` and the exp clamp of the dtype, for
-    tensors of at most ``max_elements`` (numpy's SIMD exp wins on larger ones)."""
+def _loop_with(fn: Any, fn32: Any, consts: tuple[float, ...], max_elements: int) -> Any:
+    """An ``OpDef.loop`` running ``fn`` (``fn32`` on float32, vectorised: any size) with
+    ``consts`` and the exp clamp of the dtype, for tensors of at most ``max_elements`` (numpy's
+    SIMD exp wins on larger ones)."""
     def loop(ins: list[TensorSpec]) -> Any:
-        top = _EXP_MAX.get(np.dtype(ins[0].dtype.as_numpy()).type, 0.0)
+        dtype = np.dtype(ins[0].dtype.as_numpy()).type
+        top = _EXP_MAX.get(dtype, 0.0)
+        if dtype is np.float32:
+            return loops.float_only(ins[0], fn32, (*consts, top))
         return loops.float_only(ins[0], fn, (*consts, top), max_elements=max_elements)
 
     return loop
@@ -188,12 +192,14 @@ def _loop_with(fn: Any, consts: tuple[float, ...], max_elements: int) -> Any:
 
 _GELU_GRAD = OpDef("gelu_grad", same_spec, _gelu_grad, elementwise=True,
                    samples=_grad_samples((-3.0, 3.0)), kernel_out=_gelu_grad_out,
-                   loop=_loop_with(loops.gelu_grad, _GELU_GRAD_C, loops.EXP_GRAD_LOOP_MAX),
+                   loop=_loop_with(loops.gelu_grad, loops.gelu_grad32, _GELU_GRAD_C,
+                                   loops.EXP_GRAD_LOOP_MAX),
                    scratch=2, cost=per_output(_GELU_GRAD_FLOPS))
 gelu_grad = register(_GELU_GRAD)(lambda dy, x: apply1(_GELU_GRAD, [dy, x]))
 gelu = unary("gelu", _gelu, grad=lambda g, dy: (gelu_grad(dy, g.x(0)),),
              doc="GELU, tanh approximation (PopXL's ``gelu``).", domain=(-3.0, 3.0),
-             kernel_out=_gelu_out, loop=_loop_with(loops.gelu, _GELU_C, loops.EXP_LOOP_MAX),
+             kernel_out=_gelu_out,
+             loop=_loop_with(loops.gelu, loops.gelu32, _GELU_C, loops.EXP_LOOP_MAX),
              scratch=1, cost=per_output(_GELU_FLOPS))
 gelu_ = inplace("gelu")
 

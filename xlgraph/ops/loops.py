@@ -79,6 +79,54 @@ def gelu_grad(dy, x, out, a, b, one, c, d, top):  # noqa: ANN001, ANN201
         outs[i] = ((one - s) * ((p * c + d) * v) + one) * s * dys[i]
 
 
+# float32 ``exp`` in plain arithmetic, which the compiler vectorises (the C library's ``exp`` is
+# one call per element): Cody-Waite reduction by ln 2 and Cephes' degree-7 polynomial, within
+# 0.53 ulp of the true value over [-87, 80] (numpy's SIMD ``exp``: 2.4), measured on 2e6 points.
+_LOG2E = np.float32(1.44269504088896341)
+_LN2_HI = np.float32(0.693359375)
+_LN2_LO = np.float32(-2.12194440e-4)
+_EXP_P = tuple(np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                                       4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
+_EXP_LOW = np.float32(-87.0)  # exp of anything lower is taken as exp(-87) (1.6e-38, normal)
+_HALF = np.float32(0.5)
+_ONE = np.float32(1.0)
+
+
+def scale_pow2(p, n):  # noqa: ANN001, ANN201
+    """``p * 2**n`` for an integral ``n`` with ``2**n`` a normal number of ``p``'s type. The
+    numba backend compiles it to an integer add, a shift and a bit cast."""
+    return np.ldexp(p, np.int32(n))
+
+
+def exp32(t):  # noqa: ANN001, ANN201
+    """``exp(t)`` of a float32 ``t <= 80`` (see above); NaN stays NaN."""
+    c = t if t > _EXP_LOW else _EXP_LOW
+    n = np.floor(c * _LOG2E + _HALF)
+    r = c - n * _LN2_HI - n * _LN2_LO
+    p0, p1, p2, p3, p4, p5 = _EXP_P
+    e = scale_pow2((((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5) * r * r + r + _ONE, n)
+    return e if t == t else t
+
+
+def gelu32(x, out, a, b, one, top):  # noqa: ANN001, ANN201
+    """``gelu`` for float32 with ``exp32``: vectorised (0.74 vs 1.04 us at 256 elements, 3.2
+    vs 6.3 at 2560, 9.1 vs 19.5 at 8192; numpy 2.5, 4.7, 10.3)."""
+    xs, outs = x.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        v = xs[i]
+        outs[i] = v / (exp32(min((v * v * a + b) * v, top)) + one)
+
+
+def gelu_grad32(dy, x, out, a, b, one, c, d, top):  # noqa: ANN001, ANN201
+    """``gelu_grad`` for float32 with ``exp32``: vectorised."""
+    dys, xs, outs = dy.reshape(-1), x.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        v = xs[i]
+        p = v * v
+        s = one / (exp32(min((p * a + b) * v, top)) + one)
+        outs[i] = ((one - s) * ((p * c + d) * v) + one) * s * dys[i]
+
+
 # The add loop saves numpy's call overhead but is not vectorised as well as numpy's SIMD add:
 # timed alone (float32, 32 columns, bias over rows), loop vs numpy 0.32 vs 0.91 us at 256
 # elements, 0.81 vs 1.13 at 768, even at 1024, 2.3 vs 1.4 at 2560, 7.5 vs 3.5 at 8192.

@@ -6,8 +6,8 @@ between processes: it is keyed by the loop form's source (file and function) and
 types, so a later process loads instead of compiling. The cache lives where numba puts it
 (``__pycache__`` beside ``xlgraph/ops/loops.py``, or ``NUMBA_CACHE_DIR``).
 
-A ``NumbaBackend`` holds its own dispatchers (one per loop form) and belongs to one Session:
-nothing here is per process. numba itself is imported by the first compile, not when the
+A ``NumbaBackend`` holds its own dispatchers (one per loop form) and belongs to one Session;
+what is per process is numba's knowledge of two helpers of the loops (``_register_helpers``). numba itself is imported by the first compile, not when the
 backend is made, so a Session can hand the compiling to a thread (``xlgraph.runtime.kernels``)
 and start at once.
 """
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from xlgraph.ops import loops
 from xlgraph.ops.loops import Composite
 from xlgraph.tensor import TensorSpec
 
@@ -33,6 +34,30 @@ from xlgraph.tensor import TensorSpec
 def available() -> bool:
     """Whether numba is installed (without importing it: that takes about half a second)."""
     return importlib.util.find_spec("numba") is not None
+
+
+@functools.cache
+def _register_helpers() -> None:
+    """Teach numba the loops' helpers (once per process, before the first compile):
+    ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32`` as itself."""
+    from llvmlite import ir
+    from numba.extending import intrinsic, overload
+
+    @intrinsic
+    def _scale_pow2(typingctx: Any, p: Any, n: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            value, power = args
+            wide = value.type != ir.FloatType()
+            ity = ir.IntType(64 if wide else 32)
+            bias, shift = (1023, 52) if wide else (127, 23)
+            bits = builder.add(builder.fptosi(power, ity), ir.Constant(ity, bias))
+            scale = builder.bitcast(builder.shl(bits, ir.Constant(ity, shift)), value.type)
+            return builder.fmul(value, scale)
+
+        return p(p, n), codegen
+
+    overload(loops.scale_pow2)(lambda p, n: lambda p, n: _scale_pow2(p, n))
+    overload(loops.exp32)(lambda t: loops.exp32)
 
 
 class NumbaBackend:
@@ -55,6 +80,7 @@ class NumbaBackend:
         if found is None:
             import numba
 
+            _register_helpers()
             if parallel:
                 from xlgraph.lower.backends import numba_parallel
 
