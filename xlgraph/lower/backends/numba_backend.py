@@ -7,9 +7,9 @@ types, so a later process loads instead of compiling. The cache lives where numb
 (``__pycache__`` beside ``xlgraph/ops/loops.py``, or ``NUMBA_CACHE_DIR``).
 
 A ``NumbaBackend`` holds its own dispatchers (one per loop form) and belongs to one Session;
-what is per process is numba's knowledge of two helpers of the loops (``_register_helpers``). numba itself is imported by the first compile, not when the
-backend is made, so a Session can hand the compiling to a thread (``xlgraph.runtime.kernels``)
-and start at once.
+only numba's knowledge of two helpers of the loops is per process (``_register_helpers``).
+numba itself is imported by the first compile, not when the backend is made, so a Session can
+hand the compiling to a thread (``xlgraph.runtime.kernels``) and start at once.
 """
 
 from __future__ import annotations
