@@ -331,7 +331,7 @@ class PoplarExecutor:
         fast = FastCall.plan(self._signature, input_specs, concrete, self._steps, self._replicas,
                              self.options.synthetic_data, self.options.output_mode, streams,
                              out_streams, lowered.output_dtypes, lowered.constant_outputs,
-                             lowered.out_spec)
+                             session.io.d2h, lowered.out_spec)
         self._compiled = _Compiled(session, lowered, sync, streams, out_streams, loss_stream,
                                    input_specs, concrete, fast, xl_optimizer, seed_var)
         self.blocks = dict(blocks)
@@ -362,7 +362,11 @@ class PoplarExecutor:
         if not self.training:
             weights.fetch_trained(self._user_model)
         compiled.sync.upload_changed()
-        out = compiled.session.run(feeds)
+        if fast is not None:
+            out, tensors = fast.output_arrays()
+            compiled.session.run_with_outputs(feeds, out)
+        else:
+            out = compiled.session.run(feeds)
         if self.training:
             compiled.sync.host_stale = True
             # the device stepped the optimizer: flag it as optimizer.step() does, so torch's LR
@@ -374,7 +378,7 @@ class PoplarExecutor:
             compiled.sync.host_stale = True
             compiled.sync.download()
         if fast is not None:
-            return fast.results(out)
+            return fast.results(tensors)
         mode = self.options.output_mode
         period = self.options.output_return_period
         results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,
