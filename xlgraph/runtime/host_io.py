@@ -43,7 +43,8 @@ class HostIO:
         self.expected = _streams_used(ir, "host_load")
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
-        self._fast = [(self.h2d.index(s), s, s.dtype.as_numpy(), self.host_shape(s))
+        self._fast = [(self.h2d.index(s), s, np.dtype(s.dtype.as_numpy()), self.host_shape(s),
+                       _c_strides(self.host_shape(s), s.dtype.as_numpy()))
                       for s in self.expected]
         self._out_specs = [(s, self.host_shape(s), s.dtype.as_numpy()) for s in self.d2h]
 
@@ -74,10 +75,12 @@ class HostIO:
         if len(inputs) != len(self._fast):
             return None
         arrays: list[Any] = [None] * len(self.h2d)
-        for i, stream, dtype, shape in self._fast:
+        for i, stream, dtype, shape, strides in self._fast:
             arr = inputs.get(stream)
-            if (type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape
-                    or not arr.flags.c_contiguous):
+            # numpy's own dtype object and C strides: C-contiguous (anything else, such as
+            # another byte order or odd strides of a length-1 axis, takes the full checks)
+            if (type(arr) is not np.ndarray or arr.dtype is not dtype or arr.shape != shape
+                    or arr.strides != strides):
                 return None
             arrays[i] = arr
         return arrays
@@ -160,6 +163,11 @@ class HostIO:
                 )
             arrays.append(arr)
         return arrays
+
+
+def _c_strides(shape: tuple[int, ...], dtype: Any) -> tuple[int, ...]:
+    """The strides of a fresh C-contiguous array of ``shape`` and ``dtype``."""
+    return np.empty(shape, dtype).strides
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -140,7 +140,6 @@ class Session:
         self._chunk_pool = ChunkPool()  # conv/pool chunk threads, while attached
         self._attached = False
         self.host_timing = HostTiming()  # measured host-side time of the runs
-        self._simulated = 0.0
         self._host_stale = False
         self._entered: list[bool] = []
         self._kernels: KernelThread | None = None  # compiles the backend's kernels, if deferred
@@ -246,12 +245,12 @@ class Session:
         Raises:
             NotAttachedError, StreamInputError, ExecutionError (variables are left unchanged).
         """
-        self._require_attached("run")
-        started = self.host_timing.start()
+        started = time.perf_counter()
+        if not self._attached:
+            self._require_attached("run")
         in_arrays = self.io.check_inputs(inputs or {}, downcast_inputs)
-        outputs = self.create_host_outputs()
-        self._execute(in_arrays, list(outputs.values()))
-        self.host_timing.end(started, self._simulated)
+        outputs = self.io.new_outputs()
+        self._execute(in_arrays, list(outputs.values()), started)
         return outputs
 
     def run_with_outputs(self, inputs: Mapping[HostToDeviceStream, Any] | None = None,
@@ -259,40 +258,42 @@ class Session:
                          downcast_inputs: bool = True) -> None:
         """``run``, writing into caller-provided output arrays (``outputs``: one per d2h
         stream; with None, the outputs are dropped)."""
+        started = time.perf_counter()
         self._require_attached("run")
-        started = self.host_timing.start()
         in_arrays = self.io.check_inputs(inputs or {}, downcast_inputs)
         if outputs is None:
             outputs = self.create_host_outputs()
-        self._execute(in_arrays, self.io.check_outputs(outputs))
-        self.host_timing.end(started, self._simulated)
+        self._execute(in_arrays, self.io.check_outputs(outputs), started)
 
-    @_serialised
-    def _execute(self, in_arrays: list[np.ndarray], out_arrays: list[np.ndarray]) -> None:
-        self._require_attached("run")
-        self._host_stale = True
-        before = self.executable.state
-        for live, saved in self._backup:  # one snapshot per run, however many transfers it has;
-            np.copyto(saved, live)  # variables the executable double-buffers need none
-        started = time.perf_counter()
-        try:
-            if self._bare:  # nothing to arrange around the run (saves microseconds per step)
-                self.executable.run(in_arrays, out_arrays)
-            else:
-                with self._float_traps(), chunks_on(self._chunk_pool.executor):
+    def _execute(self, in_arrays: list[np.ndarray], out_arrays: list[np.ndarray],
+                 started: float) -> None:
+        """One run holding the Session's lock (as the ``_serialised`` methods), timed from
+        ``started`` (``time.perf_counter``) for ``host_timing``."""
+        with self._lock:
+            self._require_attached("run")
+            self._host_stale = True
+            before = self.executable.state
+            for live, saved in self._backup:  # one snapshot per run, whatever its transfers;
+                np.copyto(saved, live)  # variables the executable double-buffers need none
+            begin = time.perf_counter()
+            try:
+                if self._bare:  # nothing to arrange around the run (saves microseconds a step)
                     self.executable.run(in_arrays, out_arrays)
-            self._simulated = time.perf_counter() - started
-        except BaseException as exc:
-            if self.executable.state is before:  # not committed (even if interrupted later)
-                for live, saved in self._backup:
-                    np.copyto(live, saved)
-            if not isinstance(exc, Exception):
-                raise
-            op = self.executable.failing_op(exc)
-            where = f" in {op.describe()}" if op is not None else ""
-            raise ExecutionError(
-                f"run failed{where}: {type(exc).__name__}: {exc}; variables were left unchanged"
-            ) from exc
+                else:
+                    with self._float_traps(), chunks_on(self._chunk_pool.executor):
+                        self.executable.run(in_arrays, out_arrays)
+            except BaseException as exc:
+                if self.executable.state is before:  # not committed (even if interrupted later)
+                    for live, saved in self._backup:
+                        np.copyto(live, saved)
+                if not isinstance(exc, Exception):
+                    raise
+                op = self.executable.failing_op(exc)
+                where = f" in {op.describe()}" if op is not None else ""
+                raise ExecutionError(
+                    f"run failed{where}: {type(exc).__name__}: {exc}; variables were left "
+                    f"unchanged") from exc
+            self.host_timing.record(started, time.perf_counter() - begin)
 
     def _float_traps(self) -> contextlib.AbstractContextManager[Any]:
         """Trap overflow, division by zero and NaNs when ``enableFloatingPointChecks`` is set."""

@@ -40,15 +40,13 @@ class HostTiming:
         gap = self.between_runs_s / self.gaps if self.gaps else 0.0
         return gap + self.framework_s / self.runs
 
-    def start(self) -> float:
+    def record(self, started: float, simulated: float) -> None:
+        """Count a run that began at ``started`` (``time.perf_counter``), ends now and spent
+        ``simulated`` seconds in the simulated execution."""
         now = time.perf_counter()
         if self._last_end is not None:
-            self.between_runs_s += now - self._last_end
+            self.between_runs_s += started - self._last_end
             self.gaps += 1
-        return now
-
-    def end(self, started: float, simulated: float) -> None:
-        now = time.perf_counter()
         self.runs += 1
         self.simulated_s += simulated
         self.framework_s += now - started - simulated
