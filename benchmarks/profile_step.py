@@ -27,15 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import build_mlp, mnist_batches  # noqa: E402
 
 import xlgraph as popxl  # noqa: E402
+from xlgraph.ops.window import chunks_on  # noqa: E402
 
 
-def model_step(model: str, batch: int, backend: str) -> tuple[popxl.Session, list[dict]]:
-    """A Session (BLAS and chunks at one thread) and a few feeds for ``model``."""
+def model_step(model: str, batch: int, backend: str,
+               threads: int = 1) -> tuple[popxl.Session, list[dict]]:
+    """A Session (BLAS at one thread, ``threads`` chunk threads) and a few feeds for
+    ``model``."""
     if model == "cnn":
         from cnn import batches, build_cnn
 
         ir, img, lab, seed, _ = build_cnn(batch)
-        session = popxl.Session(ir, backend=backend, blas_threads=1, chunk_threads=1,
+        session = popxl.Session(ir, backend=backend, blas_threads=1, chunk_threads=threads,
                                 compile_in_background=False)
         feeds = [{img: x, lab: y, seed: np.array([i, 7], np.uint32)}
                  for i, (x, y) in enumerate(batches(batch, 4))]
@@ -67,11 +70,12 @@ def _bind(session: popxl.Session, feed: dict) -> dict[str, Any]:
 
 
 def line_times(model: str, batch: int, backend: str, number: int = 2000, in_step: bool = False,
-               cpu: bool = False) -> tuple[list[tuple[float, str]], float]:
+               cpu: bool = False, threads: int = 1) -> tuple[list[tuple[float, str]], float]:
     """Microseconds per execution of each line of the step, and of one whole ``run``."""
     timer = time.thread_time if cpu else time.perf_counter
-    session, feeds = model_step(model, batch, backend)
-    with session:
+    session, feeds = model_step(model, batch, backend, threads)
+    # the lines run outside ``Session.run``: route conv/pool chunks to its pool as a run does
+    with session, chunks_on(session._chunk_pool.executor):
         session.run(feeds[0])
         codes = _lines(session.executable.source)
         if in_step:
@@ -108,9 +112,12 @@ def main() -> None:
     parser.add_argument("--in-step", action="store_true",
                         help="time each line inside whole steps instead of on its own")
     parser.add_argument("--cpu", action="store_true", help="CPU time of this thread")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="the CNN's chunk threads (its parallel loops' threads)")
     args = parser.parse_args()
     number = args.number or (2000 if args.model == "mlp" else 50)
-    rows, run = line_times(args.model, args.batch, args.backend, number, args.in_step, args.cpu)
+    rows, run = line_times(args.model, args.batch, args.backend, number, args.in_step, args.cpu,
+                           args.threads)
     for us, code in rows:
         print(f"{us:9.2f}  {code[:100]}")
     print(f"{sum(us for us, _ in rows):9.2f}  sum of the lines")

@@ -5,6 +5,7 @@ parallel loops (``window_parallel``) against the numpy kernels, on one thread an
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -147,3 +148,33 @@ def test_parallel_max_pool_loops_match_numpy(shape: tuple[int, ...]) -> None:
                       [dy, x, y], got_dx, threads)
         np.testing.assert_array_equal(got_y, y)
         np.testing.assert_array_equal(got_dx, want)
+
+
+ONE_OPENMP_THREAD = """
+import ctypes
+import sys
+import numpy as np
+import xlgraph as popxl
+sys.path.insert(0, sys.argv[1])
+from cnn import batches, build_cnn
+omp = ctypes.CDLL("libgomp.so.1")  # loaded before numba's threads start, as torch loads it
+omp.omp_set_num_threads(1)  # as torch.set_num_threads(1)
+ir, img, lab, seed, loss = build_cnn(4)
+session = popxl.Session(ir, backend="numba", chunk_threads=2, compile_in_background=False)
+(x, y), = batches(4, 1)
+with session:
+    session.run({img: x, lab: y, seed: np.array([0, 7], np.uint32)})
+    print(omp.omp_get_max_threads())
+assert "j_conv(" in session.source
+"""
+
+
+def test_parallel_loops_leave_the_openmp_thread_count_alone() -> None:
+    """numba's OpenMP threads set the OpenMP thread count of the thread that starts them,
+    which other libraries read where they share the OpenMP library (torch's intra-op pool,
+    when torch is imported first): a step on two chunk threads must leave it as it was (in a
+    fresh process: numba's threads start once per process)."""
+    bench = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    done = subprocess.run([sys.executable, "-c", ONE_OPENMP_THREAD, bench], capture_output=True,
+                          text=True, timeout=600, check=True)
+    assert done.stdout.split()[-1] == "1"

@@ -81,15 +81,35 @@ def _threads() -> tuple[int, Any]:
     return int(numba.config.NUMBA_NUM_THREADS), numba.set_num_threads
 
 
+def _openmp() -> Any:
+    """The process's OpenMP library if it is loaded (numba's OpenMP threads and torch share
+    it), else None."""
+    try:
+        return ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)
+    except (OSError, AttributeError):
+        return None
+
+
+_OPENMP: list[Any] = []  # the OpenMP library or None, as found after the first parallel loop
+
+
 def run_parallel(*arrays: np.ndarray, extra: tuple[Any, ...], loop: Any) -> None:
     """Call the compiled ``loop(*arrays, *extra, parts)`` on the running Session's chunk
     threads (``window.chunk_threads``): ``parts`` splits the batch (axis 0 of the first array)
     for as many threads as the backend may use, whatever runs them, so the bits do not depend
     on the Session's setting. (The count is set here: set inside the loop, numba would not
-    cache it.)"""
+    cache it.) numba's OpenMP threads set the calling thread's OpenMP thread count when they
+    start, which other libraries in the process read (torch's intra-op pool, where it shares
+    the OpenMP library: torch at one thread then ran on two): it is put back after."""
     top, set_threads = _threads()
+    omp = _OPENMP[0] if _OPENMP else _openmp()
+    before = None if omp is None else omp.omp_get_max_threads()
     set_threads(min(chunk_threads(), top))
     loop(*arrays, *extra, max(1, min(arrays[0].shape[0], top)))
+    if not _OPENMP:  # the first loop loaded the thread team (and OpenMP, if that is it)
+        _OPENMP.append(omp or _openmp())
+    if before is not None:
+        omp.omp_set_num_threads(before)
 
 
 def parallel_form(spec: TensorSpec, loop: Any, extra: tuple[Any, ...] = (),
