@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from xlgraph.ops import loss_loops
 from xlgraph.tensor import TensorSpec
 
 # The compiled loops call the C library's ``exp`` once per element, while numpy's ``exp`` is
@@ -229,4 +230,4 @@ def nll_softmax(probs, labels, loss, grad, scale, count):  # noqa: ANN001, ANN20
 
 
 # The loop forms that can raise (a fused segment holds at most one, so its error names the op).
-RAISING = frozenset({nll_softmax})
+RAISING = frozenset({nll_softmax, loss_loops.nll_loss_rows, loss_loops.nll_loss_grad_rows})

@@ -10,7 +10,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError, whole_number
 from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_spec
-from xlgraph.ops import loops
+from xlgraph.ops import loops, loss_loops
 from xlgraph.ops.replicas import held_once, shift_axes
 from xlgraph.tensor import Constant, Tensor, TensorSpec
 
@@ -159,12 +159,43 @@ def _nll_grad_replicated(ctx: Any, dy, probs, labels, ignore_index, reduction, l
     return _nll_loss_grad(seed, probs, labels, None, "sum", log_prob)
 
 
+def _nll_loss_out(probs, labels, out, ignore_index, reduction, log_prob):
+    np.copyto(out, _nll_loss(probs, labels, ignore_index, reduction, log_prob))
+    return out
+
+
+def _nll_loss_grad_out(dy, probs, labels, out, ignore_index, reduction, log_prob):
+    np.copyto(out, _nll_loss_grad(dy, probs, labels, ignore_index, reduction, log_prob))
+    return out
+
+
+def _nll_loop(fn: Any, probs: TensorSpec, ignore_index: int | None, reduction: str,
+              log_prob: bool) -> Any:
+    """``loss_loops.nll_loss_rows``/``nll_loss_grad_rows`` for a mean or a sum."""
+    if reduction == "none":
+        return None
+    ignore = 0 if ignore_index is None else int(ignore_index)
+    flags = (ignore, int(ignore_index is not None), int(reduction == "mean"), int(log_prob))
+    return loops.float_only(probs, fn, (1.0,), ints=flags)
+
+
+def _nll_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    p, lab = _probs_labels(rng)
+    base = {"ignore_index": None, "reduction": "mean", "log_prob": False}
+    return [Sample((np.array(1.3), p, lab), base),
+            Sample((np.array(0.7), np.log(p), lab),
+                   {**base, "reduction": "sum", "ignore_index": int(lab[0]), "log_prob": True}),
+            Sample((np.array(1.1), np.log(p), lab), {**base, "log_prob": True})]
+
+
 _NLL_GRAD = OpDef(
     "nll_loss_grad", _nll_grad_infer, _nll_loss_grad, replicated=_nll_grad_replicated,
-    samples=lambda rng: [Sample((np.array(1.3), *_probs_labels(rng)),
-                                {"ignore_index": None, "reduction": "mean", "log_prob": False})],
-)
-_NLL = OpDef("nll_loss", _nll_infer, _nll_loss, _nll_grad_rule, samples=_nll_samples)
+    kernel_out=_nll_loss_grad_out, samples=_nll_grad_samples,
+    loop=lambda ins, **attrs: None if ins[0].dtype != ins[1].dtype else _nll_loop(
+        loss_loops.nll_loss_grad_rows, ins[1], **attrs))
+_NLL = OpDef("nll_loss", _nll_infer, _nll_loss, _nll_grad_rule, samples=_nll_samples,
+             kernel_out=_nll_loss_out,
+             loop=lambda ins, **attrs: _nll_loop(loss_loops.nll_loss_rows, ins[0], **attrs))
 
 
 @register(_NLL_GRAD)
