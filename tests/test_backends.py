@@ -81,6 +81,27 @@ def test_mnist_step_runs_compiled_loops_and_trains_like_numpy(fuse: bool, loop: 
     assert _train("numba", fuse=fuse, loop=loop)[2] == source  # deterministic source
 
 
+def test_every_loop_form_that_can_raise_is_listed() -> None:
+    """A fused segment holds at most one op that can raise, so that its error names the op:
+    every loop form (on the ops' samples) with a ``raise`` is in ``loops.RAISING``."""
+    import inspect
+
+    from op_harness import build_op
+
+    from xlgraph.ops.loops import RAISING, Composite
+
+    raising = set()
+    for name, index in CASES:
+        defn = REGISTRY[name]
+        sample = defn.samples(np.random.default_rng(index))[index]
+        op = build_op(defn, sample, sample_arrays(sample, np.float32))[3]
+        found = defn.loop([t.spec for t in op.inputs], **op.attrs)
+        if found is not None and not isinstance(found[0], Composite):
+            if "raise " in inspect.getsource(found[0]):
+                raising.add(found[0])
+    assert raising and raising <= RAISING
+
+
 def test_a_segment_that_does_not_compile_stays_separate_lines(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from xlgraph.lower.backends.numba_backend import NumbaBackend
