@@ -106,6 +106,7 @@ def poptorch_step(kind: str, batch: int, iterations: int, arrays: list) -> Any:
         return wrapped(*tensors[i % len(tensors)])
 
     step.steps = iterations
+    step.wrapped, step.tensors = wrapped, tensors  # for profile_step.py --model fashion
     return step
 
 

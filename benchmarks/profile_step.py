@@ -8,7 +8,10 @@ shared machine it moves much less with the other processes' load. The models: th
 tutorial MLP (``mlp``) and the seed-000 MNIST CNN of ``cnn.py`` (``cnn``). The last line
 printed is one ``Session.run``.
 
-Run: ``PYTHONPATH=. python benchmarks/profile_step.py [--model mlp|cnn] [--batch 8]
+``fashion`` is the seed-003 classifier's Session as ``poptorch.trainingModel`` builds it (the
+wrapper picks its backend and threads; ``--batch 16`` as the seed trains it).
+
+Run: ``PYTHONPATH=. python benchmarks/profile_step.py [--model mlp|cnn|fashion] [--batch 8]
 [--backend numba] [--in-step] [--cpu]``.
 """
 
@@ -30,10 +33,25 @@ import xlgraph as popxl  # noqa: E402
 from xlgraph.ops.window import chunks_on  # noqa: E402
 
 
+def poptorch_session(batch: int) -> tuple[popxl.Session, list[dict]]:
+    """The Session of the seed-003 Fashion-MNIST classifier wrapped by
+    ``poptorch.trainingModel`` (``benchmarks/poptorch.py``; its own backend and threads),
+    compiled by a first call, and the stream feeds the wrapper makes of a few batches."""
+    import poptorch as bench  # benchmarks/poptorch.py
+
+    step = bench.poptorch_step("fashion", batch, 1, bench.data(batch, 1))
+    step(0)
+    compiled = step.wrapped._compiled
+    compiled.session.wait_for_kernels()
+    return compiled.session, [compiled.fast.feeds(t) for t in step.tensors]
+
+
 def model_step(model: str, batch: int, backend: str,
                threads: int = 1) -> tuple[popxl.Session, list[dict]]:
     """A Session (BLAS at one thread, ``threads`` chunk threads) and a few feeds for
     ``model``."""
+    if model == "fashion":
+        return poptorch_session(batch)
     if model == "cnn":
         from cnn import batches, build_cnn
 
@@ -104,7 +122,7 @@ def line_times(model: str, batch: int, backend: str, number: int = 2000, in_step
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn", "fashion"])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--backend", default="numba", choices=["numpy", "numba"])
     parser.add_argument("--number", type=int, default=None,
