@@ -185,10 +185,13 @@ CONTENDERS = {"xlgraph": xlgraph_step, "torch": torch_step, "torch_compile": tor
 COMPILE_S: dict[str, float] = {}  # torch.compile's first call per configuration (seconds)
 
 
-def time_contenders(batch: int, quick: bool, threads: int) -> dict[str, dict[str, float]]:
+def time_contenders(batch: int, quick: bool, threads: int,
+                    only: list[str] | None = None) -> dict[str, dict[str, float]]:
     data = batches(batch)
     steps, sessions = {}, []
     for name, make in CONTENDERS.items():
+        if only and name not in only:
+            continue
         try:
             if make is xlgraph_step:
                 steps[name], session = make(batch, data, threads)
@@ -219,13 +222,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", nargs="+", choices=list(CONTENDERS),
+                        help="time these contenders alone (e.g. the peers without xlgraph in "
+                             "the process, to check that its threads do not slow them)")
     args = parser.parse_args()
     result: dict[str, Any] = {"benchmark": "cnn", "machine": machine(),
                               "session_create_ms": round(session_creation_ms(), 2)}
     timings = {}
     for n in args.threads:
         with with_threads(n):
-            timings[n] = {f"train_b{b}": time_contenders(b, args.quick, n) for b in BATCHES}
+            timings[n] = {f"train_b{b}": time_contenders(b, args.quick, n, args.only)
+                          for b in BATCHES}
         result[f"threads_{n}"] = timings[n]
     result["best"] = {}
     for b in BATCHES:

@@ -240,7 +240,7 @@ def summary(times: dict[str, dict[str, float]], batch: int) -> dict[str, Any]:
     return {"us_per_step": us, "us_per_step_best": {k: v["min"] for k, v in times.items()},
             "samples_per_s": {k: round(batch / v * 1e6) for k, v in us.items()},
             "ratios": {f"xlgraph/{k}": round(us["xlgraph"] / v, 3)
-                       for k, v in us.items() if k != "xlgraph"}}
+                       for k, v in us.items() if k != "xlgraph" and "xlgraph" in us}}
 
 
 def best_setting(timings: dict[int, Any], key: str, threads: list[int]) -> dict[str, Any]:
