@@ -14,6 +14,7 @@ import pytest
 import xlgraph as popxl
 from xlgraph import ops
 from xlgraph.lower.flatten import REPEATED_MIN_OPS
+from xlgraph.runtime import threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from models import build_mlp, mnist_batches  # noqa: E402
@@ -267,8 +268,6 @@ def test_failed_run_restores_variables_from_one_snapshot(optimize: bool) -> None
 
 
 def test_blas_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from xlgraph.runtime import threads
-
     big = threads.PARALLEL_MIN_FLOPS
     assert threads.choose_threads(None, big) is None and threads.choose_threads(3, 0) == 3
     assert threads.choose_threads("auto", big / 2) == 1  # small matmuls: one thread
@@ -291,3 +290,39 @@ def test_session_limits_blas_threads_while_attached() -> None:
     with session:
         assert set(blas_threads()) <= {1}
     assert blas_threads() == before
+
+
+def test_thread_limit_refresh_covers_libraries_set_after_apply() -> None:
+    """A BLAS library loaded after the Session attached (numba's, by the kernel thread) comes
+    at its default thread count; ``refresh`` limits it too, ``restore`` undoes both."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"}
+
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        limit = threads.ThreadLimit()
+        limit.apply(1)
+        assert blas_threads() == {1}
+        threadpoolctl.threadpool_limits(2, user_api="blas")  # as a library loaded since
+        limit.mark_stale()
+        assert limit.stale and blas_threads() == {2}
+        limit.refresh()
+        assert not limit.stale and blas_threads() == {1}
+        limit.restore()
+        assert blas_threads() == {2}
+
+
+def test_kernel_swap_while_attached_leaves_every_blas_library_limited() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    pytest.importorskip("numba", reason="needs the fast extra")
+    m = build_mlp(8)
+    session = popxl.Session(m.ir, backend="numba", blas_threads=1)
+    x, y = mnist_batches(8, 1)[0]
+    with session:
+        assert session.wait_for_kernels(timeout=600)
+        assert session._thread_limit.stale  # the swap asks the next run to re-limit
+        session.run({m.images: x, m.labels: y})
+        assert {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"} == {1}

@@ -17,6 +17,7 @@ after the kernel it is compiling, and the Session calls it when it is garbage co
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["KernelThread", "Stopped"]
@@ -50,10 +51,12 @@ class _Stoppable:
 
 class KernelThread:
     """Compiles ``executable.deferred``'s kernels on a thread, then, holding ``lock``, puts the
-    step that calls them in place (``executable.use``)."""
+    step that calls them in place (``executable.use``) and calls ``on_install``."""
 
-    def __init__(self, executable: Any, lock: Any) -> None:
+    def __init__(self, executable: Any, lock: Any,
+                 on_install: Callable[[], None] | None = None) -> None:
         self._executable, self._lock = executable, lock
+        self._on_install = on_install
         self._backend = executable.deferred
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -70,6 +73,8 @@ class KernelThread:
                 if not self._stop.is_set():
                     self._executable.use(compiled)
                     self._installed = True
+                    if self._on_install is not None:
+                        self._on_install()
         except Stopped:
             pass
         except BaseException as exc:  # noqa: BLE001 - kept for wait(); runs stay on numpy

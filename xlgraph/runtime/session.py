@@ -144,7 +144,8 @@ class Session:
         self._entered: list[bool] = []
         self._kernels: KernelThread | None = None  # compiles the backend's kernels, if deferred
         if self.executable.deferred is not None:
-            self._kernels = KernelThread(self.executable, self._lock)
+            # numba's BLAS may load only now: the next run extends the thread limit to it
+            self._kernels = KernelThread(self.executable, self._lock, self._thread_limit.mark_stale)
             weakref.finalize(self, self._kernels.stop)
 
     @property
@@ -272,6 +273,8 @@ class Session:
         with self._lock:
             self._require_attached("run")
             self._host_stale = True
+            if self._thread_limit.stale:
+                self._thread_limit.refresh()
             before = self.executable.state
             for live, saved in self._backup:  # one snapshot per run, whatever its transfers;
                 np.copyto(saved, live)  # variables the executable double-buffers need none

@@ -12,6 +12,10 @@ The limit needs the optional ``threadpoolctl`` (``pip install xlgraph[perf]``); 
 policy does nothing. It holds while the Session is attached (``with session:``) and is restored
 when it detaches. Conv and pooling kernels (``OpDef.threaded``) run their batch chunks on every
 core under the same condition (a free core when the Session attaches), with BLAS at one thread.
+The limit also reaches BLAS libraries loaded while attached (numba's, when the kernel thread
+compiles a matrix product): the first run after the kernels swap in applies it again. Do not
+raise BLAS threads yourself while such a Session is attached: the two thread pools then fight
+for the cores (the seed-003 step ran 15-27x slower on 2 cores; ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ class ThreadLimit:
 
     def __init__(self) -> None:
         self._limits: Any = None
+        self._threads: int | None = None
+        self.stale = False  # a library may have loaded since apply(): refresh() before a run
 
     def apply(self, threads: int | None) -> None:
         if threads is None:
@@ -87,7 +93,22 @@ class ThreadLimit:
             from threadpoolctl import threadpool_limits
         except ImportError:
             return
+        self._threads = threads
         self._limits = threadpool_limits(limits=threads, user_api="blas")
+
+    def mark_stale(self) -> None:
+        """Ask the next run to ``refresh`` (the kernel thread calls it: it holds no Session)."""
+        self.stale = True
+
+    def refresh(self) -> None:
+        """Limit the BLAS libraries loaded since ``apply`` too (the kernel thread loads the one
+        numba's ``np.dot`` calls); ``restore`` then gives each its setting from before. Called
+        on the thread that runs the step: OpenBLAS ignored the limit from the kernel thread."""
+        self.stale = False
+        if self._limits is not None:
+            self._limits.restore_original_limits()
+            self._limits = None
+            self.apply(self._threads)
 
     def restore(self) -> None:
         if self._limits is not None:
