@@ -150,3 +150,24 @@ def test_chunk_threads_give_blas_one_thread(monkeypatch: pytest.MonkeyPatch) -> 
     with popxl.Session(_conv_pool_step(4)[0], chunk_threads=1, blas_threads=None):
         pass
     assert applied == [1, None]
+
+
+def test_chunked_session_limits_raised_blas_threads_again_before_a_run() -> None:
+    """Raising BLAS threads while a Session runs chunk threads would set two thread pools on
+    the same cores; the Session applies its one-thread limit again before the next run, and
+    detaching gives BLAS its setting from before the Session attached."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"}
+
+    ir, (x_s,), _ = _conv_pool_step(4)
+    x = np.random.default_rng(1).normal(size=x_s.shape).astype(np.float32)
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        with popxl.Session(ir, chunk_threads=2) as session:
+            assert blas_threads() == {1}
+            threadpoolctl.threadpool_limits(2, user_api="blas")
+            session.run({x_s: x})
+            assert blas_threads() == {1}
+        assert blas_threads() == {2}

@@ -292,9 +292,9 @@ def test_session_limits_blas_threads_while_attached() -> None:
     assert blas_threads() == before
 
 
-def test_thread_limit_refresh_covers_libraries_set_after_apply() -> None:
+def test_thread_limit_hold_covers_libraries_set_after_apply() -> None:
     """A BLAS library loaded after the Session attached (numba's, by the kernel thread) comes
-    at its default thread count; ``refresh`` limits it too, ``restore`` undoes both."""
+    at its default thread count; ``hold`` limits it too, ``restore`` undoes both."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
 
     def blas_threads() -> set[int]:
@@ -308,7 +308,7 @@ def test_thread_limit_refresh_covers_libraries_set_after_apply() -> None:
         threadpoolctl.threadpool_limits(2, user_api="blas")  # as a library loaded since
         limit.mark_stale()
         assert limit.stale and blas_threads() == {2}
-        limit.refresh()
+        limit.hold()
         assert not limit.stale and blas_threads() == {1}
         limit.restore()
         assert blas_threads() == {2}

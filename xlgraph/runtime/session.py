@@ -273,8 +273,8 @@ class Session:
         with self._lock:
             self._require_attached("run")
             self._host_stale = True
-            if self._thread_limit.stale:
-                self._thread_limit.refresh()
+            if self._thread_limit.stale or self._chunks > 1:  # see runtime.threads
+                self._thread_limit.hold()
             before = self.executable.state
             for live, saved in self._backup:  # one snapshot per run, whatever its transfers;
                 np.copyto(saved, live)  # variables the executable double-buffers need none

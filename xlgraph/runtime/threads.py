@@ -13,9 +13,11 @@ policy does nothing. It holds while the Session is attached (``with session:``) 
 when it detaches. Conv and pooling kernels (``OpDef.threaded``) run their batch chunks on every
 core under the same condition (a free core when the Session attaches), with BLAS at one thread.
 The limit also reaches BLAS libraries loaded while attached (numba's, when the kernel thread
-compiles a matrix product): the first run after the kernels swap in applies it again. Do not
-raise BLAS threads yourself while such a Session is attached: the two thread pools then fight
-for the cores (the seed-003 step ran 15-27x slower on 2 cores; ``benchmarks/README.md``).
+compiles a matrix product): the first run after the kernels swap in applies it again. A Session
+with chunk threads also applies it again before each run if someone raised BLAS threads
+meanwhile: numba's OpenMP threads and OpenBLAS's then fight for the cores (the seed-003 step ran
+15-35x slower on 2 cores). To give BLAS the threads, pass ``chunk_threads=1`` and
+``blas_threads``.
 """
 
 from __future__ import annotations
@@ -84,36 +86,42 @@ class ThreadLimit:
     def __init__(self) -> None:
         self._limits: Any = None
         self._threads: int | None = None
-        self.stale = False  # a library may have loaded since apply(): refresh() before a run
+        self._libraries: list[Any] = []  # threadpoolctl's controllers of the limited libraries
+        self.stale = False  # a BLAS library may have loaded since apply(): hold() before a run
 
     def apply(self, threads: int | None) -> None:
         if threads is None:
             return
         try:
-            from threadpoolctl import threadpool_limits
+            from threadpoolctl import ThreadpoolController
         except ImportError:
             return
-        self._threads = threads
-        self._limits = threadpool_limits(limits=threads, user_api="blas")
+        blas = ThreadpoolController().select(user_api="blas")
+        self._threads, self._libraries = threads, blas.lib_controllers
+        self._limits = blas.limit(limits=threads)
 
     def mark_stale(self) -> None:
-        """Ask the next run to ``refresh`` (the kernel thread calls it: it holds no Session)."""
+        """Ask the next ``hold`` to limit every BLAS library again (the kernel thread calls it
+        when it loaded numba's; it holds no reference to the Session)."""
         self.stale = True
 
-    def refresh(self) -> None:
-        """Limit the BLAS libraries loaded since ``apply`` too (the kernel thread loads the one
-        numba's ``np.dot`` calls); ``restore`` then gives each its setting from before. Called
-        on the thread that runs the step: OpenBLAS ignored the limit from the kernel thread."""
-        self.stale = False
-        if self._limits is not None:
+    def hold(self) -> None:
+        """Before a run: apply the limit again if a BLAS library loaded since (``stale``) or if
+        one was set to another thread count since (about 0.3 us a library to check). Called on
+        the thread that runs the step: OpenBLAS ignored the limit set from the kernel thread.
+        ``restore`` still gives each library its setting from before the Session attached."""
+        stale, self.stale = self.stale, False
+        if self._limits is None:
+            return
+        if stale or any(lib.get_num_threads() != self._threads for lib in self._libraries):
             self._limits.restore_original_limits()
-            self._limits = None
             self.apply(self._threads)
 
     def restore(self) -> None:
         if self._limits is not None:
             self._limits.restore_original_limits()
             self._limits = None
+            self._libraries = []
 
 
 class ChunkPool:
