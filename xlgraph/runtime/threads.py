@@ -2,12 +2,13 @@
 
 OpenBLAS threading is fragile on small shared machines: measured on a 2-core machine
 (``benchmarks/blas_threads.py``, figures in ``benchmarks/README.md``), two threads speed up the
-MNIST step only when its matmuls are large (batch 256: about 1.3x) and the other core is free;
-when another process keeps one core busy, two threads collapse (batch 80: 4x slower, batch 256:
-1.5x slower than one thread), and at small batches they never help. So ``"auto"`` uses one
-thread unless the program's largest matrix op (matmul, convolution: the ops whose declared
-cost runs on the matrix engine) has at least ``PARALLEL_MIN_FLOPS`` and the machine looks free
-when the Session attaches (see ``machine_busy``); then BLAS keeps its own setting.
+MNIST step only when its matmuls are large (idle, 2026-11-25: batch 80 1.28x, batch 256 1.37x)
+and the other core is free; when another process keeps one core busy, two threads collapse
+(batch 80: 1.7-4x slower, batch 256: 1.5x slower than one thread), and at batch 8 they never
+help. So ``"auto"`` uses one thread unless the program's largest matrix op (matmul,
+convolution: the ops whose declared cost runs on the matrix engine) has at least
+``PARALLEL_MIN_FLOPS`` and the machine looks free when the Session attaches (see
+``machine_busy``); then BLAS keeps its own setting.
 The limit needs the optional ``threadpoolctl`` (``pip install xlgraph[perf]``); without it the
 policy does nothing. It holds while the Session is attached (``with session:``) and is restored
 when it detaches. Conv and pooling kernels (``OpDef.threaded``) run their batch chunks on every
@@ -28,7 +29,7 @@ from typing import Any
 
 from xlgraph.ir import Ir
 
-PARALLEL_MIN_FLOPS = 8e6  # a matrix op this large gains from a second BLAS thread (idle machine)
+PARALLEL_MIN_FLOPS = 4e6  # a matrix op this large gains from a second BLAS thread (idle machine)
 
 
 def largest_matrix_flops(ir: Ir) -> float:
