@@ -11,11 +11,9 @@ tensors (``# %y:f32[8,32] = matmul %x %W``, prefixed by the subgraph's name when
 inlined from one), and a header lists the constants and the views of fixed arrays it uses.
 
 With ``fuse`` and a backend that compiles (numba), runs of consecutive compiled loop calls and
-2-D matrix products become one compiled function each (a *segment*, ``g0``, ``g1``, ...): one
+2-D matrix products become one compiled function each (a *segment*, ``lower.segments``): one
 call instead of one per op. Views (which read no data) made between them move before the
-segment's call. A segment holds at most one op that can raise (its line is attributed to that
-op; any other segment line to its first op). A segment that does not compile stays as its
-separate lines. The segments' source follows the step's, in comments.
+segment's call. The segments' source follows the step's, in comments.
 
 User text never becomes code: names reach the source only inside comments, escaped by
 ``annotate.comment``; string attributes appear as ``repr`` literals; attribute names that are not
@@ -26,7 +24,6 @@ not printable (checked before it is compiled), so a name can never end a line an
 from __future__ import annotations
 
 import keyword
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,31 +36,12 @@ from xlgraph.lower.backends import Backend
 from xlgraph.lower.layouts import pure_view
 from xlgraph.lower.plan import Plan, is_elementwise_ufunc
 from xlgraph.lower.program import Function, Program, Step, walk
+from xlgraph.lower.segments import FusedCall, Segments
 from xlgraph.op import Op
 from xlgraph.ops.loops import RAISING
 
 _FILENAME = "<xlgraph-step>"
 _LITERALS = (bool, int, float, str, type(None))
-
-
-_ARRAY_NAME = re.compile(r"\b[bwnsvc]\d+\b")
-# The largest matrix product (multiply-adds) a segment takes: numba's ``np.dot`` calls scipy's
-# OpenBLAS, which is as fast as numpy's for the MNIST step's small products (float32, one
-# thread: 784x8 @ 8x32 3.0 vs 3.3 us, 8x784 @ 784x32 3.7 vs 3.8) but slower for some larger
-# ones (784x256 @ 256x32 from a transposed operand 123 vs 84 us, 80x784 @ 784x32 40 vs 34);
-# there one call's overhead is lost in the product anyway.
-FUSED_MATMUL_MAX = 1 << 20
-
-
-@dataclass(eq=False)
-class _Fused:
-    """One call of a segment: ``text`` in the fused function, ``plain`` as a step line."""
-
-    indent: int
-    text: str
-    plain: str
-    op: Op
-    raises: bool
 
 
 @dataclass(eq=False)
@@ -135,12 +113,10 @@ class _Writer:
         self.globals_made: dict[str, str] = {}  # constant and view globals -> what they hold
         self.loops = 0  # steps that run (or, without a backend, could run) a compiled loop
         self.fuse = fuse and backend is not None and hasattr(backend, "fuse")
-        self.segment: list[_Fused] = []  # calls waiting to be fused
-        self.seg_namespace: dict[str, Any] = {"np": np}  # the segments' globals
-        self.seg_sources: list[str] = []
         # Example arrays of the names whose array changes from run to run (host data, views of
         # it): what a segment is compiled for.
         self.samples: dict[str, np.ndarray] = {}
+        self.segments = Segments(backend, self.emit, self.bind_global, self.sample, self.fixed)
 
     # -- naming --------------------------------------------------------------------------------
     def emit(self, indent: int, text: str, op: Op | None = None, note: str | None = None,
@@ -149,7 +125,7 @@ class _Writer:
         A line that reads or writes no array data (``hoist``: binding a name, making a view)
         goes before the calls waiting to be fused; any other comes after them."""
         if not hoist:
-            self.flush()
+            self.segments.flush()
         if note is None and op is not None:
             note = annotate.op_comment(op)
         if note is not None:
@@ -242,9 +218,9 @@ class _Writer:
         if s in plan.use_out:
             outs = [f"b{plan.buffer_of[o]}" for o in s.outs]
             fn = self.bind_global(f"o_{d.name}", d.kernel_out)
-            if self.fusable_matmul(s, args, outs):
-                self.add_fused(_Fused(indent, f"np.dot({args[0]}, {args[1]}, {outs[0]})",
-                                      _call(fn, args, f", out={outs[0]}"), s.op, False))
+            if self.fuse and self.segments.fusable_matmul(s, self.program.specs, args, outs):
+                self.segments.add(FusedCall(indent, f"np.dot({args[0]}, {args[1]}, {outs[0]})",
+                                            _call(fn, args, f", out={outs[0]}"), s.op, False))
             elif is_elementwise_ufunc(d.kernel_out) and not attrs:
                 self.emit(indent, f"{fn}({', '.join([*args, outs[0]])})", s.op)
             else:
@@ -297,75 +273,15 @@ class _Writer:
         if self.fuse and hasattr(fn, "overloads"):  # a compiled loop (not Python calling some)
             for c in consts:
                 if not c[0].isdigit() and c[0] != "-":
-                    self.seg_namespace[c] = self.namespace[c]
-            self.seg_namespace[name] = fn
+                    self.segments.namespace[c] = self.namespace[c]
+            self.segments.namespace[name] = fn
             raises = getattr(fn, "py_func", None) in RAISING
-            self.add_fused(_Fused(indent, call, call, s.op, raises))
+            self.segments.add(FusedCall(indent, call, call, s.op, raises))
         else:
             self.emit(indent, call, s.op)
         for o, name in zip(s.outs, outs):
             self.set_name(o, name, indent)
         return True
-
-    def fusable_matmul(self, s: Step, args: list[str], outs: list[str]) -> bool:
-        """A 2-D float matrix product into a buffer, of contiguous operands that are not that
-        buffer: ``np.dot`` in a segment (the backend's BLAS)."""
-        if not (self.fuse and self.backend.blas and s.defn.kernel_out is np.matmul
-                and not s.attrs and len(outs) == 1):
-            return False
-        specs = [self.program.specs[x] for x in (*s.ins, *s.outs)]
-        dtype = specs[0].dtype.as_numpy()
-        if any(len(x.shape) != 2 or x.dtype.as_numpy() != dtype for x in specs) or (
-                np.dtype(dtype) not in (np.float32, np.float64)
-                or math.prod(specs[0].shape) * specs[1].shape[1] > FUSED_MATMUL_MAX):
-            return False
-        samples = [self.sample(a) for a in args]
-        out = self.fixed[outs[0]]
-        return all(a is not None and (a.flags.c_contiguous or a.flags.f_contiguous)
-                   and not np.may_share_memory(a, out) for a in samples)
-
-    def add_fused(self, call: _Fused) -> None:
-        """Queue ``call`` for the current segment (a new one at another indent, or when both
-        it and the segment can raise)."""
-        if self.segment and (self.segment[0].indent != call.indent
-                             or call.raises and any(f.raises for f in self.segment)):
-            self.flush()
-        self.segment.append(call)
-
-    def flush(self) -> None:
-        """Emit the queued calls: as one segment call when there are several and it compiles,
-        else line by line."""
-        calls, self.segment = self.segment, []
-        if not calls:
-            return
-        call = self.compile_segment(calls) if len(calls) > 1 else None
-        if call is None:
-            for f in calls:
-                self.emit(f.indent, f.plain, f.op)
-            return
-        op = next((f.op for f in calls if f.raises), calls[0].op)
-        note = " | ".join(annotate.op_comment(f.op) for f in calls)
-        self.emit(calls[0].indent, call, op, note=f"fused: {note}")
-
-    def compile_segment(self, calls: list[_Fused]) -> str | None:
-        """The step's line that calls ``calls`` fused into one compiled function, or None
-        when some argument's type is unknown or the backend does not compile it."""
-        params = list(dict.fromkeys(n for f in calls for n in _ARRAY_NAME.findall(f.text)))
-        samples = [self.sample(p) for p in params]
-        if any(a is None for a in samples):
-            return None
-        name = f"g{len(self.seg_sources)}"
-        source = f"def {name}({', '.join(params)}):\n" + "".join(
-            f"    {f.text}\n" for f in calls)
-        code = compile(source, f"<xlgraph-segment-{name}>", "exec")
-        exec(code, self.seg_namespace)  # noqa: S102 - generated as the step is, names only
-        fn = self.backend.fuse(self.seg_namespace[name], samples)
-        if fn is None:
-            return None
-        fixed = all(p in self.fixed for p in params)
-        direct = self.backend.direct(fn, samples) if fixed else None
-        self.seg_sources.append(source)
-        return f"{self.bind_global(name, fn if direct is None else direct)}({', '.join(params)})"
 
     def scratch_text(self, s: Step) -> str:
         bufs = self.plan.scratch.get(s)
@@ -500,7 +416,7 @@ class _Writer:
             self.emit(indent + 1, f"{dst} = {src}")
         elif not s.body:
             self.emit(indent + 1, "pass")
-        self.flush()
+        self.segments.flush()
 
     def branch(self, body: list[Step], results: list[tuple[int, int]], indent: int) -> None:
         """One arm of a ``cond``: its steps, then a fresh copy of each result in the output."""
@@ -511,7 +427,7 @@ class _Writer:
             self.names[dst] = f"s{dst}"
         if not body and not results:
             self.emit(indent, "pass")
-        self.flush()
+        self.segments.flush()
 
     # -- functions -----------------------------------------------------------------------------
     def transfer_indices(self) -> None:
@@ -577,10 +493,7 @@ class _Writer:
         self.emit(1, "return None")
         header = annotate.header(self.lines, self.globals_made)
         self.line_ops = {line + len(header): op for line, op in self.line_ops.items()}
-        segments = [f"# {line}".rstrip() for source in self.seg_sources
-                    for line in ["", f"segment {source.split('(')[0][4:]}, compiled:",
-                                 *source.splitlines()]]
-        lines = header + self.lines + segments
+        lines = header + self.lines + self.segments.comments()
         if not all(line.isprintable() for line in lines):
             raise AssertionError("a generated line holds a line break or another non-printable "
                                  "character: a name reached it unescaped (please report this)")

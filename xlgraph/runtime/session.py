@@ -86,7 +86,7 @@ class Session:
             False compiles them before the Session is made.
         fuse_steps: with a compiling backend, run each stretch of consecutive compiled loops
             and 2-D matrix products as one compiled function (one call instead of one per op;
-            ``xlgraph.lower.codegen``). False keeps a call per op.
+            ``xlgraph.lower.segments``). False keeps a call per op.
 
     Concurrent calls of ``run`` (and of the weight methods) from several threads are
     serialised: each takes the Session's lock in turn.

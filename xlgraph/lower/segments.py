@@ -1,0 +1,127 @@
+"""Segments: consecutive compiled calls of a generated step run as one compiled function.
+
+With ``fuse`` and a backend that compiles (numba), the step writer queues each compiled loop
+call and each small 2-D matrix product here instead of writing its line. The first line that
+is not fused (or a call at another indent, or a second call that can raise) flushes the queue:
+several calls become one function (``g0``, ``g1``, ...) and one call of it; a lone call, or a
+segment the backend does not compile, goes back to its own line. A segment holds at most one
+op that can raise (``loops.RAISING``), so the line, and the error, still names that op.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xlgraph.lower import annotate
+from xlgraph.lower.backends import Backend
+from xlgraph.lower.program import Step
+from xlgraph.op import Op
+
+_ARRAY_NAME = re.compile(r"\b[bwnsvc]\d+\b")
+# The largest matrix product (multiply-adds) a segment takes: numba's ``np.dot`` calls scipy's
+# OpenBLAS, which is as fast as numpy's for the MNIST step's small products (float32, one
+# thread: 784x8 @ 8x32 3.0 vs 3.3 us, 8x784 @ 784x32 3.7 vs 3.8) but slower for some larger
+# ones (784x256 @ 256x32 from a transposed operand 123 vs 84 us, 80x784 @ 784x32 40 vs 34);
+# there one call's overhead is lost in the product anyway.
+FUSED_MATMUL_MAX = 1 << 20
+
+
+@dataclass(eq=False)
+class FusedCall:
+    """One call of a segment: ``text`` in the fused function, ``plain`` as a step line."""
+
+    indent: int
+    text: str
+    plain: str
+    op: Op
+    raises: bool
+
+
+class Segments:
+    """The segments of one generated step.
+
+    ``emit(indent, text, op, note=...)`` writes a step line, ``bind_global(prefix, value)``
+    names a global of the step, ``sample(name)`` is an array of the type a name always holds
+    (None: unknown) and ``fixed`` maps the names that hold the same array in every run."""
+
+    def __init__(self, backend: Backend | None, emit: Callable[..., None],
+                 bind_global: Callable[[str, Any], str],
+                 sample: Callable[[str], np.ndarray | None],
+                 fixed: dict[str, np.ndarray]) -> None:
+        self.backend = backend
+        self._emit, self._bind_global, self._sample, self._fixed = emit, bind_global, sample, fixed
+        self.queued: list[FusedCall] = []  # calls waiting to be fused
+        self.namespace: dict[str, Any] = {"np": np}  # the segments' globals
+        self.sources: list[str] = []
+
+    def fusable_matmul(self, s: Step, specs: Any, args: list[str], outs: list[str]) -> bool:
+        """A 2-D float matrix product into a buffer, of contiguous operands that are not that
+        buffer: ``np.dot`` in a segment (the backend's BLAS)."""
+        if not (self.backend is not None and self.backend.blas
+                and s.defn.kernel_out is np.matmul and not s.attrs and len(outs) == 1):
+            return False
+        shapes = [specs[x] for x in (*s.ins, *s.outs)]
+        dtype = shapes[0].dtype.as_numpy()
+        if any(len(x.shape) != 2 or x.dtype.as_numpy() != dtype for x in shapes) or (
+                np.dtype(dtype) not in (np.float32, np.float64)
+                or math.prod(shapes[0].shape) * shapes[1].shape[1] > FUSED_MATMUL_MAX):
+            return False
+        samples = [self._sample(a) for a in args]
+        out = self._fixed[outs[0]]
+        return all(a is not None and (a.flags.c_contiguous or a.flags.f_contiguous)
+                   and not np.may_share_memory(a, out) for a in samples)
+
+    def add(self, call: FusedCall) -> None:
+        """Queue ``call`` for the current segment (a new one at another indent, or when both
+        it and the segment can raise)."""
+        if self.queued and (self.queued[0].indent != call.indent
+                            or call.raises and any(f.raises for f in self.queued)):
+            self.flush()
+        self.queued.append(call)
+
+    def flush(self) -> None:
+        """Emit the queued calls: as one segment call when there are several and it compiles,
+        else line by line."""
+        calls, self.queued = self.queued, []
+        if not calls:
+            return
+        call = self._compile(calls) if len(calls) > 1 else None
+        if call is None:
+            for f in calls:
+                self._emit(f.indent, f.plain, f.op)
+            return
+        op = next((f.op for f in calls if f.raises), calls[0].op)
+        note = " | ".join(annotate.op_comment(f.op) for f in calls)
+        self._emit(calls[0].indent, call, op, note=f"fused: {note}")
+
+    def _compile(self, calls: list[FusedCall]) -> str | None:
+        """The step's line that calls ``calls`` fused into one compiled function, or None
+        when some argument's type is unknown or the backend does not compile it."""
+        params = list(dict.fromkeys(n for f in calls for n in _ARRAY_NAME.findall(f.text)))
+        samples = [self._sample(p) for p in params]
+        if any(a is None for a in samples) or self.backend is None:
+            return None
+        name = f"g{len(self.sources)}"
+        source = f"def {name}({', '.join(params)}):\n" + "".join(
+            f"    {f.text}\n" for f in calls)
+        code = compile(source, f"<xlgraph-segment-{name}>", "exec")
+        exec(code, self.namespace)  # noqa: S102 - generated as the step is, names only
+        fn = self.backend.fuse(self.namespace[name], samples)
+        if fn is None:
+            return None
+        fixed = all(p in self._fixed for p in params)
+        direct = self.backend.direct(fn, samples) if fixed else None
+        self.sources.append(source)
+        return f"{self._bind_global(name, fn if direct is None else direct)}({', '.join(params)})"
+
+    def comments(self) -> list[str]:
+        """The segments' source, as comment lines to follow the step's."""
+        return [f"# {line}".rstrip() for source in self.sources
+                for line in ["", f"segment {source.split('(')[0][4:]}, compiled:",
+                             *source.splitlines()]]
