@@ -1,6 +1,6 @@
-"""Every op's replicated form (``xlgraph.lower.replicas.replica_defn``) against its plain kernel
-run once per replica, on the op's samples: with every input carrying the replica axis, and with
-each input in turn held once (the same array on every replica)."""
+"""Every op's replicated form (``xlgraph.lower.replica_forms.replica_defn``) against its plain
+kernel run once per replica, on the op's samples: with every input carrying the replica axis,
+and with each input in turn held once (the same array on every replica)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from op_harness import build_op, sample_arrays
 
-from xlgraph.lower.replicas import replica_defn
+from xlgraph.lower.replica_forms import replica_defn
 from xlgraph.op import REGISTRY
 from xlgraph.ops.replicas import ReplicaContext
 from xlgraph.tensor import Constant

@@ -75,7 +75,7 @@ class OpDef:
             replica axis, all replicas in one call (``xlgraph.ops.replicas``), or None where
             it does not apply; without it the runtime loops ``kernel`` over replicas
             (elementwise ops need none). Collectives exchange data through ``ctx``.
-        replica: how results relate across replicas (``xlgraph.lower.replicas``): ``"local"``
+        replica: how results relate across replicas (``xlgraph.lower.replica_forms``): ``"local"``
             (each replica computes its own from its inputs), ``"collective"`` (the members of
             a group combine their values; the ``group`` attribute names it) or
             ``"per_replica"`` (results differ per replica even from identical inputs: slices

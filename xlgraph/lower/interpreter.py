@@ -16,7 +16,8 @@ import numpy as np
 from xlgraph.core.trampoline import Nested, run
 from xlgraph.graph import Graph
 from xlgraph.ir import Ir
-from xlgraph.lower.replicas import ReplicaContext, agree, lifted, replica_defn
+from xlgraph.lower.replica_forms import agree, lifted, replica_defn
+from xlgraph.lower.replicas import ReplicaContext
 from xlgraph.op import Op, OpDef
 from xlgraph.ops.control import branch_of
 from xlgraph.tensor import Tensor

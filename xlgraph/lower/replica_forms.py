@@ -1,0 +1,226 @@
+"""Ops over the replica axis: how one op runs on values that carry a leading axis of local
+replicas (``xlgraph.lower.replicas`` decides which values carry it), shared by the generated
+step and the reference interpreter.
+
+- ``OpDef.replica == "local"`` ops compute each replica on its own. Elementwise ops broadcast
+  (their ``kernel_out`` and compiled loop forms stay where the shapes allow it); ops with an
+  ``OpDef.replicated`` form get every input with the axis (values held once are broadcast
+  views, stride 0 on the axis); the rest loop their kernel over the replicas.
+- ``"collective"`` ops (all-reduce, all-gather) combine the replicas of each group through the
+  ``ReplicaContext``; over every replica their result is held once.
+- ``"per_replica"`` ops (slices by position, sharding, remote memory) always run their
+  replicated form: their results differ per replica even from identical inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from xlgraph.errors import ExecutionError
+from xlgraph.layout import same_layout
+from xlgraph.op import Op, OpDef
+from xlgraph.ops.replicas import ReplicaContext, aligned
+from xlgraph.tensor import TensorSpec
+
+__all__ = ["agree", "agree_defn", "is_global", "lift_defn", "lifted", "lifting_defn",
+           "replica_defn"]
+
+
+def agree(op: Op, value: Any) -> np.ndarray:
+    """The condition every replica of a conditional agrees on; raises when they differ."""
+    flags = np.asarray(value).reshape(len(value), -1)[:, 0]
+    if not (flags == flags[0]).all():
+        raise ExecutionError(
+            f"{op.describe()}: the replicas disagree on the condition ({flags.tolist()}); "
+            f"a conditional must take one branch on every replica"
+        )
+    return np.asarray(flags[0])
+
+
+def agree_defn(op: Op) -> OpDef:
+    return OpDef("replicas_agree", lambda *specs: specs[0], lambda value: agree(op, value),
+                 side_effect=True)  # checked even where the conditional is dead code
+
+
+def lifted(value: np.ndarray, local: int) -> np.ndarray:
+    """A value held once, as a fresh array with one copy per local replica."""
+    return np.repeat(np.asarray(value)[None], local, axis=0)
+
+
+def lift_defn(local: int) -> OpDef:
+    return OpDef("replicas_lift", lambda spec: spec, lambda value: lifted(value, local))
+
+
+def is_global(attrs: dict[str, Any], total: int) -> bool:
+    group = attrs.get("group")
+    return group is None or group.group_size == total
+
+
+def _results(result: Any) -> list[Any]:
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def _writable(x: Any) -> Any:
+    """``x``, or a copy when it is a read-only (broadcast) view."""
+    return x if not isinstance(x, np.ndarray) or x.flags.writeable else np.array(x)
+
+
+def _loop(defn: OpDef, arrays: tuple[np.ndarray, ...], vary: list[bool], local: int,
+          attrs: dict[str, Any]) -> Any:
+    """The plain kernel once per replica; in-place ops write through to the batched input."""
+    if defn.inplace_of is not None and defn.view:
+        raise ExecutionError("this aliasing op has no replicated form")
+    per = [_results(defn.kernel(*(a[r, ...] if v else a for a, v in zip(arrays, vary)),
+                                **attrs))
+           for r in range(local)]
+    outs = [np.stack([np.asarray(x) for x in values]) for values in zip(*per)]
+    if defn.inplace_of is not None:
+        outs[0] = arrays[defn.inplace_of]
+    return tuple(outs) if len(outs) != 1 or isinstance(per[0], tuple) else outs[0]
+
+
+def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[TensorSpec],
+                 outs: list[TensorSpec], ctx: ReplicaContext) -> OpDef:
+    """``defn`` as it runs on values of which ``vary`` (per input) carry the replica axis,
+    giving outputs of which ``out_vary`` carry it; ``ins``/``outs`` are one replica's specs."""
+    local = ctx.local
+    if defn.replica == "local" and defn.elementwise:
+        rank = len(outs[0].shape)
+        full = all(len(s.shape) == rank for s, v in zip(ins, vary) if v)
+        if all(v and s.shape == outs[0].shape for s, v in zip(ins, vary)):
+            return dataclasses.replace(defn, replicated=None)  # as it is, on longer arrays
+        ufuncs = isinstance(defn.kernel, np.ufunc) and defn.kernel_out in (None, defn.kernel)
+        if full and ufuncs:  # numpy broadcasts the values held once
+            return dataclasses.replace(defn, loop=None, replicated=None)
+        shape = (local, *outs[0].shape)
+
+        def broadcast(*arrays: np.ndarray, **attrs: Any) -> Any:
+            lined = [a if i == defn.inplace_of else np.broadcast_to(
+                aligned((a,), rank)[0] if v else a, shape)
+                for i, (a, v) in enumerate(zip(arrays, vary))]
+            result = defn.kernel(*lined, **attrs)
+            return arrays[defn.inplace_of] if defn.inplace_of is not None else result
+
+        return dataclasses.replace(defn, kernel=broadcast, kernel_out=None, loop=None,
+                                   layout=None, replicated=None)
+
+    shift = getattr(defn.replicated, "shift", None)
+    if defn.replica == "local" and shift is not None and all(vary):
+        return _shifted_defn(defn, shift, len(ins[0].shape) + 1)
+    batch = getattr(defn.replicated, "batch", None)
+    batch = None if batch is None or defn.replica != "local" else batch(ins)
+    if batch is not None and all(v == (i in batch) for i, v in enumerate(vary)):
+        return _folded_defn(defn, batch)
+    contiguous = not defn.view and defn.inplace_of is None
+    # A value held once reaches a local form with a replica axis of length 1 (numpy broadcasts
+    # it; ``ops.replicas.held_once`` tells), a collective's as a broadcast of every replica.
+    exchanged = defn.replica != "local"
+
+    def expand(a: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(a, (local, *np.shape(a))) if exchanged else np.asarray(a)[None]
+
+    def finish(r: Any, varies: bool) -> Any:
+        r = _writable(r) if varies else np.array(r[0])
+        return np.ascontiguousarray(r) if contiguous and isinstance(r, np.ndarray) else r
+
+    every = all(vary)
+
+    def run(*arrays: np.ndarray, **attrs: Any) -> Any:
+        result = None
+        if defn.replicated is not None:
+            full = arrays if every else [a if v else expand(a) for a, v in zip(arrays, vary)]
+            result = defn.replicated(ctx, *full, **attrs)
+        if result is None:
+            if exchanged:
+                raise ExecutionError(f"{defn.name} has no replicated form")
+            return _loop(defn, arrays, vary, local, attrs)
+        if not isinstance(result, tuple):
+            return finish(result, out_vary[0])
+        return tuple(map(finish, result, out_vary))
+
+    run.loops = defn.replicated is None  # type: ignore[attr-defined]
+    run.c_contiguous = contiguous  # type: ignore[attr-defined]  # see ``layouts``
+    return dataclasses.replace(defn, kernel=run, kernel_out=None, loop=None,
+                               layout=_view_layout(defn, ins[0]) if defn.view else None,
+                               replicated=None)
+
+
+def _view_layout(defn: OpDef, one: TensorSpec) -> Callable[..., str] | None:
+    """The layout of a view over the replica axis of a C-contiguous input, from the op's own
+    declaration for one replica: a reshape stays C-ordered, a view dense in another axis
+    order (a transpose) stays dense, since the replica axis stays outermost; other views (a
+    slice leaves gaps between replicas) may be anything."""
+    if defn.layout is None:
+        return None
+
+    def layout(spec: TensorSpec, **attrs: Any) -> str:
+        if defn.layout is same_layout:
+            return "C"
+        return "D" if defn.layout(one, **attrs) == "D" else "?"
+
+    return layout
+
+
+def lifting_defn(defn: OpDef, out_vary: list[bool], local: int) -> OpDef:
+    """``defn`` on values held once, with the outputs of ``out_vary`` copied onto the replica
+    axis (values a later in-place op makes differ between replicas, such as an ``init``)."""
+
+    def kernel(*arrays: np.ndarray, **attrs: Any) -> Any:
+        result = defn.kernel(*arrays, **attrs)
+        outs = [lifted(r, local) if v else r for r, v in zip(_results(result), out_vary)]
+        return tuple(outs) if isinstance(result, tuple) else outs[0]
+
+    return dataclasses.replace(defn, kernel=kernel, kernel_out=None, loop=None, layout=None,
+                               replicated=None)
+
+
+def _shifted_defn(defn: OpDef, shift: Callable[..., dict[str, Any]], rank: int) -> OpDef:
+    """``defn`` with its axis attributes moved past the replica axis, in every form it has
+    (``kernel_out`` and the loop form too: reductions and softmax keep their pool buffers and
+    compiled loops)."""
+
+    def kernel(*arrays: np.ndarray, **attrs: Any) -> Any:
+        return defn.kernel(*arrays, **shift(attrs, rank))
+
+    def kernel_out(*arrays: np.ndarray, **attrs: Any) -> Any:
+        return defn.kernel_out(*arrays, **shift(attrs, rank))
+
+    def loop(specs: list[TensorSpec], **attrs: Any) -> Any:
+        return defn.loop(specs, **shift(attrs, rank))
+
+    return dataclasses.replace(
+        defn, kernel=kernel, kernel_out=None if defn.kernel_out is None else kernel_out,
+        loop=None if defn.loop is None else loop, layout=None, replicated=None)
+
+
+def _fold(x: np.ndarray) -> np.ndarray:
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def _folded_defn(defn: OpDef, batch: tuple[int, ...]) -> OpDef:
+    """``defn`` with the replica axis folded into the batch axis of its inputs at ``batch``
+    (the others are held once) and of its outputs, ``kernel_out`` included."""
+
+    def args(arrays: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+        return [_fold(a) if i in batch else a for i, a in enumerate(arrays)]
+
+    def kernel(*arrays: np.ndarray, **attrs: Any) -> Any:
+        lead = arrays[batch[0]].shape[:2]
+        result = defn.kernel(*args(arrays), **attrs)
+        outs = [r.reshape(*lead, *r.shape[1:]) for r in _results(result)]
+        return tuple(outs) if isinstance(result, tuple) else outs[0]
+
+    def kernel_out(*arrays: np.ndarray, out: Any, **attrs: Any) -> Any:
+        folded = tuple(map(_fold, out)) if isinstance(out, tuple) else _fold(out)
+        if attrs.get("scratch"):
+            attrs["scratch"] = tuple(map(_fold, attrs["scratch"]))
+        defn.kernel_out(*args(arrays), out=folded, **attrs)
+        return out
+
+    return dataclasses.replace(
+        defn, kernel=kernel, kernel_out=None if defn.kernel_out is None else kernel_out,
+        loop=None, layout=None, replicated=None)
