@@ -314,6 +314,28 @@ def test_thread_limit_hold_covers_libraries_set_after_apply() -> None:
         assert blas_threads() == {2}
 
 
+def test_thread_limit_hold_compares_with_what_libraries_reported_after_the_limit() -> None:
+    """An OpenBLAS built on OpenMP reports OpenMP's thread count, not the limit: ``hold`` must
+    not take that for a raised count and limit again before every run."""
+
+    class ReportsOpenMP:
+        def get_num_threads(self) -> int:
+            return 4
+
+    class Limits:
+        restored = 0
+
+        def restore_original_limits(self) -> None:
+            Limits.restored += 1
+
+    limit = threads.ThreadLimit()
+    limit._limits, limit._threads, limit._libraries = Limits(), 1, [ReportsOpenMP()]
+    limit._counts = limit._reported()
+    for _ in range(3):
+        limit.hold()
+    assert Limits.restored == 0
+
+
 def test_kernel_swap_while_attached_leaves_every_blas_library_limited() -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl")
     pytest.importorskip("numba", reason="needs the fast extra")

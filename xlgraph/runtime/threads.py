@@ -88,6 +88,7 @@ class ThreadLimit:
         self._limits: Any = None
         self._threads: int | None = None
         self._libraries: list[Any] = []  # threadpoolctl's controllers of the limited libraries
+        self._counts: list[Any] = []  # what they reported right after the limit
         self.stale = False  # a BLAS library may have loaded since apply(): hold() before a run
 
     def apply(self, threads: int | None) -> None:
@@ -100,6 +101,7 @@ class ThreadLimit:
         blas = ThreadpoolController().select(user_api="blas")
         self._threads, self._libraries = threads, blas.lib_controllers
         self._limits = blas.limit(limits=threads)
+        self._counts = self._reported()
 
     def mark_stale(self) -> None:
         """Ask the next ``hold`` to limit every BLAS library again (the kernel thread calls it
@@ -114,15 +116,21 @@ class ThreadLimit:
         stale, self.stale = self.stale, False
         if self._limits is None:
             return
-        if stale or any(lib.get_num_threads() != self._threads for lib in self._libraries):
+        if stale or self._reported() != self._counts:
             self._limits.restore_original_limits()
             self.apply(self._threads)
+
+    def _reported(self) -> list[Any]:
+        """Each limited library's thread count as it reports it (an OpenBLAS built on OpenMP
+        reports OpenMP's, which may differ from the limit: so compare with what it reported
+        right after the limit, not with the limit)."""
+        return [lib.get_num_threads() for lib in self._libraries]
 
     def restore(self) -> None:
         if self._limits is not None:
             self._limits.restore_original_limits()
             self._limits = None
-            self._libraries = []
+            self._libraries, self._counts = [], []
 
 
 class ChunkPool:
