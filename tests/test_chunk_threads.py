@@ -141,6 +141,20 @@ def test_auto_uses_every_core_only_for_threaded_kernels_on_a_free_machine(
     assert threads.choose_chunk_threads("auto", True) == 1
 
 
+def test_session_looks_at_the_machine_once_for_both_thread_choices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy machine when the chunk threads are chosen and a free one a moment later must not
+    give one chunk thread and two BLAS threads (two threads collapse on a busy machine)."""
+    answers = iter([True, False])
+    monkeypatch.setattr(threads, "machine_busy", lambda: next(answers))
+    monkeypatch.setattr(threads, "PARALLEL_MIN_FLOPS", 0.0)  # BLAS would keep its threads
+    applied: list[int | None] = []
+    monkeypatch.setattr(threads.ThreadLimit, "apply", lambda self, n: applied.append(n))
+    with popxl.Session(_conv_pool_step(4)[0]):
+        pass
+    assert applied == [1]
+
+
 def test_chunk_threads_give_blas_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     applied: list[int | None] = []
     monkeypatch.setattr(threads.ThreadLimit, "apply", lambda self, n: applied.append(n))

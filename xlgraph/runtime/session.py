@@ -38,6 +38,7 @@ from xlgraph.runtime.threads import (
     choose_threads,
     has_threaded_kernels,
     largest_matrix_flops,
+    machine_busy_once,
 )
 from xlgraph.runtime.timing import HostTiming
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
@@ -197,8 +198,9 @@ class Session:
         attach = not self._attached
         if attach:
             self._attached = True
-            self._chunks = choose_chunk_threads(self.chunk_threads, self._threaded)
-            blas = 1 if self._chunks > 1 else choose_threads(self.blas_threads, self._flops)
+            busy = machine_busy_once()  # one look at the machine for both choices
+            self._chunks = choose_chunk_threads(self.chunk_threads, self._threaded, busy)
+            blas = 1 if self._chunks > 1 else choose_threads(self.blas_threads, self._flops, busy)
             self._thread_limit.apply(blas)
             self._chunk_pool.start(self._chunks if self._threaded else 1)
             self.weights_from_host()

@@ -23,7 +23,9 @@ meanwhile: numba's OpenMP threads and OpenBLAS's then fight for the cores (the s
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -57,26 +59,35 @@ def machine_busy() -> bool:
     return others >= cpus - 1 or average >= cpus
 
 
+def machine_busy_once() -> Callable[[], bool]:
+    """``machine_busy``, asked at most once: for the choices of one attach, which must agree."""
+    return functools.cache(machine_busy)
+
+
 def has_threaded_kernels(ir: Ir) -> bool:
     """Whether ``ir`` runs kernels that split their batch into chunks (``OpDef.threaded``)."""
     return any(op.defn.threaded for graph in ir.graphs for op in graph.ops)
 
 
-def choose_chunk_threads(setting: int | str, threaded: bool) -> int:
+def choose_chunk_threads(setting: int | str, threaded: bool,
+                         busy: Callable[[], bool] | None = None) -> int:
     """Threads for the batch chunks of conv and pooling kernels: with ``"auto"``, every core
-    when the program has such kernels and the machine has a free core (``machine_busy``), else
-    one. (numpy releases the GIL inside its kernels, so the chunks run on separate cores.) With
-    more than one, the Session gives BLAS one thread: the chunks are the parallelism."""
+    when the program has such kernels and the machine has a free core (``busy``, by default
+    ``machine_busy``), else one. (numpy releases the GIL inside its kernels, so the chunks run
+    on separate cores.) With more than one, the Session gives BLAS one thread: the chunks are
+    the parallelism."""
     if setting != "auto":
         return max(1, int(setting))
-    return (os.cpu_count() or 1) if threaded and not machine_busy() else 1
+    return (os.cpu_count() or 1) if threaded and not (busy or machine_busy)() else 1
 
 
-def choose_threads(setting: int | str | None, flops: float) -> int | None:
-    """The BLAS thread limit for a Session (``None``: leave BLAS as it is)."""
+def choose_threads(setting: int | str | None, flops: float,
+                   busy: Callable[[], bool] | None = None) -> int | None:
+    """The BLAS thread limit for a Session (``None``: leave BLAS as it is); ``busy`` as in
+    ``choose_chunk_threads``."""
     if setting is None or setting != "auto":
         return None if setting is None else int(setting)
-    if flops >= PARALLEL_MIN_FLOPS and not machine_busy():
+    if flops >= PARALLEL_MIN_FLOPS and not (busy or machine_busy)():
         return None
     return 1
 
