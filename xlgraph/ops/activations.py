@@ -10,7 +10,7 @@ import numpy as np
 from xlgraph.op import OpDef, Sample, apply1, normalize_axes, register, same_spec
 from xlgraph.ops import loops, loss_loops
 from xlgraph.ops.elementwise import exp
-from xlgraph.ops.families import inplace, reduction, unary
+from xlgraph.ops.families import copied_out, inplace, reduction, unary
 from xlgraph.ops.reduce import _keep
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -88,17 +88,6 @@ def _log_softmax_grad_samples(rng: np.random.Generator) -> list[Sample]:
     return [Sample((rng.normal(size=(4, 5)), y), {"axis": 1})]
 
 
-def _log_softmax_out(x: np.ndarray, out: np.ndarray, axis: int) -> np.ndarray:
-    np.copyto(out, _log_softmax(x, axis))
-    return out
-
-
-def _log_softmax_grad_out(dy: np.ndarray, y: np.ndarray, out: np.ndarray,
-                          axis: int) -> np.ndarray:
-    np.copyto(out, _log_softmax_grad(dy, y, axis))
-    return out
-
-
 def _rows_loop(fn: Any) -> Any:
     """The loop form ``fn`` of ``loss_loops`` for rows along the last axis."""
     def loop(ins: list[TensorSpec], axis: int) -> Any:
@@ -109,12 +98,13 @@ def _rows_loop(fn: Any) -> Any:
 
 
 _LOG_SOFTMAX_GRAD = OpDef("log_softmax_grad", same_spec, _log_softmax_grad,
-                          kernel_out=_log_softmax_grad_out,
+                          kernel_out=copied_out(_log_softmax_grad),
                           loop=_rows_loop(loss_loops.log_softmax_grad_rows),
                           samples=_log_softmax_grad_samples)
 _LOG_SOFTMAX = OpDef("log_softmax", same_spec, _log_softmax,
                      lambda g, dy: (log_softmax_grad(dy, g.y(0), g.attrs["axis"]),),
-                     kernel_out=_log_softmax_out, loop=_rows_loop(loss_loops.log_softmax_rows),
+                     kernel_out=copied_out(_log_softmax),
+                     loop=_rows_loop(loss_loops.log_softmax_rows),
                      samples=_log_softmax_samples)
 
 

@@ -25,7 +25,18 @@ from xlgraph.core.op import (
 from xlgraph.core.tensor import Tensor, TensorSpec
 from xlgraph.ops.replicas import shift_axes
 
-__all__ = ["unary", "binary", "reduction", "inplace"]
+__all__ = ["unary", "binary", "reduction", "inplace", "copied_out"]
+
+
+def copied_out(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """An ``OpDef.kernel_out`` for a ``kernel`` that returns a fresh array: its result copied
+    into ``out``. It lets an op whose loop form writes into a buffer (and so can join a fused
+    segment) keep numpy's kernel where that loop form does not apply."""
+    def kernel_out(*arrays: np.ndarray, out: np.ndarray, **attrs: Any) -> np.ndarray:
+        np.copyto(out, kernel(*arrays, **attrs))
+        return out
+
+    return kernel_out
 
 
 def _named(fn: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:

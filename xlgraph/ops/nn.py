@@ -11,6 +11,7 @@ from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError, whole_number
 from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_spec
 from xlgraph.ops import loops, loss_loops
+from xlgraph.ops.families import copied_out
 from xlgraph.ops.replicas import held_once, shift_axes
 from xlgraph.tensor import Constant, Tensor, TensorSpec
 
@@ -159,16 +160,6 @@ def _nll_grad_replicated(ctx: Any, dy, probs, labels, ignore_index, reduction, l
     return _nll_loss_grad(seed, probs, labels, None, "sum", log_prob)
 
 
-def _nll_loss_out(probs, labels, out, ignore_index, reduction, log_prob):
-    np.copyto(out, _nll_loss(probs, labels, ignore_index, reduction, log_prob))
-    return out
-
-
-def _nll_loss_grad_out(dy, probs, labels, out, ignore_index, reduction, log_prob):
-    np.copyto(out, _nll_loss_grad(dy, probs, labels, ignore_index, reduction, log_prob))
-    return out
-
-
 def _nll_loop(fn: Any, probs: TensorSpec, ignore_index: int | None, reduction: str,
               log_prob: bool) -> Any:
     """``loss_loops.nll_loss_rows``/``nll_loss_grad_rows`` for a mean or a sum."""
@@ -190,11 +181,11 @@ def _nll_grad_samples(rng: np.random.Generator) -> list[Sample]:
 
 _NLL_GRAD = OpDef(
     "nll_loss_grad", _nll_grad_infer, _nll_loss_grad, replicated=_nll_grad_replicated,
-    kernel_out=_nll_loss_grad_out, samples=_nll_grad_samples,
+    kernel_out=copied_out(_nll_loss_grad), samples=_nll_grad_samples,
     loop=lambda ins, **attrs: None if ins[0].dtype != ins[1].dtype else _nll_loop(
         loss_loops.nll_loss_grad_rows, ins[1], **attrs))
 _NLL = OpDef("nll_loss", _nll_infer, _nll_loss, _nll_grad_rule, samples=_nll_samples,
-             kernel_out=_nll_loss_out,
+             kernel_out=copied_out(_nll_loss),
              loop=lambda ins, **attrs: _nll_loop(loss_loops.nll_loss_rows, ins[0], **attrs))
 
 
