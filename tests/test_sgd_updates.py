@@ -168,3 +168,7 @@ def test_missing_inputs_are_refused() -> None:
             sgd_updates.sgd_update_(v, g, 0.1, v)
         with pytest.raises(xlgraph.errors.XlgraphError, match="shape"):
             sgd_updates.sgd_update_(v, xlgraph.constant(np.ones(4, np.float32)), 0.1)
+        with pytest.raises(xlgraph.errors.ShapeError, match="the learning rate must have"):
+            sgd_updates.sgd_update_(v, g, np.ones(2, np.float32))
+        with pytest.raises(xlgraph.errors.ShapeError, match="the step count must have"):
+            sgd_updates.sgd_momentum_(v, g, step=np.ones(2, np.float32), dampening=0.5)

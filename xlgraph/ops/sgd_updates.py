@@ -35,14 +35,17 @@ from xlgraph.tensor import Tensor, TensorSpec
 __all__ = ["sgd_momentum_", "sgd_update_"]
 
 
-def _check(t: TensorSpec, same: list[TensorSpec], scalars: list[TensorSpec]) -> TensorSpec:
+def _check(t: TensorSpec, same: list[TensorSpec], scalar: TensorSpec | None,
+           what: str) -> TensorSpec:
+    """``t``, after checking that ``same`` have its spec and ``scalar`` (``what``: the learning
+    rate, the step count) its dtype and one element."""
     for x in same:
         same_dtype(t, x)
         if x.shape != t.shape:
             raise ShapeError(f"{x} must have the updated tensor's shape {t}")
-    for s in scalars:
-        same_dtype(t, s)
-        check_scalar(s, "the learning rate and the step count")
+    if scalar is not None:
+        same_dtype(t, scalar)
+        check_scalar(scalar, what)
     return t
 
 
@@ -61,7 +64,7 @@ def _momentum_infer(v: TensorSpec, g: TensorSpec, *rest: TensorSpec, momentum: f
                          f"{len(rest)} extra inputs for weight_decay={weight_decay}, "
                          f"dampening={dampening}")
     w, step = _momentum_inputs(rest, weight_decay, dampening)
-    return _check(v, [g] + ([w] if w is not None else []), [step] if step is not None else [])
+    return _check(v, [g] + ([w] if w is not None else []), step, "the step count")
 
 
 def _momentum_out(v: np.ndarray, g: np.ndarray, *rest: np.ndarray, out: np.ndarray,
@@ -179,7 +182,7 @@ def _update_infer(w: TensorSpec, x: TensorSpec, lr: TensorSpec, *v: TensorSpec,
     if len(v) != bool(momentum):
         raise ShapeError(f"sgd_update_ takes v exactly when momentum is set: momentum="
                          f"{momentum} with {len(v)} momentum buffers")
-    return _check(w, [x, *v], [lr])
+    return _check(w, [x, *v], lr, "the learning rate")
 
 
 def _update_out(w: np.ndarray, x: np.ndarray, lr: np.ndarray, *v: np.ndarray, out: np.ndarray,
