@@ -21,10 +21,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from xlgraph import ops  # noqa: E402
+from xlgraph.addons import ops as addons_ops  # noqa: E402
 from xlgraph.op import BUILDERS, REGISTRY, OpDef  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "ops.md"
 NAMESPACES = {"ops": ops, "ops.var_updates": ops.var_updates, "ops.collectives": ops.collectives}
+# popxl-addons' custom ops, at their popxl-addons paths (``popxl_addons.ops.<module>.<name>``)
+NAMESPACES.update({f"addons.ops.{name}": getattr(addons_ops, name)
+                   for name in addons_ops.__all__
+                   if inspect.ismodule(getattr(addons_ops, name)) and name != "streams"})
 
 # PopXL's public op names (popxl.ops, ops.var_updates, ops.collectives; SDK 3.3).
 POPXL_OPS = """
@@ -159,7 +164,9 @@ def _entry(path: str, fn: Callable[..., Any], defn: OpDef | None,
             facts.append(f"lowered as `{defn.kind}`")
     if path + "_" in builders:
         facts.append(f"in-place variant: `{path}_`")
-    if path.removeprefix("ops.") not in POPXL_OPS:
+    if path.startswith("addons."):
+        facts.append(f"popxl-addons op: `popxl_{path}`")
+    elif path.removeprefix("ops.") not in POPXL_OPS:
         short = path.split(".")[-1]
         facts.append("**xlgraph extra**: " + EXTRA_NOTES.get(short, "not in PopXL."))
     lines = [f"- `{signature(fn, path)}`: {summary(fn)}"]

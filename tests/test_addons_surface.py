@@ -47,13 +47,6 @@ def test_support_page_is_current() -> None:
     assert GEN.main(["--check"]) == 0, "run python docs/generate_addons_support.py"
 
 
-def test_custom_cpp_ops_are_refused_in_one_line() -> None:
-    import xlgraph.addons as addons
-
-    with pytest.raises(AttributeError, match="custom C\\+\\+ ops are not re-implemented"):
-        addons.ops.sparse_matmul  # noqa: B018
-
-
 def test_popxl_addons_alias_is_opt_in_and_resolves_submodules() -> None:
     import importlib
     import sys

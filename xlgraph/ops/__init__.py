@@ -3,7 +3,11 @@
 from xlgraph.op import BUILDERS, REGISTRY, OpDef
 from xlgraph.ops import (
     collectives,
+    norm_distributed,  # noqa: F401 - popxl-addons' custom ops (xlgraph.addons.ops re-exports)
+    rotary,  # noqa: F401
+    sharded_loss,  # noqa: F401
     tensor_methods,  # noqa: F401 - lends Tensor its operators
+    tp_collectives,  # noqa: F401
     var_updates,
 )
 from xlgraph.ops.activations import log_softmax, logsumexp, sigmoid, swish, swish_
