@@ -3,7 +3,9 @@
 Each sample (``torch.testing._internal.common_methods_invocations``: shapes, broadcasting,
 keyword forms, scalars) runs through the same check as the op sweep: capture, conversion and
 xlgraph against torch eager, forward and gradient. The first four non-empty samples per op;
-``cat`` and ``stack`` (whose input is a list) are left to the sweep's own samples.
+``cat`` and ``stack`` (whose input is a list) are left to the sweep's own samples. Advanced
+indexing (``__getitem__``, ``index_put``) runs every sample, in float32 and float16, its index
+tensors (nested in lists) as inputs.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("expecttest")  # torch's test helpers need it
+import torch.utils._pytree as pytree  # noqa: E402
 
 from tests.test_poptorch_sweep import check_case  # noqa: E402
+from xlgraph.poptorch.capture import DataDependentError  # noqa: E402
 
 OPINFO_OPS = """
 abs acos acosh add addcdiv addmm all amax amin any argmax argmin argsort asin asinh atan atanh
@@ -48,17 +52,52 @@ def _samples(info: object) -> list[object]:
     return out
 
 
+def _case(info: object, s: object) -> tuple[object, list[torch.Tensor]]:
+    """The sample as a function of its tensors (those nested in lists included)."""
+    leaves, spec = pytree.tree_flatten(list(s.args))
+    tensors = [s.input] + [a for a in leaves if isinstance(a, torch.Tensor)]
+
+    def fn(*ts):
+        rest = iter(ts[1:])
+        args = [next(rest) if isinstance(a, torch.Tensor) else a for a in leaves]
+        return info.op(ts[0], *pytree.tree_unflatten(args, spec), **s.kwargs)
+
+    return fn, tensors
+
+
+def _check(info: object, s: object, dtype: torch.dtype) -> None:
+    fn, tensors = _case(info, s)
+    check_case(fn, lambda _, ts=tensors: [t.to(dtype) if t.is_floating_point() else t.clone()
+                                          for t in ts], dtype)
+
+
 @pytest.mark.parametrize("name", OPINFO_OPS)
 def test_opinfo_samples_match_torch(name: str) -> None:
     info = _opinfos()[name]
     samples = _samples(info)
     assert samples, f"no usable OpInfo sample for {name}"
     for s in samples:
-        tensors = [s.input] + [a for a in s.args if isinstance(a, torch.Tensor)]
+        _check(info, s, torch.float32)
 
-        def fn(*ts, s=s):
-            rest = iter(ts[1:])
-            args = [next(rest) if isinstance(a, torch.Tensor) else a for a in s.args]
-            return info.op(ts[0], *args, **s.kwargs)
 
-        check_case(fn, lambda dtype, ts=tensors: [t.clone() for t in ts], torch.float32)
+def _reads_through_mask(s: object) -> bool:
+    leaves = pytree.tree_leaves(list(s.args))
+    return any(isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in leaves)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("name", ["__getitem__", "index_put"])
+def test_indexing_opinfo_samples_match_torch(name: str, dtype: torch.dtype) -> None:
+    """Every sample: several index tensors, slices and Ellipsis between them, broadcasting,
+    boolean masks, accumulate. Reading through a boolean mask (``x[mask]`` returned) has a
+    data-dependent shape, as on the IPU: it is refused with the forms to use instead."""
+    info = _opinfos()[name]
+    samples = list(info.sample_inputs("cpu", torch.float32))
+    assert len(samples) >= 4
+    for s in samples:
+        if name == "__getitem__" and _reads_through_mask(s):
+            fn, tensors = _case(info, s)
+            with pytest.raises(DataDependentError, match="boolean-mask selection"):
+                check_case(fn, lambda _, ts=tensors: ts, dtype)
+            continue
+        _check(info, s, dtype)

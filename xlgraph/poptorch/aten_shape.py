@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes, ops
-from xlgraph.op import broadcast_shapes
 from xlgraph.ops.indexing import take_along_axis
 from xlgraph.poptorch.table import register
 from xlgraph.poptorch.util import Unsupported, dims, xlgraph_dtype
@@ -190,28 +188,6 @@ def _gather(ctx: Any, x: Tensor, dim: int, index: Tensor, *, sparse_grad: bool =
     return take_along_axis(x, _index(index), _d(dim, x.rank))
 
 
-@register("aten.index.Tensor")
-def _index_tensor(ctx: Any, x: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
-    """Advanced indexing: index tensors on consecutive leading-or-not dims broadcast together."""
-    used = [i for i, t in enumerate(indices) if t is not None]
-    if any(indices[i].dtype.name == "bool" for i in used):
-        raise Unsupported("boolean mask indexing (its result shape depends on the data)")
-    if used != list(range(used[0], used[-1] + 1)):
-        raise Unsupported("index tensors on non-adjacent dims")
-    first = used[0]
-    shapes = [indices[i].shape for i in used]
-    bshape = broadcast_shapes(*shapes)
-    flat = None
-    for i in used:
-        idx = _index(indices[i])
-        idx = idx if idx.shape == bshape else ops.expand(idx, bshape)
-        idx = ops.where(ops.less(idx, 0), idx + x.shape[i], idx)
-        flat = idx if flat is None else flat * x.shape[i] + idx
-    merged = math.prod(x.shape[i] for i in used)
-    y = ops.reshape(x, x.shape[:first] + (merged,) + x.shape[used[-1] + 1:])
-    return ops.gather(y, flat, first)
-
-
 def _flat_targets(x: Tensor, d: int, index: Tensor) -> Tensor:
     """The position in flattened ``x`` that each element of ``index`` addresses (``index``
     may be smaller than ``x`` in every dim, as torch allows)."""
@@ -279,45 +255,6 @@ def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str,
             reduced = reduced / ops.where(touched, count, 1.0)
         reduced = ops.where(touched, reduced, x1)
     return ops.reshape(reduced, shape)
-
-
-@register("aten.index_put.default", promote=(0, 2))
-def _index_put(ctx: Any, x: Tensor, indices: Sequence[Tensor | None], values: Tensor,
-               accumulate: bool = False) -> Tensor:
-    """``x[..., index, ...] = values`` (or ``+=``) with one 1-D index tensor on one dim, or
-    ``x[mask] = values`` with a boolean mask on the leading dims."""
-    if len(indices) == 1 and indices[0] is not None and indices[0].dtype == dtypes.bool:
-        return _masked_put(x, indices[0], values, accumulate)
-    used = [i for i, t in enumerate(indices) if t is not None]
-    if len(used) != 1 or indices[used[0]].rank != 1:
-        raise Unsupported("index_put with other than one 1-D index tensor")
-    d = used[0]
-    perm = [d] + [i for i in range(x.rank) if i != d]
-    moved = ops.transpose(x, perm) if d else x
-    idx = _index(indices[d])
-    n = idx.shape[0]
-    rows = (n,) + moved.shape[1:]
-    if values.rank == x.rank and d:
-        values = ops.transpose(values, perm)
-    values = values if values.shape == rows else ops.expand(values, rows)
-    full = ops.expand(ops.reshape(idx, (n,) + (1,) * (x.rank - 1)), rows)
-    out = ops.scatter_reduce(values, full, "sum", moved, 0, moved.shape[0]) if accumulate \
-        else ops.scatter(moved, full, values, 0)
-    return ops.transpose(out, list(np.argsort(perm))) if d else out
-
-
-def _masked_put(x: Tensor, mask: Tensor, values: Tensor, accumulate: bool) -> Tensor:
-    """``x[mask] = values``: ``values`` holds every lane of ``x`` (``x[mask] *= 2``, see
-    ``xlgraph.poptorch.masks``) or broadcasts to one selected element (``x[mask] = 0``)."""
-    trailing = x.shape[mask.rank:]
-    if values.shape != x.shape and (values.rank > len(trailing)
-                                    or values.shape != trailing[len(trailing) - values.rank:]):
-        raise Unsupported(f"x[mask] = values with values of shape {values.shape}: the number "
-                          f"of selected elements depends on the data")
-    keep = ops.reshape(mask, mask.shape + (1,) * len(trailing)) if trailing else mask
-    if accumulate:
-        return x + ops.where(keep, values, 0)
-    return ops.where(keep, values, x)
 
 
 # -- creation ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from xlgraph.poptorch import (  # noqa: F401 - importing a family registers its converters
+    aten_index,
     aten_layers,
     aten_math,
     aten_shape,
