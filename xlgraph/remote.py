@@ -84,8 +84,9 @@ def remote_replica_sharded_variable(data: Any, remote_buffer: RemoteBuffer, offs
     """A variable of the buffer's ``meta_shape`` whose replicas each store one shard in entry
     ``offset``."""
     _check_entry(remote_buffer, offset, name)
-    arr = to_numpy(data, dtype or remote_buffer.tensor_dtype, downcast, log2_scale=log2_scale,
-                   nan_on_overflow=nan_on_overflow)
+    arr = to_numpy(data, dtype or remote_buffer.tensor_dtype, downcast,
+                   copy=not isinstance(data, np.memmap), log2_scale=log2_scale,
+                   nan_on_overflow=nan_on_overflow)  # a memmap stays one (written back)
     if arr.shape != remote_buffer.meta_shape:
         raise ShapeError(f"replica-sharded variable {name!r}: data of shape {arr.shape} for "
                          f"{remote_buffer}, which shards tensors of shape "
@@ -107,7 +108,8 @@ def replica_sharded_variable(data: Any, dtype: dtype | None = None, name: str | 
     ``(variable, shard)``; ``shard.meta_shape`` is the variable's shape."""
     from xlgraph.ops.remote import remote_load
 
-    arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
+    arr = to_numpy(data, dtype, downcast, copy=not isinstance(data, np.memmap),
+                   log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     buffer = replica_sharded_buffer(arr.shape, dtype or _dtype_of(arr), replica_grouping,
                                     shard_over)
     v = remote_replica_sharded_variable(arr, buffer, 0, name=name,

@@ -39,6 +39,8 @@ def to_numpy(x: Any, dtype: Any = None, downcast: bool = True, copy: bool = True
     """
     if hasattr(x, "graph") and hasattr(x, "spec"):
         raise TypeError(f"to_numpy needs host data, got the graph tensor {x.id}")
+    if not copy and isinstance(x, np.memmap) and _memmap_kept(x, dtype, downcast):
+        return x  # PopXL's memmapped weights: the map itself is the host data
     data = from_torch(x)
     if dtype is not None and dtypes.as_dtype(dtype).is_fp8:
         return _to_fp8(data, dtypes.as_dtype(dtype), log2_scale, nan_on_overflow, copy)
@@ -59,7 +61,27 @@ def to_numpy(x: Any, dtype: Any = None, downcast: bool = True, copy: bool = True
     wrapped = dtypes.out_of_range(arr, dt.as_numpy())
     if wrapped is not None:
         raise ValueError(f"to_numpy: {wrapped} does not fit in {dt.name} (it would wrap around)")
-    return np.array(arr, dtype=dt.as_numpy(), copy=copy)
+    return np.array(arr, dtype=dt.as_numpy()) if copy else np.asarray(arr, dt.as_numpy())
+
+
+SPILL_BYTES = 64 << 20  # memmapped variables from this size keep their run snapshot on disk
+
+
+def is_large_map(a: np.ndarray | None) -> bool:
+    """Whether ``a`` is a memmap big enough that the Session keeps its copies on disk (no spare
+    array, a snapshot in a file; see ``xlgraph.runtime.host_maps``)."""
+    return isinstance(a, np.memmap) and a.nbytes >= SPILL_BYTES
+
+
+def _memmap_kept(x: np.memmap, dtype: Any, downcast: bool) -> bool:
+    """Whether memmapped ``x`` already is what ``to_numpy`` would make of it (no cast)."""
+    try:
+        have = dtypes.of_array(x)
+    except TypeError:
+        return False
+    want = dtypes.as_dtype(dtype) if dtype is not None else (
+        dtypes.downcast(have) if downcast else have)
+    return want is have and not want.is_fp8
 
 
 def _to_fp8(data: Any, dt: dtypes.dtype, log2_scale: int | None, nan_on_overflow: bool | None,

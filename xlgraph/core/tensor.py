@@ -404,7 +404,9 @@ def variable(
             f"{graph.name!r}; pass it into the subgraph as an input instead "
             f"[created at {user_source_line()}]"
         )
-    arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
+    # np.memmap data is kept as it is (no host copy): weights come back through the map
+    arr = to_numpy(data, dtype, downcast, copy=not isinstance(data, np.memmap),
+                   log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     grouped = replica_grouping is not None and replica_grouping.num_groups > 1
     if grouped and (arr.ndim == 0 or arr.shape[0] != replica_grouping.num_groups):
         raise ValueError(
@@ -420,8 +422,8 @@ def variable(
     v = graph.add_variable(arr, name or "v", arr.shape[1:] if grouped else None)
     v._replica_grouping = replica_grouping
     v.retrieval_mode = retrieval_mode or "one_per_group"
-    if isinstance(data, np.memmap) and data.shape == arr.shape and data.dtype == arr.dtype:
-        v.host_memmap = data  # as PopXL: the memmap is the variable's host copy
+    if isinstance(arr, np.memmap):
+        v.host_memmap = arr  # as PopXL: the memmap is the variable's host copy
     return v
 
 

@@ -36,6 +36,7 @@ from xlgraph.lower.transfers import check_host_transfers
 from xlgraph.op import Op
 from xlgraph.ops.replicas import Exchange
 from xlgraph.tensor import Variable
+from xlgraph.utils import is_large_map
 
 
 class Executable(Protocol):
@@ -117,7 +118,9 @@ class CompiledExecutable:
         live = liveness(program.steps, slots)
         written = plan_copies(live, slots)
         plans[program] = plan = plan_body(program.steps, live, slots, [], program.specs, pool, "C")
-        swaps = swap_writes(program.steps, slots, plan)
+        # a large memmapped variable gets no spare array (the Session snapshots it on disk)
+        spared = [s for s in slots if not is_large_map(program.variable_slots[s].host_memmap)]
+        swaps = swap_writes(program.steps, spared, plan)
         self.variables = list(program.variable_slots.values())
         self.held_once = {v for s, v in program.variable_slots.items() if s not in varying}
         arrays = _device_arrays(self.variables, None if ctx is None else ctx.local,

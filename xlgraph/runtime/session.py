@@ -26,8 +26,10 @@ from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
 from xlgraph.ir import Ir
 from xlgraph.lower import lower
 from xlgraph.ops.window import chunks_on
+from xlgraph.runtime import host_maps
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
+from xlgraph.runtime.host_maps import is_large_map
 from xlgraph.runtime.kernels import KernelThread
 from xlgraph.runtime.remote_memory import RemoteMemory
 from xlgraph.runtime.replica_layout import ReplicaLayout
@@ -122,12 +124,14 @@ class Session:
         self._memory = None if model is None else model_memory(ir, self.executable, model)
         self._report: ProfileReport | None = None
         variables = self.executable.variables
-        self._host = {v: np.array(self.layout.expand(v, v.initial_data)) for v in variables}
+        self._host = {v: self._host_copy(v) for v in variables}
         self.remote = RemoteMemory(ir, self.layout)
         self._host_values = {v: v.initial_data for v in [*variables, *self.remote.variables]}
         device = self._device
-        live = [device[v] for v in self.executable.written_variables]
-        self._backup = [(a, np.empty_like(a)) for a in [*live, *self.remote.arrays()]]
+        written = self.executable.written_variables
+        self._backup = [(device[v], host_maps.Spill(device[v], self._host[v])
+                         if is_large_map(v.host_memmap) else np.empty_like(device[v]))
+                        for v in written] + [(a, np.empty_like(a)) for a in self.remote.arrays()]
         self.io = HostIO(ir)
         self.blas_threads = blas_threads
         self._flops = largest_matrix_flops(ir)
@@ -148,6 +152,12 @@ class Session:
             # numba's BLAS may load only now: the next run extends the thread limit to it
             self._kernels = KernelThread(self.executable, self._lock, self._thread_limit.mark_stale)
             weakref.finalize(self, self._kernels.stop)
+
+    def _host_copy(self, v: Variable) -> np.ndarray:
+        """``v``'s host copy in the device layout: a memmap itself when the layouts agree."""
+        if v.host_memmap is not None and self.layout.device_shape(v) == v.shape_on_host:
+            return v.host_memmap
+        return np.array(self.layout.expand(v, v.initial_data))
 
     @property
     def _device(self) -> dict[Variable, np.ndarray]:
@@ -274,12 +284,12 @@ class Session:
         ``started`` (``time.perf_counter``) for ``host_timing``."""
         with self._lock:
             self._require_attached("run")
-            self._host_stale = True
+            in_sync, self._host_stale = not self._host_stale, True
             if self._thread_limit.stale or self._chunks > 1:  # see runtime.threads
                 self._thread_limit.hold()
             before = self.executable.state
             for live, saved in self._backup:  # one snapshot per run, whatever its transfers;
-                np.copyto(saved, live)  # variables the executable double-buffers need none
+                host_maps.snapshot(saved, live, in_sync)  # double-buffered variables need none
             begin = time.perf_counter()
             try:
                 if self._bare:  # nothing to arrange around the run (saves microseconds a step)
@@ -290,7 +300,7 @@ class Session:
             except BaseException as exc:
                 if self.executable.state is before:  # not committed (even if interrupted later)
                     for live, saved in self._backup:
-                        np.copyto(live, saved)
+                        host_maps.restore(live, saved)
                 if not isinstance(exc, Exception):
                     raise
                 op = self.executable.failing_op(exc)
@@ -312,9 +322,12 @@ class Session:
         """Copy every variable from the device to the host."""
         self._require_attached("weights_to_host")
         for v, arr in self._device.items():
-            np.copyto(self._host[v], arr)
-            if v.host_memmap is not None:
+            host_maps.copy(self._host[v], arr)
+            if v.host_memmap is not None and v.host_memmap is not self._host[v]:
                 np.copyto(v.host_memmap, self._one_per_group(v))
+        for v in self.remote.variables:
+            if v.host_memmap is not None:  # off-chip memory comes back through the map too
+                np.copyto(v.host_memmap, self.remote.read(v, v.host_memmap))
         self._host_stale = False
 
     @_serialised
@@ -323,7 +336,8 @@ class Session:
         self._require_attached("weights_from_host")
         device = self._device
         for v, arr in self._host.items():
-            np.copyto(device[v], arr)
+            host_maps.copy(device[v], arr)
+        self._host_stale = False  # the device now holds the host's values
 
     @_serialised
     def get_tensor_data(self, tensor: Tensor) -> np.ndarray:
@@ -336,9 +350,15 @@ class Session:
             return tensor.data.copy()
         self._check_variable(tensor)
         if tensor in self.remote.variables:
-            return self.remote.read(tensor, self._host_values[tensor])
+            value = self.remote.read(tensor, self._host_values[tensor])
+            if tensor.host_memmap is None:
+                return value
+            np.copyto(tensor.host_memmap, value)
+            return tensor.host_memmap  # as PopXL: the data comes back through the map
         if self._attached and self._host_stale:
             self.weights_to_host()
+        if self._host[tensor] is tensor.host_memmap:
+            return tensor.host_memmap
         return self.layout.retrieve(tensor, self._host[tensor], self._host_values[tensor])
 
     def _one_per_group(self, v: Variable) -> np.ndarray:
@@ -383,13 +403,20 @@ class Session:
                 f"{tensor.shape_on_host}{also} (a leading dimension per replica group when there "
                 f"are several), got data of shape {arr.shape}"
             )
-        self._host_values[tensor] = arr.copy()
+        mapped = tensor.host_memmap
+        if mapped is not None:  # written through the map, as PopXL
+            if arr is not mapped:
+                host_maps.copy(mapped, arr)
+            arr = mapped
+        self._host_values[tensor] = arr if mapped is not None else arr.copy()
         if tensor in self.remote.variables:
             self.remote.write(tensor, arr)  # off-chip memory is the host's in the simulator
             return
-        np.copyto(self._host[tensor], self.layout.expand(tensor, arr) if device is None else device)
+        host = self._host[tensor]
+        if host is not mapped:
+            host_maps.copy(host, self.layout.expand(tensor, arr) if device is None else device)
         if self._attached:
-            np.copyto(self._device[tensor], self._host[tensor])
+            host_maps.copy(self._device[tensor], host)
 
     def write_variables_data(self, tensors: Mapping[Variable, Any]) -> None:
         """``write_variable_data`` for several variables: ``{variable: data}``."""
