@@ -49,6 +49,9 @@ class Phase:
         # gradients: accumulated for the weights, returned for the first `input_grads` inputs
         self.accum_facts, self.bwd = addons.autodiff_with_accumulation(
             self.fwd, self.fwd.args.tensors, grads_required=self.fwd.graph.inputs[:input_grads])
+
+    def init(self):
+        """The remote variables, their load/store graphs and the accumulators."""
         buffers = addons.named_variable_buffers(self.facts)
         self.variables = self.facts.init_remote(buffers)
         self.load, self.names = addons.load_remote_graph(buffers)
@@ -77,6 +80,8 @@ def train_program(opts):
         head = Phase(Head(), x_spec, popxl.TensorSpec(label_stream.shape, popxl.int32),
                      input_grads=1)
         head_x, head_labels = head.fwd.graph.inputs[:2]
+        layers.init()  # once both graphs exist (each factory probed its initialiser once)
+        head.init()
 
         x_buffer = RemoteHandle(batch_serial_buffer(x_spec, steps))
         dx_buffer = RemoteHandle(batch_serial_buffer(x_spec, steps))

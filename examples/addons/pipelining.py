@@ -51,13 +51,16 @@ def train_program(opts):
                                                                   popxl.float32))
             accum_facts0, bwd0 = addons.autodiff_with_accumulation(
                 fwd0, fwd0.args.tensors, grads_required=[])
-            variables0, accum0 = facts0.init("fc_0"), accum_facts0.init()
         with popxl.ipu(1):
             facts1, fwd1 = Stage1().create_graph(popxl.TensorSpec((opts.batch_size, 512),
                                                                   popxl.float32))
             # stage 1 also returns the gradient of its input, for stage 0
             accum_facts1, bwd1 = addons.autodiff_with_accumulation(
                 fwd1, fwd1.args.tensors, grads_required=fwd1.graph.inputs[:1])
+        # the variables once every graph exists (each factory probed its initialiser once)
+        with popxl.ipu(0):
+            variables0, accum0 = facts0.init("fc_0"), accum_facts0.init()
+        with popxl.ipu(1):
             variables1, accum1 = facts1.init("fc_1"), accum_facts1.init()
 
         loss_stream = popxl.d2h_stream((), popxl.float32, "loss")

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import xlgraph as popxl
@@ -69,6 +70,9 @@ class BoundGraph:
         return f"BoundGraph[{self.graph.name} bound={len(self.args)}]"
 
 
+_DIFFERENTIATED: weakref.WeakSet[popxl.Graph] = weakref.WeakSet()
+
+
 class GraphWithNamedArgs:
     """A graph whose state inputs have dotted names (``args``), as ``Module.create_graph`` and
     ``autodiff`` return it.
@@ -77,13 +81,22 @@ class GraphWithNamedArgs:
         graph: the graph.
         args: its named inputs.
         grad_graph_info: for a gradient graph, how it meets its forward graph.
+        from_module: the module whose ``build`` made it (for ``build_grad``).
+        aux: a copy of the module's ``aux`` after ``build``.
+        called_graphs_grad_info: gradient info of graphs called inside, for ``autodiff``.
     """
 
     def __init__(self, graph: popxl.Graph, args: NamedTensors | None = None,
-                 grad_graph_info: GradGraphInfo | None = None) -> None:
+                 grad_graph_info: GradGraphInfo | None = None, from_module: Any = None,
+                 aux: Mapping[str, Any] | None = None,
+                 called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
+                 ) -> None:
         self.graph = graph
         self.args = args if args is not None else NamedTensors()
         self._grad_graph_info = grad_graph_info
+        self.from_module = from_module
+        self.aux = dict(aux or {})
+        self.called_graphs_grad_info = dict(called_graphs_grad_info or {})
 
     @classmethod
     def from_grad_graph(cls, grad_graph_info: GradGraphInfo, args: NamedTensors | None = None,
@@ -93,7 +106,11 @@ class GraphWithNamedArgs:
 
     @property
     def grad_graph_info(self) -> GradGraphInfo:
-        """How this gradient graph meets its forward graph (autodiff's ``GradGraphInfo``)."""
+        """How this gradient graph meets its forward graph (autodiff's ``GradGraphInfo``).
+
+        Raises:
+            AttributeError: on a forward graph.
+        """
         if self._grad_graph_info is None:
             raise AttributeError(f"graph {self.graph.name!r} is not a gradient graph")
         return self._grad_graph_info
@@ -103,8 +120,8 @@ class GraphWithNamedArgs:
         self._grad_graph_info = grad_graph_info
 
     def bind(self, args: Args = None) -> BoundGraph:
-        """Connect the named inputs to ``args`` (a NamedTensors with the same names, or a
-        ``{graph input: parent tensor}`` mapping)."""
+        """Connect the named inputs to ``args``: a NamedTensors is matched by flat name (names
+        only one side has are ignored), a mapping is ``{graph input: parent tensor}``."""
         return BoundGraph(self.graph, _as_mapping(self.args, args))
 
     def call(self, *targs: Any, args: Args = None) -> tuple[popxl.Tensor, ...]:
@@ -115,13 +132,52 @@ class GraphWithNamedArgs:
         """As ``call``, returning the ``CallSiteInfo``."""
         return self.bind(args).call_with_info(*targs)
 
+    def autodiff(self, grads_provided: Iterable[popxl.Tensor] | None = None,
+                 grads_required: Iterable[popxl.Tensor] | None = None,
+                 called_graphs_grad_info: Mapping[popxl.Graph, Any] | None = None,
+                 method: str = "auto", force: bool = False) -> GraphWithNamedArgs:
+        """The gradient graph of this forward graph.
+
+        Args:
+            grads_provided: outputs whose gradients are inputs (default: all).
+            grads_required: inputs whose gradients are outputs (default: all).
+            called_graphs_grad_info: gradient info to reuse for called graphs.
+            method: ``"auto"`` (the module's ``build_grad`` when it overrides one, else
+                ``addons.autodiff``), ``"build_grad"`` or ``"autodiff"``.
+            force: differentiate again a graph already differentiated.
+
+        Raises:
+            ValueError: a second autodiff without ``force``, ``"build_grad"`` for a module
+                without one, or an unknown ``method``.
+        """
+        if method not in ("auto", "build_grad", "autodiff"):
+            raise ValueError(f"autodiff(method={method!r}): expected 'auto', 'build_grad' or "
+                             f"'autodiff'")
+        if self.graph in _DIFFERENTIATED and not force:
+            raise ValueError(f"graph {self.graph.name!r} was already differentiated (its "
+                             f"gradient changed its outputs); pass force=True to do it again")
+        module = self.from_module
+        custom = module is not None and module.implements_grad_graph
+        if method == "build_grad" and not custom:
+            raise ValueError(f"autodiff(method='build_grad'): graph {self.graph.name!r} was "
+                             f"not made by a module that overrides build_grad")
+        if custom and method != "autodiff":
+            result = module.create_grad_graph(self, grads_provided, grads_required)
+        else:
+            from xlgraph.addons.transforms.autodiff import autodiff
+
+            result = autodiff(self, grads_provided, grads_required, called_graphs_grad_info)
+        _DIFFERENTIATED.add(self.graph)
+        return result
+
     def copy(self) -> GraphWithNamedArgs:
-        """A new wrapper of the same graph with a copy of the names."""
+        """A new wrapper of the same graph with a copy of the names and the same gradient
+        info (the module, ``aux`` and called-graph info are not kept, as in the library)."""
         return GraphWithNamedArgs(self.graph, self.args.copy(), self._grad_graph_info)
 
-    def print_schedule(self) -> None:
-        """Print the graph's ops in execution order."""
-        print(str(self.graph))
+    def print_schedule(self) -> str:
+        """The graph's ops in execution order, as text."""
+        return str(self.graph)
 
     def __repr__(self) -> str:
         return f"GraphWithNamedArgs[{self.graph.name} args={self.args.keys_flat()}]"

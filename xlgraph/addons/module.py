@@ -11,13 +11,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import xlgraph as popxl
 from xlgraph.addons.graph import GraphWithNamedArgs
 from xlgraph.addons.graph_cache import GraphCache
 from xlgraph.addons.named_tensors import NamedTensors
+from xlgraph.addons.utils import overrides
 from xlgraph.addons.variable_factory import (
     NamedVariableFactories,
     VariableFactory,
@@ -25,7 +27,28 @@ from xlgraph.addons.variable_factory import (
     add_variable_input,
 )
 
-__all__ = ["Module", "NameScopeMeta"]
+__all__ = ["Module", "NameScopeMeta", "Aux"]
+
+_INLINING = ("error", "warning", "none")
+
+
+class Aux(dict):
+    """``Module.aux``: what ``build`` records for ``build_grad``. While ``build_grad`` runs,
+    reading a tensor entry gives a gradient-graph input of its spec (made once, named after
+    the key); other entries read as stored."""
+
+    reader: Callable[[str, popxl.Tensor], popxl.Tensor] | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        if self.reader is not None and isinstance(value, popxl.Tensor):
+            return self.reader(key, value)
+        return value
+
+
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[popxl.Tensor]:
+    """The tensor arguments of a call, positional then keyword."""
+    return [a for a in [*args, *kwargs.values()] if isinstance(a, popxl.Tensor)]
 
 
 class _Building(threading.local):
@@ -65,21 +88,52 @@ class NameScopeMeta(type):
 class Module(popxl.Module, metaclass=NameScopeMeta):
     """A module whose graph inputs carry dotted names and variable factories.
 
+    While ``build`` runs, the module records its variable factories and named inputs, ``aux``
+    (auxiliary tensors and values for a custom gradient), ``var_grad`` (filled by
+    ``build_grad``) and the gradient info of the graphs it called through ``call_module``.
+    Every graph creation starts from, and leaves, an empty record.
+
     Args:
         cache: outline sub-modules: a sub-module called inside ``build`` (or this module,
             when called inside another's) becomes a call of a graph made once per module
             class, settings and argument specs, instead of inlined ops. True, or a
             ``GraphCache`` to share between modules.
+        grad_inlining_error: what calling a module that overrides ``build_grad`` inline
+            (rather than through ``create_graph`` / ``call_module``) does: ``"error"``
+            (ValueError), ``"warning"`` or ``"none"``; inline, its gradient is autodiff's.
+
+    Raises:
+        ValueError: ``cache`` with a ``build_grad`` override, or an unknown
+            ``grad_inlining_error``.
     """
 
-    def __init__(self, cache: bool | GraphCache = False) -> None:
-        self._variable_factories = NamedVariableFactories()
-        self._named_inputs = NamedTensors()
+    def __init__(self, cache: bool | GraphCache = False,
+                 grad_inlining_error: str = "error") -> None:
+        if grad_inlining_error not in _INLINING:
+            raise ValueError(f"Module(grad_inlining_error={grad_inlining_error!r}): expected "
+                             f"one of {list(_INLINING)}")
+        if cache and self.implements_grad_graph:
+            raise ValueError(f"{type(self).__name__}: a module that overrides build_grad "
+                             f"cannot use cache=True")
+        self.grad_inlining_error = grad_inlining_error
         self._name_scope: str | None = None
         if isinstance(cache, GraphCache):
             self._graph_cache: GraphCache | None = cache
         else:
             self._graph_cache = GraphCache() if cache else None
+        self._reset()
+
+    @property
+    def implements_grad_graph(self) -> bool:
+        """Whether this module's class overrides ``build_grad`` (a custom gradient)."""
+        return overrides(type(self), Module, "build_grad")
+
+    def build_grad(self, *grads: popxl.Tensor) -> Any:
+        """Override to give the module its own gradient: take the gradients of the forward
+        outputs (positionally), read ``self.aux`` for forward values, set
+        ``self.var_grad[name]`` for every variable, and return the gradients of the other
+        inputs in ``grads_required`` order."""
+        raise NotImplementedError(f"{type(self).__name__} does not override build_grad")
 
     def _state(self) -> tuple[NamedVariableFactories, NamedTensors]:
         if "_variable_factories" not in self.__dict__:  # a subclass skipped __init__
@@ -87,18 +141,28 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         return self._variable_factories, self._named_inputs
 
     def _reset(self) -> None:
-        self._state()
+        """Empty the record: factories, named inputs, aux, var_grad, called-graph info."""
+        self.__dict__.setdefault("grad_inlining_error", "error")
+        self.__dict__.setdefault("_name_scope", None)
+        self.__dict__.setdefault("_graph_cache", None)
         self._variable_factories = NamedVariableFactories()
         self._named_inputs = NamedTensors()
+        self.aux: dict[str, Any] = Aux()
+        self.var_grad: dict[str, popxl.Tensor] = {}
+        self._called_graphs_grad_info: dict[popxl.Graph, Any] = {}
 
     # -- graphs ------------------------------------------------------------------------------
     def create_graph(self, *args: Any, **kwargs: Any,
                      ) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
         """Build ``build`` as a subgraph of the current Ir.
 
+        Tensor (and TensorSpec) arguments become positional graph inputs; the variables
+        ``build`` declares become named inputs.
+
         Returns:
             ``(factories, graph)``: the factories of the variables ``build`` declared and the
-            graph with those inputs named.
+            graph with those inputs named; the graph keeps this module (``from_module``), a
+            copy of ``aux`` and the gradient info of the graphs ``build`` called.
         """
         self._reset()
         _building.stack.append(self)
@@ -107,9 +171,31 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         finally:
             _building.stack.pop()
         factories, named = self._state()
-        return factories, GraphWithNamedArgs(graph, named)
+        result = GraphWithNamedArgs(graph, named, from_module=self, aux=dict(self.aux),
+                                    called_graphs_grad_info=dict(self._called_graphs_grad_info))
+        self._reset()
+        return factories, result
+
+    def create_grad_graph(self, fwd_graph: GraphWithNamedArgs,
+                          grads_provided: Iterable[popxl.Tensor] | None = None,
+                          grads_required: Iterable[popxl.Tensor] | None = None,
+                          ) -> GraphWithNamedArgs:
+        """The gradient graph of ``fwd_graph`` built by this module's ``build_grad`` (usually
+        reached through ``fwd_graph.autodiff()``). Every tensor in the forward ``aux``
+        becomes a forward output; apply once per forward graph.
+
+        Raises:
+            ValueError: a provided tensor is not a forward output, a required one is not a
+                forward input, duplicates, a variable without ``var_grad``, or a wrong number
+                or shape of returned gradients.
+        """
+        from xlgraph.addons.module_grad import create_grad_graph
+
+        return create_grad_graph(self, fwd_graph, grads_provided, grads_required)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.implements_grad_graph:
+            self._inlined()
         parent = _building.stack[-1] if _building.stack else None
         attr = _attribute_name(parent, self) if parent is not None else None
         self._reset()
@@ -128,9 +214,20 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
             name = attr or type(self).__name__.lower()
             parent_facts, parent_named = parent._state()
             if self._variable_factories.len():
-                parent_facts.insert(name, self._variable_factories)
-                parent_named.insert(name, self._named_inputs)
+                parent_facts._insert_path(name, self._variable_factories)
+                parent_named._insert_path(name, self._named_inputs)
+            for g, info in self._called_graphs_grad_info.items():
+                parent._called_graphs_grad_info.setdefault(g, info)
         return result
+
+    def _inlined(self) -> None:
+        text = (f"{type(self).__name__} overrides build_grad but is called inline, so autodiff "
+                f"differentiates its ops instead: build it with create_graph (or "
+                f"call_module) to use build_grad")
+        if self.__dict__.get("grad_inlining_error", "error") == "error":
+            raise ValueError(text + "; Module(grad_inlining_error='warning' or 'none') allows it")
+        if self.grad_inlining_error == "warning":
+            warnings.warn(text, stacklevel=3)
 
     def _call_cached(self, cache: GraphCache, *args: Any, **kwargs: Any) -> Any:
         """Outline: call the cached graph of this module, its variables becoming inputs of
@@ -140,21 +237,60 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         named = NamedTensors.from_dict(inputs)
         self._variable_factories = facts
         self._named_inputs = named
-        tensors = [a for a in args if isinstance(a, popxl.Tensor)]
-        tensors += [v for v in kwargs.values() if isinstance(v, popxl.Tensor)]
-        outs = graph.bind(named).call(*tensors)
+        outs = graph.bind(named).call(*_tensors(args, kwargs))
         return outs[0] if len(outs) == 1 else outs
+
+    def call_module(self, module: Module, name: str | None = None, autodiff: str = "auto",
+                    grads_provided: Callable[[GraphWithNamedArgs], Any] | None = None,
+                    grads_required: Callable[[GraphWithNamedArgs], Any] | None = None,
+                    ) -> Callable[..., Any]:
+        """A function that, called inside ``build`` with ``module``'s arguments, creates
+        ``module``'s graph, declares its variables under ``name`` (default: the class name),
+        optionally makes its gradient graph (registered for the autodiff of this module's
+        graph) and calls it, returning only the forward outputs. The function keeps
+        ``.graph`` and ``.var_factories`` after the call.
+
+        Args:
+            module: the sub-module.
+            name: where its variables go.
+            autodiff: ``"auto"`` (its ``build_grad`` when it overrides one), ``"build_grad"``,
+                ``"autodiff"`` or ``"none"``.
+            grads_provided, grads_required: callables taking the new graph, for the gradient.
+        """
+        if autodiff not in ("auto", "build_grad", "autodiff", "none"):
+            raise ValueError(f"call_module(autodiff={autodiff!r}): expected 'auto', "
+                             f"'build_grad', 'autodiff' or 'none'")
+
+        def call(*args: Any, **kwargs: Any) -> tuple[popxl.Tensor, ...]:
+            facts, graph = module.create_graph(*args, **kwargs)
+            n_out = len(graph.graph.outputs)
+            inputs = self.add_variable_inputs(name or type(module).__name__, facts)
+            mode = autodiff
+            if mode == "auto":
+                mode = "build_grad" if module.implements_grad_graph else "none"
+            if mode != "none":
+                grad = graph.autodiff(grads_provided(graph) if grads_provided else None,
+                                      grads_required(graph) if grads_required else None,
+                                      method=mode)
+                for g, info in graph.called_graphs_grad_info.items():
+                    self._called_graphs_grad_info.setdefault(g, info)
+                self._called_graphs_grad_info[graph.graph] = grad.grad_graph_info
+            call.graph, call.var_factories = graph, facts  # type: ignore[attr-defined]
+            return graph.bind(inputs).call(*_tensors(args, kwargs))[:n_out]
+
+        return call
 
     # -- variables ---------------------------------------------------------------------------
     def add_variable_input(self, name: str, data_iter: Any, dtype: popxl.dtype | None = None,
                            by_ref: bool = False,
                            replica_grouping: popxl.ReplicaGrouping | None = None,
                            overwrite: bool = False) -> popxl.Tensor:
-        """Declare a graph input named ``name`` whose variable is made from ``data_iter``.
+        """Declare a graph input named ``name`` (dotted names nest) whose variable is made
+        from ``data_iter``.
 
         Args:
             name: the input's (dotted) name.
-            data_iter: a callable returning the initial data, an iterator of data, or the data.
+            data_iter: a callable returning the initial data, or an iterable of data.
             dtype: the dtype (default: the data's).
             by_ref: pass by reference, so in-place updates reach the variable.
             replica_grouping: replicas sharing one value.
@@ -162,6 +298,9 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
 
         Returns:
             The graph input.
+
+        Raises:
+            ValueError: ``name`` is taken and ``overwrite`` is False.
         """
         tensor, factory = add_variable_input(name, data_iter, dtype, by_ref, replica_grouping)
         self._insert(name, tensor, factory, overwrite)
@@ -184,18 +323,19 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         name = name or variable_f.name
         if not name:
             raise ValueError("add_variable_factory: the factory has no name; pass name=")
-        tensor = popxl.graph_input(variable_f.shape_on_replica, variable_f.dtype, name,
-                                   by_ref=variable_f.by_ref, meta_shape=variable_f.meta_shape)
+        tensor = variable_f.create_input_named(name)
         self._insert(name, tensor, variable_f, False)
         return tensor
 
-    def add_variable_inputs(self, name: str, variable_f: NamedVariableFactories,
+    def add_variable_inputs(self, name: str | int, variable_f: NamedVariableFactories,
                             overwrite: bool = False) -> NamedTensors:
-        """Declare an input for every factory of ``variable_f``, under ``name.``."""
+        """Declare an input for every factory of ``variable_f``, under ``name.`` (an int name
+        must be >= 0); returns them as a NamedTensors keyed like ``variable_f``."""
+        if isinstance(name, int) and name < 0:
+            raise ValueError(f"add_variable_inputs: name {name} must be >= 0")
         inputs = {}
         for key, factory in variable_f.to_dict().items():
-            tensor = popxl.graph_input(factory.shape_on_replica, factory.dtype, key,
-                                       by_ref=factory.by_ref, meta_shape=factory.meta_shape)
+            tensor = factory.create_input_named(key)
             self._insert(f"{name}.{key}", tensor, factory, overwrite)
             inputs[key] = tensor
         return NamedTensors.from_dict(inputs)
@@ -203,38 +343,55 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
     def _insert(self, name: str, tensor: popxl.Tensor, factory: VariableFactory,
                 overwrite: bool) -> None:
         facts, named = self._state()
-        facts.insert(name, factory, overwrite)
-        named.insert(name, tensor, overwrite)
+        if overwrite and name in facts:
+            facts.pop(name)
+            named.pop(name)
+        facts._insert_path(name, factory)
+        named._insert_path(name, tensor)
 
     def set_name_scope(self, name: str) -> None:
         """Run this module's ``build`` inside ``popxl.name_scope(name)``."""
         self._name_scope = name
 
-    def get(self, key: str) -> Any:
-        """The sub-module or attribute at dotted ``key`` (``"layers.0.fc"``)."""
+    def get(self, key: str | int) -> Any:
+        """The sub-module or attribute at dotted ``key`` (``"layers.0.fc"``; ints become
+        strings)."""
         node: Any = self
-        for part in key.split("."):
+        for part in str(key).split("."):
             node = getattr(node, part)
         return node
 
+    def __getitem__(self, key: str | int) -> Any:
+        return self.get(key)
+
+    def __iter__(self) -> Iterator[Module]:
+        if not self.__dict__.get("_from_list"):
+            raise AttributeError(f"{type(self).__name__} is not iterable: only modules made "
+                                 f"by from_list are")
+        count = 0
+        while str(count) in self.__dict__:
+            count += 1
+        return iter([self.__dict__[str(i)] for i in range(count)])
+
     @classmethod
     def from_list(cls, sub_modules: Iterable[Module]) -> Module:
-        """A module whose attributes ``"0"``, ``"1"``, ... are ``sub_modules``; its ``build``
-        calls them in turn, each output feeding the next."""
-        return _Sequence(sub_modules)
+        """A module (of this class, made with no arguments) whose attributes ``"0"``,
+        ``"1"``, ... are ``sub_modules``; it can be iterated. ``Module.from_list`` itself
+        gives a module whose ``build`` calls them in turn, each output feeding the next."""
+        module = _Sequence() if cls is Module else cls()
+        for i, m in enumerate(sub_modules):
+            setattr(module, str(i), m)
+        module._from_list = True
+        return module
 
     @classmethod
     def from_variable_factories(cls, inputs: NamedVariableFactories) -> Module:
-        """A module whose ``build`` declares an input for every factory and returns nothing."""
+        """A module whose ``build`` declares input ``"<i>"`` for the i-th factory of
+        ``inputs`` and returns nothing."""
         return _FromFactories(inputs)
 
 
 class _Sequence(Module):
-    def __init__(self, sub_modules: Iterable[Module]) -> None:
-        super().__init__()
-        for i, m in enumerate(sub_modules):
-            setattr(self, str(i), m)
-
     def build(self, *args: Any) -> Any:
         i = 0
         while str(i) in self.__dict__:
@@ -250,8 +407,8 @@ class _FromFactories(Module):
         self._factories = inputs
 
     def build(self) -> None:
-        for name, factory in self._factories.to_dict().items():
-            self.add_variable_factory(factory, name)
+        for i, factory in enumerate(self._factories.values_flat()):
+            self.add_variable_factory(factory, str(i))
 
 
 def _attribute_name(parent: Module, child: Module) -> str | None:

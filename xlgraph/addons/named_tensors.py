@@ -6,14 +6,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from xlgraph import Tensor
+from xlgraph import Tensor, ops
 from xlgraph.addons.dot_tree import DotTree
 
 __all__ = ["NamedTensors", "NamedTensorData", "print_named_tensors"]
 
 
 class NamedTensorData(DotTree[np.ndarray]):
-    """Host arrays by dotted name (what a checkpoint holds)."""
+    """Host arrays by dotted name (what ``TaskSession.get_named_tensors_data`` returns)."""
 
 
 class NamedTensors(DotTree[Tensor]):
@@ -21,20 +21,25 @@ class NamedTensors(DotTree[Tensor]):
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:
-        """Every tensor, in ``keys_flat`` order."""
-        return tuple(self.values_flat())
+        """Every tensor, sorted by tensor **name** (not by key), as popxl-addons sorts them."""
+        return tuple(sorted(self.values_flat(), key=lambda t: t.name))
 
     @property
     def named_tensors(self) -> dict[str, Tensor]:
-        """``{dotted name: tensor}``."""
+        """``{dotted name: tensor}`` in insertion order."""
         return self.to_dict()
 
     def remap(self, mapping: Mapping[Tensor, Tensor]) -> NamedTensors:
-        """The same names with every tensor replaced by ``mapping[tensor]`` (kept when absent)."""
+        """The same names with every tensor replaced by ``mapping[tensor]`` (a tensor the
+        mapping lacks is kept)."""
         return NamedTensors.from_dict({k: mapping.get(t, t) for k, t in self.to_dict().items()})
 
 
-def print_named_tensors(named_tensors: NamedTensors) -> None:
-    """Print one ``name: shape dtype`` line per tensor."""
-    for name, t in named_tensors.to_dict().items():
-        print(f"{name}: {t.shape} {t.dtype.name}")
+def print_named_tensors(named_tensors: NamedTensors) -> NamedTensors:
+    """Print every tensor each time the graph runs, titled by its dotted name.
+
+    Returns:
+        The printed tensors (``ops.print_tensor``'s pass-through outputs) under the same names.
+    """
+    return NamedTensors.from_dict({name: ops.print_tensor(t, title=name)
+                                   for name, t in named_tensors.to_dict().items()})

@@ -7,8 +7,11 @@ the variables in the main graph (or ``init_remote`` in remote buffers).
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,28 +44,46 @@ class VariableFactory:
         shard_over: replicas that split the variable (replicated tensor sharding).
     """
 
-    def __init__(self, data_iter: Callable[[], Any] | Iterable[Any] | Any,
+    def __init__(self, data_iter: Callable[[], Any] | Iterable[Any],
                  dtype: popxl.dtype | None = None, name: str | None = None,
                  by_ref: bool = False, replica_grouping: popxl.ReplicaGrouping | None = None,
                  shard_over: int = 1) -> None:
-        self.data_iter = data_iter
         self.name = name
         self.by_ref = by_ref
         self.replica_grouping = replica_grouping
         self.shard_over = int(shard_over or 1)
-        first = self._draw(dtype)
-        self._pending: np.ndarray | None = first
-        self.dtype = dtype or popxl.dtypes.of_array(first)
-        self.shape = tuple(first.shape)
+        self._pending: np.ndarray | None = None
+        if callable(data_iter):
+            self._source: Callable[[], Any] = data_iter
+            first = self._probe(data_iter, "calling it")
+        else:
+            try:
+                it = iter(data_iter)
+            except TypeError:
+                raise ValueError(f"VariableFactory {name!r}: data_iter must be a callable or an "
+                                 f"iterable, got {type(data_iter).__name__}") from None
+            self._source = functools.partial(next, it)
+            first = self._pending = self._probe(self._source, "taking its first element")
+        self.data_iter = data_iter
+        self.dtype = dtype or popxl.dtypes.of_array(to_numpy(first, None, True))
+        self.shape = tuple(np.shape(first))
+
+    def _probe(self, source: Callable[[], Any], how: str) -> np.ndarray:
+        try:
+            data = source()
+        except Exception as exc:  # the user's callable: report any failure as a bad source
+            raise ValueError(f"VariableFactory {self.name!r}: {how} failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
+        if not isinstance(data, np.ndarray | np.generic | int | float | bool):
+            raise ValueError(f"VariableFactory {self.name!r}: data_iter gave a "
+                             f"{type(data).__name__}, expected a numpy array or a scalar")
+        return np.asarray(data)
 
     def _draw(self, dtype: popxl.dtype | None) -> np.ndarray:
-        src = self.data_iter
-        if callable(src):
-            data = src()
-        elif isinstance(src, Iterator):
-            data = next(src)
+        if self._pending is not None:
+            data, self._pending = self._pending, None
         else:
-            data = src
+            data = self._source()
         return to_numpy(data, dtype, True)
 
     @property
@@ -91,13 +112,7 @@ class VariableFactory:
         if empty:
             shape = self.shape if groups == 1 else (groups, *self.shape)
             return np.zeros(shape, self.dtype.as_numpy())
-        draws = []
-        for _ in range(groups):
-            if self._pending is not None:
-                draws.append(self._pending)
-                self._pending = None
-            else:
-                draws.append(self._draw(self.dtype))
+        draws = [self._draw(self.dtype) for _ in range(groups)]
         for d in draws:
             if d.shape != self.shape:
                 raise ValueError(f"variable factory {self.name!r}: data of shape {d.shape}, "
@@ -110,13 +125,39 @@ class VariableFactory:
         return popxl.graph_input(self.shape_on_replica, self.dtype, name, by_ref=self.by_ref,
                                  meta_shape=self.meta_shape)
 
-    def create_tensor(self, name: str | None = None, empty: bool = False) -> popxl.Variable:
-        """A main-graph variable holding ``next_data()``."""
+    def create_input_named(self, name: str) -> popxl.Tensor:
+        """A graph input of the current graph for this variable, named ``name``."""
+        return popxl.graph_input(self.shape_on_replica, self.dtype, name, by_ref=self.by_ref,
+                                 meta_shape=self.meta_shape)
+
+    def create_tensor(self, name: str | None = None, empty: bool = False,
+                      memmap_dir: str | os.PathLike | None = None,
+                      read_only_if_exists: bool = False) -> popxl.Variable:
+        """A main-graph variable holding ``next_data()``.
+
+        With ``memmap_dir`` the host data lives in a raw memory map ``<dir>/<name>.npy``
+        (made and filled when absent; reused when present, read-only with
+        ``read_only_if_exists``).
+        """
+        name = name or self.name
         if self.shard_over > 1:
-            raise ValueError(f"variable {name or self.name!r} is sharded over {self.shard_over} "
+            raise ValueError(f"variable {name!r} is sharded over {self.shard_over} "
                              f"replicas: make it with init_remote(named_variable_buffers(...))")
-        return popxl.variable(self.next_data(empty), self.dtype, name or self.name,
-                              replica_grouping=self.replica_grouping)
+        data = self.next_data(empty) if memmap_dir is None else \
+            self._memmap(Path(memmap_dir) / f"{name}.npy", empty, read_only_if_exists)
+        return popxl.variable(data, self.dtype, name, replica_grouping=self.replica_grouping)
+
+    def _memmap(self, path: Path, empty: bool, read_only: bool) -> np.ndarray:
+        groups = self._groups()
+        shape = self.shape if groups == 1 else (groups, *self.shape)
+        if path.exists():
+            return np.memmap(path, self.dtype.as_numpy(), "r" if read_only else "r+",
+                             shape=shape)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mm = np.memmap(path, self.dtype.as_numpy(), "w+", shape=shape)
+        mm[...] = self.next_data(empty)
+        mm.flush()
+        return mm
 
     def create_remote_tensor(self, buffer: popxl.RemoteBuffer, entry: int,
                              name: str | None = None, empty: bool = False) -> popxl.Variable:
@@ -146,18 +187,26 @@ class NamedVariableFactories(DotTree[VariableFactory]):
             out[name] = make(full, factory)
         return NamedTensors.from_dict(out)
 
-    def init(self, prefix: str | None = None) -> NamedTensors:
-        """Make every variable in the main graph; names are the dotted names (after
-        ``prefix.`` when given)."""
+    def _sorted(self) -> NamedVariableFactories:
+        keys, values = self.unpack()
+        return type(self).pack(keys, values)
+
+    def init(self, prefix: str | None = None, empty: bool = False,
+             memmap_dir: str | os.PathLike | None = None,
+             read_only_if_exists: bool = False) -> NamedTensors:
+        """Make every variable in the main graph, in alphabetical order of the dotted names
+        (so the draws from random initialisers follow that order); variable names are the
+        dotted names (after ``prefix.`` when given). See ``VariableFactory.create_tensor``."""
         with popxl.gmg():
-            return self._each(prefix, lambda name, f: f.create_tensor(name))
+            return self._sorted()._each(prefix, lambda name, f: f.create_tensor(
+                name, empty, memmap_dir, read_only_if_exists))
 
     def init_remote(self, buffers: DotTree, entry: int = 0, prefix: str | None = None,
                     empty: bool = False) -> NamedTensors:
         """Make every variable in entry ``entry`` of its buffer in ``buffers`` (a tree with the
         same names, from ``named_variable_buffers``)."""
         with popxl.gmg():
-            return self._each(prefix, lambda name, f: f.create_remote_tensor(
+            return self._sorted()._each(prefix, lambda name, f: f.create_remote_tensor(
                 buffers.get(name[len(prefix) + 1:] if prefix else name), entry, name, empty))
 
     def init_zero(self) -> NamedTensors:

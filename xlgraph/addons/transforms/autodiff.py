@@ -9,6 +9,7 @@ import numpy as np
 
 import xlgraph as popxl
 from xlgraph import ops, transforms
+from xlgraph.addons.dot_tree import sanitise
 from xlgraph.addons.graph import GraphWithNamedArgs
 from xlgraph.addons.named_replica_grouping import NamedReplicaGrouping
 from xlgraph.addons.named_tensors import NamedTensors
@@ -49,8 +50,18 @@ def autodiff(graph: GraphLike, grads_provided: Iterable[popxl.Tensor] | None = N
         order (the gradient seeds first, then the forward tensors it reads).
     """
     info = transforms.autodiff(_graph(graph), grads_provided, grads_required,
-                               _infos(called_graphs_grad_info))
+                               _infos(_merged(graph, called_graphs_grad_info)))
     return GraphWithNamedArgs.from_grad_graph(info)
+
+
+def _merged(graph: GraphLike, called: Mapping[popxl.Graph, GradGraphInfo] | None,
+            ) -> Mapping[popxl.Graph, GradGraphInfo] | None:
+    """The graph's own called-graph gradient info (from ``call_module``) updated by
+    ``called`` (the argument wins)."""
+    own = getattr(graph, "called_graphs_grad_info", None) or {}
+    if not own:
+        return called
+    return {**own, **(called or {})}
 
 
 def _names_of(graph: GraphLike) -> dict[popxl.Tensor, str]:
@@ -84,7 +95,7 @@ def autodiff_with_accumulation(
     required = list(fwd.inputs if grads_required is None else grads_required)
     kept = [t for t in required if t not in accumulate]
     inner = transforms.autodiff(fwd, grads_provided, kept + accumulate,
-                                _infos(called_graphs_grad_info))
+                                _infos(_merged(graph, called_graphs_grad_info)))
     names = _names_of(graph)
     wrapper = popxl.gir().create_empty_graph(f"{inner.graph.name}_accumulate")
     facts = NamedVariableFactories()
@@ -95,18 +106,18 @@ def autodiff_with_accumulation(
         outs = ops.call(inner.graph, *ins)
         counter, factory = add_variable_input("mean_accum_counter", partial(np.zeros, ()),
                                               popxl.float32, by_ref=True)
-        facts.insert("mean_accum_counter", factory)
-        named.insert("mean_accum_counter", counter)
+        facts._insert_path("mean_accum_counter", factory)
+        named._insert_path("mean_accum_counter", counter)
         for i, t in enumerate(accumulate):
-            name = names.get(t, t.name)
+            name = names.get(t) or sanitise(t.name)
             rg = replica_groupings.get(name) if replica_groupings and name in replica_groupings \
                 else None
             grad = outs[len(kept) + i]
             accum, factory = add_variable_input(f"accum.{name}", partial(np.zeros, grad.shape),
                                                 grad.dtype, by_ref=True, replica_grouping=rg)
             ops.var_updates.accumulate_mean_(accum, grad, counter)
-            facts.insert(f"accum.{name}", factory)
-            named.insert(f"accum.{name}", accum)
+            facts._insert_path(f"accum.{name}", factory)
+            named._insert_path(f"accum.{name}", accum)
         ops.var_updates.accumulate_(counter, popxl.constant(1.0, popxl.float32))
         for g in outs[:len(kept)]:
             popxl.graph_output(g)
