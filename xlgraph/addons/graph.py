@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import xlgraph as popxl
-from xlgraph import ops
+from xlgraph import ops, transforms
 from xlgraph.addons.named_tensors import NamedTensors
 from xlgraph.ops import CallSiteInfo
 from xlgraph.transforms import GradGraphInfo
@@ -68,6 +68,31 @@ class BoundGraph:
 
     def __repr__(self) -> str:
         return f"BoundGraph[{self.graph.name} bound={len(self.args)}]"
+
+
+def called_infos(graph: GraphWithNamedArgs | popxl.Graph,
+                 called: Mapping[Any, Any] | None) -> dict[popxl.Graph, GradGraphInfo] | None:
+    """The graph's own called-graph gradient info (from ``call_module``) updated by
+    ``called`` (the argument wins), keyed by plain graphs, values as ``GradGraphInfo``."""
+    own = getattr(graph, "called_graphs_grad_info", None) or {}
+    merged = {**own, **(called or {})}
+    if not merged and called is None:
+        return None
+    return {getattr(k, "graph", k): getattr(v, "grad_graph_info", v) if
+            isinstance(v, GraphWithNamedArgs) else v for k, v in merged.items()}
+
+
+def plain_autodiff(graph: GraphWithNamedArgs | popxl.Graph,
+                   grads_provided: Iterable[popxl.Tensor] | None = None,
+                   grads_required: Iterable[popxl.Tensor] | None = None,
+                   called_graphs_grad_info: Mapping[Any, Any] | None = None,
+                   ) -> GraphWithNamedArgs:
+    """PopXL's autodiff of ``graph`` with its own called-graph info merged in (the work
+    behind ``addons.autodiff``)."""
+    plain = graph.graph if isinstance(graph, GraphWithNamedArgs) else graph
+    info = transforms.autodiff(plain, grads_provided, grads_required,
+                               called_infos(graph, called_graphs_grad_info))
+    return GraphWithNamedArgs.from_grad_graph(info)
 
 
 _DIFFERENTIATED: weakref.WeakSet[popxl.Graph] = weakref.WeakSet()
@@ -164,9 +189,8 @@ class GraphWithNamedArgs:
         if custom and method != "autodiff":
             result = module.create_grad_graph(self, grads_provided, grads_required)
         else:
-            from xlgraph.addons.transforms.autodiff import autodiff
-
-            result = autodiff(self, grads_provided, grads_required, called_graphs_grad_info)
+            result = plain_autodiff(self, grads_provided, grads_required,
+                                    called_graphs_grad_info)
         _DIFFERENTIATED.add(self.graph)
         return result
 

@@ -10,7 +10,7 @@ import numpy as np
 import xlgraph as popxl
 from xlgraph import ops, transforms
 from xlgraph.addons.dot_tree import sanitise
-from xlgraph.addons.graph import GraphWithNamedArgs
+from xlgraph.addons.graph import GraphWithNamedArgs, called_infos, plain_autodiff
 from xlgraph.addons.named_replica_grouping import NamedReplicaGrouping
 from xlgraph.addons.named_tensors import NamedTensors
 from xlgraph.addons.variable_factory import NamedVariableFactories, add_variable_input
@@ -23,14 +23,6 @@ GraphLike = GraphWithNamedArgs | popxl.Graph
 
 def _graph(graph: GraphLike) -> popxl.Graph:
     return graph.graph if isinstance(graph, GraphWithNamedArgs) else graph
-
-
-def _infos(called: Mapping[popxl.Graph, GradGraphInfo | GraphWithNamedArgs] | None,
-           ) -> dict[popxl.Graph, GradGraphInfo] | None:
-    if called is None:
-        return None
-    return {_graph(k): v.grad_graph_info if isinstance(v, GraphWithNamedArgs) else v
-            for k, v in called.items()}
 
 
 def autodiff(graph: GraphLike, grads_provided: Iterable[popxl.Tensor] | None = None,
@@ -49,19 +41,7 @@ def autodiff(graph: GraphLike, grads_provided: Iterable[popxl.Tensor] | None = N
         The gradient graph with its ``grad_graph_info``; its expected inputs follow PopXL's
         order (the gradient seeds first, then the forward tensors it reads).
     """
-    info = transforms.autodiff(_graph(graph), grads_provided, grads_required,
-                               _infos(_merged(graph, called_graphs_grad_info)))
-    return GraphWithNamedArgs.from_grad_graph(info)
-
-
-def _merged(graph: GraphLike, called: Mapping[popxl.Graph, GradGraphInfo] | None,
-            ) -> Mapping[popxl.Graph, GradGraphInfo] | None:
-    """The graph's own called-graph gradient info (from ``call_module``) updated by
-    ``called`` (the argument wins)."""
-    own = getattr(graph, "called_graphs_grad_info", None) or {}
-    if not own:
-        return called
-    return {**own, **(called or {})}
+    return plain_autodiff(graph, grads_provided, grads_required, called_graphs_grad_info)
 
 
 def _names_of(graph: GraphLike) -> dict[popxl.Tensor, str]:
@@ -95,7 +75,7 @@ def autodiff_with_accumulation(
     required = list(fwd.inputs if grads_required is None else grads_required)
     kept = [t for t in required if t not in accumulate]
     inner = transforms.autodiff(fwd, grads_provided, kept + accumulate,
-                                _infos(_merged(graph, called_graphs_grad_info)))
+                                called_infos(graph, called_graphs_grad_info))
     names = _names_of(graph)
     wrapper = popxl.gir().create_empty_graph(f"{inner.graph.name}_accumulate")
     facts = NamedVariableFactories()
