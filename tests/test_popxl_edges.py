@@ -129,7 +129,7 @@ EDGES: list[tuple[Callable[[], None], type[Exception], str]] = [
     (_call_with_extra_input, ValueError, "inputs"),
     (_call_with_parent_tensor_inside, ValueError, "not in the current Graph"),
     (_run_detached, ValueError, "Must be attached to device before calling a runtime function"),
-    (_tensor_data_of_intermediate, TypeError, "is not of type Constant or Variable"),
+    (_tensor_data_of_intermediate, TypeError, "is not of type Constant or Variable."),
     (_write_wrong_dtype, TypeError, "dtype"),
     (_write_wrong_shape, ValueError, "shape"),
     (_unexpected_input, ValueError, "Unexpected"),
@@ -227,6 +227,53 @@ def test_tensor_data_of_constants_grouped_all_replicas_remote_and_sharded() -> N
     np.testing.assert_array_equal(got[sharded], 4.0)
     with pytest.raises(TypeError, match="is not of type Variable"):
         session.write_variable_data(c, np.zeros(3, np.float32))
+
+
+def test_tensor_data_messages_are_popxls_sentences() -> None:
+    """PopXL: ``get_tensor_data`` takes Variables and Constants ("Tensor <id> is not of type
+    Constant or Variable."), ``write_variable_data`` Variables only ("Tensor <id> is not of type
+    Variable."); a constant's data is its value."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        c = popxl.constant(np.arange(3, dtype=np.float32), name="c")
+        t = ops.add(c, c)
+        ops.host_store(popxl.d2h_stream((3,), popxl.float32, "out"), t)
+    session = popxl.Session(ir)
+    np.testing.assert_array_equal(session.get_tensor_data(c), [0, 1, 2])
+    with pytest.raises(TypeError) as info:
+        session.write_variable_data(c, np.zeros(3, np.float32))
+    assert str(info.value) == "Tensor c is not of type Variable."
+    with pytest.raises(TypeError) as info:
+        session.write_variables_data({c: np.zeros(3, np.float32)})
+    assert str(info.value) == "Tensor c is not of type Variable."
+    with pytest.raises(TypeError) as info:
+        session.get_tensors_data([c, t])
+    assert str(info.value) == f"Tensor {t.id} is not of type Constant or Variable."
+
+
+def test_grouped_all_replicas_variables_read_per_replica_and_write_per_group() -> None:
+    """PopXL stores one value per replica group: an ``all_replicas`` read of a grouped variable
+    repeats each group's value for its replicas, a write takes one value per group; a
+    per-replica write is taken only when the replicas of each group agree."""
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        v = popxl.variable(np.array([[1.0], [2.0]], np.float32), name="v",
+                           replica_grouping=ir.replica_grouping(stride=2, group_size=2),
+                           retrieval_mode="all_replicas")  # groups (0, 2) and (1, 3)
+        ops.var_updates.accumulate_(v, popxl.constant(np.ones(1, np.float32)))
+    assert v.shape_on_host == (2, 1)
+    session = popxl.Session(ir)
+    np.testing.assert_array_equal(session.get_tensor_data(v), [[1], [2], [1], [2]])
+    with session:
+        session.run()
+        np.testing.assert_array_equal(session.get_tensor_data(v), [[2], [3], [2], [3]])
+        session.write_variable_data(v, np.array([[5.0], [6.0]], np.float32))
+        np.testing.assert_array_equal(session.get_tensor_data(v), [[5], [6], [5], [6]])
+        session.write_variable_data(v, np.array([[7.0], [8.0], [7.0], [8.0]], np.float32))
+        with pytest.raises(ValueError, match="one value per replica group"):
+            session.write_variable_data(v, np.array([[1.0], [2.0], [3.0], [4.0]], np.float32))
+        session.run()
+    np.testing.assert_array_equal(session.get_tensor_data(v), [[8], [9], [8], [9]])
 
 
 def test_names_popxl_never_defined_fail_as_in_popxl() -> None:

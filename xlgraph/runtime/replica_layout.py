@@ -65,6 +65,12 @@ class ReplicaLayout:
         """``(device layout, shape_on_host data)`` of ``values`` shaped as
         ``replica_values_shape``; a variable held once takes only one value for all replicas."""
         per = values.reshape((self.local, *v.shape))
+        for members in v.replica_grouping.groups:  # one value per group, as PopXL stores it
+            here = [r - self.offset for r in members if r in self.mine]
+            if here and not (per[here] == per[here[:1]]).all():
+                raise ValueError(
+                    f"{v.id} holds one value per replica group ({v.replica_grouping}); got "
+                    f"different values for the replicas {tuple(members)} of one group")
         if v in self.held_once:
             if not (per == per[:1]).all():
                 raise ValueError(f"{v.id} holds one value for every replica (no replica changes "

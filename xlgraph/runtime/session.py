@@ -426,10 +426,9 @@ class Session:
     def _check_variable(self, tensor: Any, writing: bool = False) -> None:
         if not isinstance(tensor, Variable):
             what = tensor.id if isinstance(tensor, Tensor) else repr(tensor)
-            if writing:
-                raise TypeError(f"write_variable_data: {what} is not of type Variable (only "
-                                f"variables can be written)")
-            raise TypeError(f"{what} is not of type Constant or Variable")
+            if writing:  # PopXL's own sentences
+                raise TypeError(f"Tensor {what} is not of type Variable.")
+            raise TypeError(f"Tensor {what} is not of type Constant or Variable.")
         if tensor not in self._host_values:
             raise ValueError(f"{tensor.id} is not a variable of this Session's Ir")
 
