@@ -10,8 +10,9 @@ Dynamo splits the program where Python needs a value (a graph break) and runs th
 eager torch. A piece xlgraph cannot convert (an op outside the table, dynamic shapes) also runs
 in eager torch, with one warning naming the ops.
 
-Importing this module registers the backend; an installed xlgraph also registers it through the
-``torch_dynamo_backends`` entry point, so ``backend="xlgraph"`` works without the import.
+An installed xlgraph registers the backend through the ``torch_dynamo_backends`` entry point,
+so ``backend="xlgraph"`` works without importing this module, before or after it; without the
+entry point (a source checkout on ``sys.path``), importing this module registers it.
 """
 
 from __future__ import annotations
@@ -88,10 +89,27 @@ def xlgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     return _Compiled(gm)
 
 
+_ENTRY_POINT = "xlgraph.poptorch.dynamo:xlgraph_backend"
+
+
+def _entry_point_installed() -> bool:
+    """Whether an installed xlgraph declares the ``torch_dynamo_backends`` entry point: torch
+    then loads (imports) this module itself and registers ``xlgraph_backend`` after the import,
+    so registering here too would make torch fail with ``duplicate name: xlgraph``."""
+    from importlib.metadata import entry_points
+
+    return any(ep.name == "xlgraph" and ep.value == _ENTRY_POINT
+               for ep in entry_points(group="torch_dynamo_backends"))
+
+
 def _register() -> None:
+    """Make ``backend="xlgraph"`` work in every import order: leave it to torch's entry-point
+    lookup when the entry point is installed, else register here (a source checkout)."""
+    if _entry_point_installed():
+        return
     from torch._dynamo.backends import registry
 
-    if registry._COMPILER_FNS.get("xlgraph") is None:  # the entry point may have done it
+    if registry._COMPILER_FNS.get("xlgraph") is None:
         registry._COMPILER_FNS.pop("xlgraph", None)
         registry.register_backend(name="xlgraph")(xlgraph_backend)
 
