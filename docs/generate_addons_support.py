@@ -80,8 +80,15 @@ _CUSTOM_OPS = {
         "available_memory_proportion=0.4")},
     "cross_entropy_sharded_wr_loss": {
         "cross_entropy_sharded_wr_loss": "logits, indices, ipus=None"},
+    "fp8_mse_scale": {"fp8_mse_scale": "src, dtype=popxl.float8_143"},
+    "grad_reduce_square_add": {"grad_reduce_square_add": "t, loss_scaling"},
+    "group_quantize_decompress": {
+        "group_quantize_decompress": "t, group_scale, group_bias, dim=-1",
+        "group_quantize_decompress_numpy": "t, group_scale, group_bias, dim=-1",
+        "group_quantize_compress_numpy": "t, group_size=64, dim=-1"},
     "layer_norm_distributed": {
         "layer_norm_distributed": "t, w, b, epsilon=1e-05, group=None"},
+    "linear_layout": {"linear_layout": "t, bs=1"},
     "replicated_all_reduce_TP": {
         "replicated_all_reduce_identical_inputs": "t, op='add', group=None",
         "replicated_all_reduce_identical_grad_inputs": "t, op='add', group=None",
@@ -99,11 +106,16 @@ _CUSTOM_OPS = {
         "rotary_pos_embed": "t, sin, cos, rotary_dim=None",
         "trig_tables": "seq_len, rotary_dim, base=10000, np_dtype='float32'",
         "trig_table_constants": "seq_len, rotary_dim, base=10000, dtype=popxl.float32"},
+    "static_sparse_ops": {
+        "dense_const_sparse_matmul": "lhs, rhs, output_cols",
+        "random_sparse": "dense, density=0.5"},
 }
-CUSTOM_OP_ROWS = [{"section": f"popxl_addons.ops.{module}", "kind": "function", "name": name,
-                   "params": params}
-                  for module, functions in _CUSTOM_OPS.items()
-                  for name, params in functions.items()]
+CUSTOM_OP_ROWS = [{"section": "popxl_addons.ops", "kind": "function", "name": "fp8_amax_scale",
+                   "params": "src, dtype=popxl.float8_143"}]
+CUSTOM_OP_ROWS += [{"section": f"popxl_addons.ops.{module}", "kind": "function", "name": name,
+                    "params": params}
+                   for module, functions in _CUSTOM_OPS.items()
+                   for name, params in functions.items()]
 
 
 def load_table(path: Path = TABLE) -> list[dict[str, Any]]:

@@ -13,10 +13,11 @@ from xlgraph.transforms import autodiff
 
 
 def as_dtype(arr: np.ndarray, float_dtype: Any) -> np.ndarray:
-    """Float arrays in ``float_dtype``; int arrays as int32; bools unchanged."""
+    """Float arrays in ``float_dtype``; signed int arrays as int32; unsigned ints (packed
+    data, seeds) and bools unchanged."""
     if arr.dtype.kind == "f":
         return arr.astype(float_dtype)
-    if arr.dtype.kind in "iu":
+    if arr.dtype.kind == "i":
         return arr.astype(np.int32)
     return arr
 

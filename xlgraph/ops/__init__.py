@@ -3,9 +3,12 @@
 from xlgraph.op import BUILDERS, REGISTRY, OpDef
 from xlgraph.ops import (
     collectives,
-    norm_distributed,  # noqa: F401 - popxl-addons' custom ops (xlgraph.addons.ops re-exports)
+    fp8_scale,  # noqa: F401 - popxl-addons' custom ops (xlgraph.addons.ops re-exports)
+    norm_distributed,  # noqa: F401
+    quantize,  # noqa: F401
     rotary,  # noqa: F401
     sharded_loss,  # noqa: F401
+    sparse,  # noqa: F401
     tensor_methods,  # noqa: F401 - lends Tensor its operators
     tp_collectives,  # noqa: F401
     var_updates,

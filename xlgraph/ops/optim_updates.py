@@ -26,7 +26,8 @@ from xlgraph.op import OpDef, Sample, apply1, as_tensor, register
 from xlgraph.ops.elementwise import add_
 from xlgraph.tensor import Tensor, TensorSpec
 
-__all__ = ["adam_updater", "lamb_updater", "adamax_updater", "adam_var_update", "lamb_square"]
+__all__ = ["adam_updater", "lamb_updater", "adamax_updater", "adam_var_update", "lamb_square",
+           "grad_reduce_square_add"]
 
 
 def check_scalar(spec: TensorSpec, what: str) -> None:
@@ -263,3 +264,39 @@ _LAMB_SQUARE = OpDef(
 def lamb_square(t: Tensor) -> Tensor:
     """The sum of squares of every element of ``t``, as a float32 scalar (LAMB's r1/r2)."""
     return apply1(_LAMB_SQUARE, [t])
+
+
+# -- popxl-addons' grad_reduce_square_add --------------------------------------------------------
+def _square_add_infer(t: TensorSpec, *scale: TensorSpec, scale_value: float | None) -> TensorSpec:
+    if scale:
+        check_scalar(scale[0], "the loss-scaling factor")
+    return TensorSpec((), dtypes.float32)
+
+
+def _square_add(x: np.ndarray, *scale: np.ndarray, scale_value: float | None) -> np.ndarray:
+    factor = np.float32(scale_value) if not scale else np.asarray(scale[0], np.float32)
+    return np.asarray(_lamb_square(x) * factor.reshape(()), np.float32)
+
+
+_GRAD_REDUCE_SQUARE_ADD = OpDef(
+    "grad_reduce_square_add", _square_add_infer, _square_add,
+    ref=lambda x, scale_value: np.sum(x.astype(np.float64) ** 2) * scale_value,
+    samples=lambda rng: [Sample((rng.normal(size=(3, 4)), 2.0)),
+                         Sample((rng.normal(size=(7,)), 0.5))],
+)
+
+
+@register(_GRAD_REDUCE_SQUARE_ADD)
+def grad_reduce_square_add(t: Tensor, loss_scaling: Any) -> Tensor:
+    """``sum(t^2) / loss_scaling^2`` over every element of ``t`` as a float32 scalar, summed
+    in float32 (the square of the global norm of loss-scaled gradients, once summed over
+    them). ``1 / loss_scaling^2`` is a float32 constant for a number, computed by ops for a
+    tensor."""
+    if isinstance(loss_scaling, Tensor):
+        from xlgraph.ops.elementwise import cast, div
+
+        ls = cast(loss_scaling, dtypes.float32)
+        factor = div(as_tensor(1.0, ls), ls * ls)
+        return apply1(_GRAD_REDUCE_SQUARE_ADD, [t, factor], {"scale_value": None})
+    return apply1(_GRAD_REDUCE_SQUARE_ADD, [t],
+                  {"scale_value": float(np.float32(1.0 / float(loss_scaling) ** 2))})

@@ -1,5 +1,5 @@
-"""Placement ops: ``io_tile_copy`` between the tile sets, ``ipu_copy`` between IPUs, and
-``remote_code_load`` (a no-op)."""
+"""Placement ops: ``io_tile_copy`` between the tile sets, ``ipu_copy`` between IPUs,
+``linear_layout`` (a copy spread over tiles) and ``remote_code_load`` (a no-op)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from xlgraph.graph import Graph
 from xlgraph.op import OpDef, Sample, apply1, register, same_spec
 from xlgraph.tensor import Tensor
 
-__all__ = ["io_tile_copy", "ipu_copy", "remote_code_load"]
+__all__ = ["io_tile_copy", "ipu_copy", "linear_layout", "remote_code_load"]
 
 _IO_TILE_COPY = OpDef(
     "io_tile_copy", same_spec, np.copy, lambda g, dy: (dy,),
@@ -44,6 +44,21 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
                          f"{destination!r}")
     hints = {"ipu": destination, "source_ipu": t.ipu if source is None else int(source)}
     return apply1(_IPU_COPY, [t], hints=hints)
+
+
+_LINEAR_LAYOUT = OpDef(
+    "linear_layout", same_spec, lambda x, bs: np.copy(x),
+    samples=lambda rng: [Sample((rng.normal(size=(3, 4)),)), Sample((rng.normal(size=(5,)), 4))],
+)
+
+
+@register(_LINEAR_LAYOUT)
+def linear_layout(t: Tensor, bs: int = 1) -> Tensor:
+    """A copy of ``t`` whose elements are spread linearly over the tiles in grains of ``bs``
+    (popxl-addons' ``linear_layout``): a layout hint, the values unchanged; no gradient."""
+    if int(bs) < 1:
+        raise ValueError(f"linear_layout: bs must be a positive grain size, got {bs!r}")
+    return apply1(_LINEAR_LAYOUT, [t], {"bs": int(bs)})
 
 
 def remote_code_load(graph: Graph, destination: Literal["executable"]) -> None:

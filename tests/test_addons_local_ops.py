@@ -1,0 +1,231 @@
+"""popxl-addons' custom ops that each replica computes on its own: rotary embedding,
+grad_reduce_square_add, group-quantised decompression, linear_layout, the fp8 scales and the
+dense-sparse product, against independent numpy formulations (float16 rounding where the
+library computes in float16 or accumulates in float32), on the numpy and numba backends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from addons_replicas import BACKENDS, run
+
+import xlgraph
+from xlgraph.addons import ops as addons_ops
+from xlgraph.addons.ops.fp8_mse_scale import fp8_mse_scale
+from xlgraph.addons.ops.grad_reduce_square_add import grad_reduce_square_add
+from xlgraph.addons.ops.group_quantize_decompress import (
+    group_quantize_compress_numpy,
+    group_quantize_decompress,
+    group_quantize_decompress_numpy,
+)
+from xlgraph.addons.ops.linear_layout import linear_layout
+from xlgraph.addons.ops.rotary_pos_embed import (
+    rotary_pos_embed,
+    trig_table_constants,
+    trig_tables,
+)
+from xlgraph.addons.ops.static_sparse_ops import dense_const_sparse_matmul, random_sparse
+
+
+def _one(fwd, inputs, backend="numpy", seeds=None):
+    """Run on one replica: outputs (and gradients) without the replica axis."""
+    outs, grads = run(1, fwd, [a[None] for a in inputs],
+                      None if seeds is None else lambda o: [s[None] for s in seeds], backend)
+    return [o[0] for o in outs], [g[0] for g in grads]
+
+
+# -- rotary ------------------------------------------------------------------------------------
+def _rotary_reference(x, phi, rotary_dim):
+    """Pairs (x_2i, x_2i+1) as complex numbers times exp(i phi[seq, i])."""
+    pairs = x[..., :rotary_dim:2] + 1j * x[..., 1:rotary_dim:2]
+    turned = pairs * np.exp(1j * phi)[None, :, None, :]
+    out = x.copy()
+    out[..., :rotary_dim:2], out[..., 1:rotary_dim:2] = turned.real, turned.imag
+    return out
+
+
+def test_trig_tables_follow_the_formula():
+    sin, cos = trig_tables(5, 6, base=100)
+    assert sin.shape == cos.shape == (5, 3) and sin.dtype == np.float32
+    theta = np.array([100.0 ** (-2 * i / 6) for i in range(3)])
+    np.testing.assert_allclose(sin, np.sin(np.outer(np.arange(5), theta)), rtol=1e-6)
+    np.testing.assert_allclose(cos, np.cos(np.outer(np.arange(5), theta)), rtol=1e-6)
+    assert trig_tables(3, 4, np_dtype="float16")[0].dtype == np.float16
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rotary_dim", [None, 4])
+def test_rotary_pos_embed_turns_pairs_by_position(backend, rotary_dim):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 3, 8))
+    dim = rotary_dim or 8
+    sin, cos = trig_tables(5, dim, np_dtype="float64")
+    phi = np.outer(np.arange(5), 10000.0 ** (-2 * np.arange(dim // 2) / dim))
+    seed = rng.normal(size=x.shape)
+    (y,), (dx, _, _) = _one(lambda t, s, c: [rotary_pos_embed(t, s, c, rotary_dim)],
+                            [x, sin, cos], backend, [seed])
+    np.testing.assert_allclose(y, _rotary_reference(x, phi, dim), atol=1e-12)
+    np.testing.assert_allclose(dx, _rotary_reference(seed, -phi, dim), atol=1e-12)
+    if rotary_dim:
+        np.testing.assert_array_equal(y[..., 4:], x[..., 4:])
+
+
+def test_rotary_pos_embed_constants_and_errors():
+    ir = xlgraph.Ir()
+    with ir.main_graph:
+        sin, cos = trig_table_constants(4, 6, dtype=xlgraph.float16)
+        assert sin.dtype == xlgraph.float16 and sin.shape == (4, 3)
+        t = xlgraph.constant(np.zeros((1, 4, 2, 6), np.float16))
+        assert rotary_pos_embed(t, sin, cos).spec == t.spec
+        with pytest.raises(xlgraph.errors.ShapeError, match="rotary_dim must be even"):
+            rotary_pos_embed(t, sin, cos, 5)
+        with pytest.raises(xlgraph.errors.ShapeError, match="rank 4"):
+            rotary_pos_embed(t.reshape((4, 2, 6)), sin, cos)
+        with pytest.raises(xlgraph.errors.ShapeError, match="sin must be"):
+            rotary_pos_embed(t, *trig_table_constants(3, 6, dtype=xlgraph.float16))
+
+
+# -- grad_reduce_square_add --------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grad_reduce_square_add_sums_in_float32(backend):
+    """float16 gradients whose squares overflow float16: summed in float32 and unscaled."""
+    x = np.full((4, 8), 300.0, np.float16)  # 300^2 = 90000 > float16 max
+    (got,), _ = _one(lambda t: [grad_reduce_square_add(t, 128.0)], [x], backend)
+    assert got.dtype == np.float32 and got.shape == ()
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.sum(x * x, dtype=np.float16))
+    want = np.sum(x.astype(np.float32) ** 2) * np.float32(1 / 128.0 ** 2)
+    assert got == pytest.approx(float(want), rel=1e-6)
+    assert got == pytest.approx(32 * 300.0 ** 2 / 128.0 ** 2, rel=1e-6)
+
+
+def test_grad_reduce_square_add_with_a_tensor_loss_scaling():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(5, 3)).astype(np.float32)
+    (got,), _ = _one(lambda t, s: [grad_reduce_square_add(t, s)],
+                     [x, np.array(4.0, np.float16)])
+    assert got == pytest.approx(float(np.sum(x.astype(np.float64) ** 2) / 16), rel=1e-6)
+
+
+# -- group_quantize_decompress ---------------------------------------------------------------
+def test_decompress_reads_the_most_significant_nibble_first():
+    t = np.array([[[0x1234, 0xF00A]]], np.uint16)  # (1 row, 1 group, 2 words)
+    scale = np.array([[[0.5]]], np.float16)
+    bias = np.array([[[-1.0]]], np.float16)
+    (got,), _ = _one(lambda a, s, b: [group_quantize_decompress(a, s, b)], [t, scale, bias])
+    codes = np.array([1, 2, 3, 4, 15, 0, 0, 10])
+    np.testing.assert_array_equal(got, (codes * 0.5 - 1.0)[None].astype(np.float16))
+    assert got.dtype == np.float16
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compress_then_decompress_round_trips(backend):
+    rng = np.random.default_rng(2)
+    w = rng.normal(size=(3, 64)).astype(np.float32)
+    packed, scale, bias = group_quantize_compress_numpy(w, group_size=16)
+    assert packed.shape == (3, 4, 4) and packed.dtype == np.uint16
+    assert scale.shape == bias.shape == (3, 4, 1) and scale.dtype == np.float16
+    (got, transposed), _ = _one(lambda a, s, b: [group_quantize_decompress(a, s, b),
+                                                 group_quantize_decompress(a, s[:, :, 0], b, 0)],
+                                [packed, scale, bias], backend)
+    np.testing.assert_array_equal(got, group_quantize_decompress_numpy(packed, scale, bias))
+    np.testing.assert_array_equal(transposed, got.T)
+    # float16 arithmetic: each code times its scale, then plus the bias, rounded each time
+    codes = np.stack([(packed >> s) & 15 for s in (12, 8, 4, 0)], -1).reshape(3, 4, 16)
+    want = (codes.astype(np.float16) * scale + bias).reshape(3, 64)
+    np.testing.assert_array_equal(got, want)
+    # within half a step (plus float16 rounding) of the original
+    step = np.repeat(scale[..., 0].astype(np.float32), 16, axis=1)
+    assert (np.abs(got.astype(np.float32) - w) <= step / 2 + 2e-3).all()
+
+
+def test_group_quantize_errors():
+    with pytest.raises(ValueError, match="non-finite"):
+        group_quantize_compress_numpy(np.array([[np.nan, 1, 2, 3]]), 4)
+    ir = xlgraph.Ir()
+    with ir.main_graph:
+        t = xlgraph.constant(np.zeros((2, 3, 4), np.uint16), xlgraph.uint16)
+        s = xlgraph.constant(np.ones((2, 3, 1), np.float16))
+        with pytest.raises(NotImplementedError, match="rank 3"):
+            group_quantize_decompress(t.reshape((6, 4)), s, s)
+        with pytest.raises(ValueError, match="leading dims"):
+            group_quantize_decompress(t, s[:1], s[:1])
+
+
+# -- linear_layout ---------------------------------------------------------------------------------
+def test_linear_layout_is_a_copy():
+    x = np.arange(12.0).reshape(3, 4)
+    (got,), _ = _one(lambda t: [linear_layout(t, 4)], [x])
+    np.testing.assert_array_equal(got, x)
+
+
+# -- fp8 scales ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fp8_amax_scale(backend):
+    x = np.array([0.5, -3.0, 1.0], np.float32)
+    (a143, a152, zero, huge), _ = _one(lambda t, z, h: [
+        addons_ops.fp8_amax_scale(t), addons_ops.fp8_amax_scale(t, xlgraph.float8_152),
+        addons_ops.fp8_amax_scale(z), addons_ops.fp8_amax_scale(h)],
+        [x, np.zeros(3, np.float16), np.array([1e30], np.float32)], backend)
+    assert a143.dtype == np.int32 and a143.shape == ()
+    assert (a143, a152, zero, huge) == (6, 14, 31, -31)  # log2(240/3)=6.3, log2(57344/3)=14.2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fp8_mse_scale_centres_the_range(backend):
+    """|x| in [1, 2): every candidate whose range holds 2^0 ties (18 for 1-4-3 from candidate
+    24, 33 for 1-5-2 from 16); the middle of the plateau is 31 - (24 + 9) = -2 and
+    31 - (16 + 16) = -1: the values land mid-range of the exponents [-10, 7] / [-17, 15]."""
+    x = np.random.default_rng(3).uniform(1.0, 2.0, 50).astype(np.float32)
+    (s143, s152), _ = _one(lambda t: [fp8_mse_scale(t), fp8_mse_scale(t, xlgraph.float8_152)],
+                           [x], backend)
+    assert (s143, s152) == (-2, -1)
+
+
+def test_fp8_scales_need_float16_or_float32():
+    ir = xlgraph.Ir()
+    with ir.main_graph:
+        t = xlgraph.constant(np.zeros(3, np.float64), xlgraph.float64)
+        for fn in (addons_ops.fp8_amax_scale, fp8_mse_scale):
+            with pytest.raises(RuntimeError, match="float16 or float32"):
+                fn(t)
+
+
+# -- static sparse -----------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dense_const_sparse_matmul_matches_scipy(backend):
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(4)
+    dense = random_sparse(rng.normal(size=(6, 5)), 0.3)
+    rhs = sp.csr_matrix(dense)
+    lhs = rng.normal(size=(4, 6)).astype(np.float32)
+    lhs16 = lhs.astype(np.float16)
+    (y, y3, y16), _ = _one(lambda a, b, c: [
+        dense_const_sparse_matmul(a, rhs, 5), dense_const_sparse_matmul(b, rhs, 5),
+        dense_const_sparse_matmul(c, rhs, 5)], [lhs, lhs[None], lhs16], backend)
+    np.testing.assert_allclose(y, lhs @ rhs.toarray(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(y3[0], y)
+    assert y16.dtype == np.float16
+    r16 = rhs.toarray().astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(y16, (lhs16.astype(np.float32) @ r16).astype(np.float16))
+
+
+def test_random_sparse_zeroes_in_place_and_keeps_one():
+    a = np.ones((20, 20))
+    assert random_sparse(a, 0.25) is a
+    assert 0.1 < (a != 0).mean() < 0.4
+    b = np.ones((3, 3))
+    random_sparse(b, 0.0)
+    assert (b != 0).sum() == 1
+
+
+def test_dense_const_sparse_matmul_errors():
+    sp = pytest.importorskip("scipy.sparse")
+    ir = xlgraph.Ir()
+    with ir.main_graph:
+        t = xlgraph.constant(np.zeros((2, 3), np.float32))
+        with pytest.raises(xlgraph.errors.ShapeError, match=r"\(k, output_cols\)"):
+            dense_const_sparse_matmul(t, sp.csr_matrix(np.eye(3)), 4)
+        with pytest.raises(RuntimeError, match="float16 or float32"):
+            dense_const_sparse_matmul(xlgraph.constant(np.zeros((2, 3), np.int32)),
+                                      sp.csr_matrix(np.eye(3)), 3)
