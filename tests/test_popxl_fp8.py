@@ -234,3 +234,59 @@ def test_mse_scale_search_beats_every_other_scale() -> None:
             return float(np.mean((host_pow2scale_cast_from_fp8(f8, fmt, -s) - x) ** 2))
 
         assert all(err(best) <= err(s) for s in range(best - 6, best + 7))
+
+
+@pytest.mark.parametrize("to", [popxl.float16, popxl.float32, popxl.float64, None])
+def test_host_cast_from_fp8_takes_the_float_dtype_popxl_passes(to) -> None:
+    """PopXL's ``host_pow2scale_cast_from_fp8(src, dtype, log2_scale)`` takes the float dtype
+    to cast to (None: float32); an fp8 array carries its own format."""
+    rng = np.random.default_rng(5)
+    for fmt in (F143, F152):
+        f8 = rng.normal(size=20).astype(fmt.as_numpy())
+        got = host_pow2scale_cast_from_fp8(f8, to, -3)
+        want_dtype = np.float32 if to is None else to.as_numpy()
+        assert got.dtype == want_dtype
+        np.testing.assert_array_equal(got, (f8.astype(np.float64) / 8).astype(want_dtype))
+    with pytest.raises(TypeError, match="float dtype"):
+        host_pow2scale_cast_from_fp8(f8, popxl.int32)
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, pad: int, groups: int) -> np.ndarray:
+    """float64 convolution by sliding windows (independent of xlgraph's conv kernels)."""
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    k = w.shape[2]
+    win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride,
+                                                                           ::stride]
+    cin, cout = w.shape[1], w.shape[0] // groups
+    return np.concatenate([np.einsum("bchwij,ocij->bohw", win[:, g * cin:(g + 1) * cin],
+                                     w[g * cout:(g + 1) * cout]) for g in range(groups)], 1)
+
+
+@pytest.mark.parametrize("fx, fw", [(F143, F143), (F152, F143), (F152, F152)])
+@pytest.mark.parametrize("scale", [-2, 0, 3])
+def test_pow2scaled_conv_and_matmul_match_ml_dtypes_references(fx, fw, scale) -> None:
+    """PopXL's ``conv_pow2scaled`` / ``matmul_pow2scaled``: ``op(t, w) * 2**log2_scale`` in
+    float16, from fp8 operands decoded as ml_dtypes decodes them; never NaN for finite data."""
+    rng = np.random.default_rng(scale + 10)
+    x = rng.normal(size=(2, 4, 7, 7)).astype(fx.as_numpy())
+    w = rng.normal(size=(6, 2, 3, 3)).astype(fw.as_numpy())
+    a = rng.normal(size=(5, 12)).astype(fx.as_numpy())
+    b = rng.normal(size=(12, 3)).astype(fw.as_numpy())
+    ir = popxl.Ir()
+    with ir.main_graph:
+        log2 = popxl.variable(np.int32(scale), name="log2_scale")
+        cv = ops.conv_pow2scaled(popxl.variable(x), popxl.variable(w), log2, stride=(2, 2),
+                                 padding=(1, 1, 1, 1), groups=2)
+        mm = ops.matmul_pow2scaled(popxl.variable(a), popxl.variable(b), log2)
+        outs = {t: popxl.d2h_stream(t.shape, t.dtype, n) for t, n in ((cv, "cv"), (mm, "mm"))}
+        for t, s in outs.items():
+            ops.host_store(s, t)
+    got = run_once(ir)
+    x64, w64, a64, b64 = (v.astype(np.float64) for v in (x, w, a, b))
+    conv_want = (_conv_ref(x64, w64, 2, 1, 2) * 2.0 ** scale).astype(np.float16)
+    mm_want = (a64 @ b64 * 2.0 ** scale).astype(np.float16)
+    for t, want in ((cv, conv_want), (mm, mm_want)):
+        out = got[outs[t]]
+        assert out.dtype == np.float16 and not np.isnan(out).any()
+        np.testing.assert_allclose(out.astype(np.float64), want.astype(np.float64),
+                                   rtol=2e-3, atol=2e-3 * 2.0 ** scale)

@@ -69,22 +69,39 @@ def host_pow2scale_cast_to_fp8(src: Any, dtype: Any = None, log2_scale: int = 0,
 
 def host_pow2scale_cast_from_fp8(src: Any, dtype: Any = None,
                                  log2_scale: int = 0) -> np.ndarray:
-    """``cast(src, float32) * 2**log2_scale`` on the host.
+    """``cast(src, dtype) * 2**log2_scale`` on the host.
 
     Args:
-        src: fp8 data: an fp8 array, or ``uint8`` bits in the format ``dtype``.
-        dtype: the fp8 format of ``src`` (None: ``float8_143``).
+        src: fp8 data: an fp8 array (its format is its dtype), or ``uint8`` bits.
+        dtype: the float dtype to return (float16, float32 or float64), as PopXL passes it;
+            None gives float32. An fp8 dtype instead names the format of ``uint8`` bits in
+            ``src`` (bits are ``float8_143`` otherwise).
         log2_scale: the power of two to scale by after the cast (pass minus the scale used
             when casting to fp8 to undo it).
 
     Returns:
-        A float32 array.
+        An array of ``dtype`` (float32 for None or an fp8 dtype).
+
+    Raises:
+        TypeError: ``dtype`` is not a float dtype, or ``src`` holds no fp8 data.
     """
-    arr = as_fp8_array(src, dtype)
+    out = dtypes.float32 if dtype is None else dtypes.as_dtype(dtype)
+    fmt = None
+    if out.is_fp8:
+        fmt, out = out, dtypes.float32
+    elif not out.is_floating_point or out.is_complex:
+        raise TypeError(f"host_pow2scale_cast_from_fp8: dtype must be a float dtype to cast "
+                        f"to (float16, float32, float64), got {out!r}")
+    if fmt is None:  # an fp8 array carries its format; bits are float8_143
+        have = np.asarray(src).dtype
+        fmt = next((f for f in (dtypes.float8_152,) if have == f.as_numpy()),
+                   dtypes.float8_143)
+    arr = as_fp8_array(src, fmt)
     if arr is None:
         raise TypeError(f"host_pow2scale_cast_from_fp8 needs fp8 data or uint8 bits, got "
                         f"{np.asarray(src).dtype}")
-    return (arr.astype(np.float32) * np.float32(np.exp2(int(log2_scale)))).astype(np.float32)
+    wide = np.float64 if out is dtypes.float64 else np.float32
+    return (arr.astype(wide) * wide(np.exp2(int(log2_scale)))).astype(out.as_numpy())
 
 
 def find_exponential_range(fp_def: Any) -> tuple[int, int]:
