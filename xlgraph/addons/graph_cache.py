@@ -4,25 +4,21 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import xlgraph as popxl
 from xlgraph import ops
+from xlgraph.addons.cache_key import argument_key, is_module, tensor_key
+from xlgraph.core.context import current_hints
 
 __all__ = ["GraphCache", "bound_arguments", "tensor_hash", "argument_hash", "get_function_hash",
            "function"]
 
 
-def _is_module(value: Any) -> bool:
-    """Whether ``value`` is an addons ``Module`` (``xlgraph.addons.module`` imports this
-    module): a popxl Module that makes its own graphs."""
-    return isinstance(value, popxl.Module) and callable(getattr(value, "create_graph", None))
-
-
 def bound_arguments(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """``fn``'s parameters bound to these arguments, defaults applied."""
-    target = fn.build if _is_module(fn) else fn
+    target = fn.build if is_module(fn) else fn
     bound = inspect.signature(target).bind(*args, **kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)
@@ -30,32 +26,26 @@ def bound_arguments(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[s
 
 def tensor_hash(t: popxl.Tensor | popxl.TensorSpec) -> int:
     """Tensors with one spec (shape, dtype, meta shape) hash alike: they make the same graph."""
-    spec = t.spec if isinstance(t, popxl.Tensor) else t
-    return hash(("tensor", spec.shape, spec.dtype.name, tuple(spec.meta_shape)))
+    return hash(tensor_key(t))
 
 
 def argument_hash(arg: Any) -> int:
-    """A hash of one argument: tensors by spec, containers by their items, modules by class and
-    settings, other values by value (by identity when unhashable)."""
-    if isinstance(arg, popxl.Tensor | popxl.TensorSpec):
-        return tensor_hash(arg)
-    if isinstance(arg, list | tuple):
-        return hash((type(arg).__name__, *map(argument_hash, arg)))
-    if isinstance(arg, dict):
-        return hash(("dict", *((k, argument_hash(v)) for k, v in arg.items())))
-    if _is_module(arg):
-        settings = {k: v for k, v in vars(arg).items() if not k.startswith("_")}
-        return hash((type(arg), argument_hash(settings)))
-    try:
-        return hash((type(arg), arg))
-    except TypeError:
-        return hash(("id", id(arg)))
+    """A hash of one argument's exact key (``cache_key.argument_key``). Equal hashes do not
+    mean equal arguments: ``GraphCache`` compares the keys themselves."""
+    return hash(argument_key(arg))
+
+
+def function_key(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Hashable:
+    """The exact cache key of calling ``fn`` (a function or a module) with these arguments, in
+    the current placement (``popxl.ipu``, ``popxl.io_tiles``)."""
+    bound = bound_arguments(fn, *args, **kwargs)
+    return (argument_key(fn), tuple((k, argument_key(v)) for k, v in bound.items()),
+            argument_key(current_hints()))
 
 
 def get_function_hash(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
-    """The cache key of calling ``fn`` (a function or a module) with these arguments."""
-    bound = bound_arguments(fn, *args, **kwargs)
-    return hash((argument_hash(fn), *((k, argument_hash(v)) for k, v in bound.items())))
+    """A hash of ``function_key``; ``GraphCache`` compares the keys themselves."""
+    return hash(function_key(fn, *args, **kwargs))
 
 
 class GraphCache:
@@ -64,17 +54,18 @@ class GraphCache:
     ``create_graph(module, ...)`` returns ``(factories, GraphWithNamedArgs)`` as
     ``Module.create_graph`` does; ``create_graph(fn, ...)`` returns a ``popxl.Graph``. A second
     request with the same function (or a module of the same class and settings) and arguments
-    of the same specs returns the graph made the first time.
+    of the same specs and values returns the graph made the first time. Keys are exact
+    (``cache_key.argument_key``): values and types, never a hash or an id alone.
     """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[int, int], Any] = {}
+        self._cache: dict[tuple[int, Hashable], Any] = {}
 
     def create_graph(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A cached graph of ``fn`` for these arguments (see the class)."""
-        key = (popxl.gir().id, get_function_hash(fn, *args, **kwargs))
+        key = (popxl.gir().id, function_key(fn, *args, **kwargs))
         if key not in self._cache:
-            if _is_module(fn):
+            if is_module(fn):
                 self._cache[key] = fn.create_graph(*args, **kwargs)
             else:
                 self._cache[key] = popxl.gir().create_graph(fn, *args, **kwargs)
