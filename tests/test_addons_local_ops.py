@@ -229,3 +229,82 @@ def test_dense_const_sparse_matmul_errors():
         with pytest.raises(RuntimeError, match="float16 or float32"):
             dense_const_sparse_matmul(xlgraph.constant(np.zeros((2, 3), np.int32)),
                                       sp.csr_matrix(np.eye(3)), 3)
+
+
+# -- cross_entropy / cross_entropy_with_grad (composites) ----------------------------------------
+def _ce_reference(x, labels, ignore, reduction):
+    keep = labels != ignore
+    logp = x - x.max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    picked = np.take_along_axis(logp, np.where(keep, labels, 0)[..., None], -1)[..., 0]
+    per = np.where(keep, -picked, 0.0)
+    return {"mean": per.sum() / keep.sum(), "sum": per.sum(), "none": per}[reduction]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_matches_numpy_and_differentiates(reduction):
+    rng = np.random.default_rng(6)
+    x = rng.normal(0, 2, (3, 4, 5)).astype(np.float32)
+    labels = rng.integers(0, 5, (3, 4)).astype(np.int32)
+    labels[0, 1] = labels[2, 3] = 7  # ignore_index
+    seed = rng.normal(size=(3, 4) if reduction == "none" else ()).astype(np.float32)
+    (loss,), (dx,) = _one(lambda t, lab: [addons_ops.cross_entropy(t, lab, 7, reduction)],
+                          [x, labels], seeds=[seed])
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(loss, _ce_reference(x64, labels, 7, reduction), rtol=1e-5)
+    direction = rng.normal(size=x.shape)
+
+    def objective(eps):
+        return np.sum(seed * _ce_reference(x64 + eps * direction, labels, 7, reduction))
+
+    numeric = (objective(1e-6) - objective(-1e-6)) / 2e-6
+    assert float(np.sum(dx * direction)) == pytest.approx(numeric, rel=1e-4)
+    assert not dx[0, 1].any() and not dx[2, 3].any()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_with_grad_scales_only_the_gradient(reduction):
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(6, 4)).astype(np.float32)
+    labels = np.array([0, 3, 1, -1, 2, 2], np.int32)
+    (loss, dx), _ = _one(lambda t, lab: list(addons_ops.cross_entropy_with_grad(
+        t, lab, loss_scaling=64, ignore_index=-1, reduction=reduction)), [x, labels])
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(loss, _ce_reference(x64, labels, -1, reduction), rtol=1e-5)
+    softmax = np.exp(x64) / np.exp(x64).sum(1, keepdims=True)
+    keep = (labels != -1)[:, None]
+    want = 64 * (softmax - np.eye(4)[np.where(keep[:, 0], labels, 0)]) * keep
+    want = want / keep.sum() if reduction == "mean" else want
+    np.testing.assert_allclose(dx, want, rtol=1e-5, atol=1e-6)
+    assert dx.dtype == np.float32
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_local_ops_run_each_replica_on_its_own_data(backend):
+    """On 3 replicas, every replica's result is the op of its own inputs."""
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(3, 1, 2, 1, 4))
+    angles = rng.uniform(-3, 3, (3, 2, 2))  # a table per replica
+    sin, cos = np.sin(angles), np.cos(angles)
+    packed = rng.integers(0, 1 << 16, (3, 2, 1, 1)).astype(np.uint16)
+    scale = rng.uniform(0.1, 0.2, (3, 2, 1, 1)).astype(np.float16)
+    rhs = sp.csr_matrix(random_sparse(rng.normal(size=(4, 3)), 0.5))
+    lhs = rng.normal(size=(3, 2, 4)).astype(np.float32)
+
+    def fwd(t, s, c, q, qs, a):
+        return [rotary_pos_embed(t, s, c), group_quantize_decompress(q, qs, qs),
+                dense_const_sparse_matmul(a, rhs, 3), grad_reduce_square_add(a, 2.0),
+                addons_ops.fp8_amax_scale(a), linear_layout(t)]
+
+    outs, _ = run(3, fwd, [x, sin, cos, packed, scale, lhs], backend=backend)
+    for r in range(3):
+        np.testing.assert_allclose(outs[0][r], _rotary_reference(x[r], angles[r], 4),
+                                   atol=1e-12)
+        np.testing.assert_array_equal(
+            outs[1][r], group_quantize_decompress_numpy(packed[r], scale[r], scale[r]))
+        np.testing.assert_allclose(outs[2][r], lhs[r] @ rhs.toarray(), rtol=1e-5, atol=1e-6)
+        assert outs[3][r] == pytest.approx(float(np.sum(lhs[r].astype(np.float64) ** 2) / 4),
+                                           rel=1e-6)
+        assert outs[4][r] == np.floor(np.log2(240 / np.abs(lhs[r]).max()))
+        np.testing.assert_array_equal(outs[5][r], x[r])

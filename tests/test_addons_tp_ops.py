@@ -125,3 +125,39 @@ def test_tp_family_accepts_only_add():
                 builder(t, "mean")
         with pytest.raises(xlgraph.errors.ArgumentError, match="got 'max'"):
             strided.replicated_all_reduce_strided(t, "max")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] == 4], ids=case_id)
+def test_reduce_scatter_then_all_gather_round_trips_a_sharded_tensor(case):
+    """With ``configure_output_for_replicated_tensor_sharding`` the shard carries the input's
+    shape as meta-shape, and the strided all-gather brings back the reduced tensor whole."""
+    replicas, layout = case
+    groups = members(replicas, layout)
+    x = np.random.default_rng(8).normal(size=(replicas, 3, 5))
+    g = None if layout is None else xlgraph.Ir(replication=replicas).replica_grouping(*layout)
+
+    def fwd(t):
+        shard = strided.replicated_reduce_scatter_strided(t, "add", g, True)
+        assert shard.meta_shape == (3, 5)
+        return [strided.replicated_all_gather_strided(shard, g)]
+
+    (whole,), _ = run(replicas, fwd, [x])
+    for r, m in enumerate(groups):
+        np.testing.assert_allclose(whole[r], x[list(m)].sum(0), rtol=1e-12)
+
+
+def test_all_reduce_strided_graph_reduces_each_named_input():
+    replicas = 4
+    x = np.random.default_rng(9).normal(size=(replicas, 2))
+    y = np.random.default_rng(10).normal(size=(replicas, 3))
+
+    def fwd(a, b):
+        group = xlgraph.gcg().ir.replica_grouping(2, 2)
+        graph, names = strided.replicated_all_reduce_strided_graph([a, b], "mean", group)
+        assert names == [a.name, b.name] and graph.args.to_dict().keys() == {a.name, b.name}
+        return list(xlgraph.ops.call(graph.graph, a, b))
+
+    (ra, rb), _ = run(replicas, fwd, [x, y])
+    groups = members(replicas, (2, 2))
+    np.testing.assert_allclose(ra, _group_reduce(x, groups, "mean"), rtol=1e-12)
+    np.testing.assert_allclose(rb, _group_reduce(y, groups, "mean"), rtol=1e-12)
