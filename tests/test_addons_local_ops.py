@@ -177,9 +177,11 @@ def test_fp8_mse_scale_centres_the_range(backend):
     24, 33 for 1-5-2 from 16); the middle of the plateau is 31 - (24 + 9) = -2 and
     31 - (16 + 16) = -1: the values land mid-range of the exponents [-10, 7] / [-17, 15]."""
     x = np.random.default_rng(3).uniform(1.0, 2.0, 50).astype(np.float32)
-    (s143, s152), _ = _one(lambda t: [fp8_mse_scale(t), fp8_mse_scale(t, xlgraph.float8_152)],
-                           [x], backend)
+    (s143, s152, s16), _ = _one(lambda t, h: [
+        fp8_mse_scale(t), fp8_mse_scale(t, xlgraph.float8_152), fp8_mse_scale(h)],
+        [x, x.astype(np.float16)], backend)
     assert (s143, s152) == (-2, -1)
+    assert s16 == -2  # float16 keeps the level 2^0 (most others collapse to 0 or inf)
 
 
 def test_fp8_scales_need_float16_or_float32():
