@@ -2,7 +2,8 @@
 
 Saving writes a temporary file beside the target and renames it over the target, so a failed
 save leaves the previous checkpoint intact. Entries are stored positionally with a list of their
-names, so any name (``file``, ``allow_pickle``, ``a/b``) round-trips. Loading into a Session
+names (JSON text in a byte array, since numpy strings drop trailing NULs), so any name
+(``file``, ``allow_pickle``, ``a/b``, ``"x\\0"``) round-trips. Loading into a Session
 checks every entry before writing any variable, and refuses casts that change values unless
 asked.
 
@@ -17,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import zipfile
@@ -116,7 +118,7 @@ def save(path: PathLike, source: Any,
     fd, tmp = tempfile.mkstemp(suffix=".npz.tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, *arrays.values(), **{_NAMES: np.array(list(arrays), dtype=str)})
+            np.savez(f, *arrays.values(), **{_NAME_LIST: _names_array(list(arrays))})
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, os.stat(target).st_mode & 0o777 if os.path.exists(target) else 0o644)
@@ -128,7 +130,26 @@ def save(path: PathLike, source: Any,
     _fsync_directory(directory)
 
 
-_NAMES = "__names__"  # the entry that lists the names of the positional entries arr_0, arr_1...
+# the entry that lists the names of the positional entries arr_0, arr_1... as JSON bytes;
+# files written before it carry a numpy string array under _NAMES (trailing NULs lost)
+_NAME_LIST = "__name_list__"
+_NAMES = "__names__"
+
+
+def _names_array(names: list[str]) -> np.ndarray:
+    return np.frombuffer(json.dumps(names).encode("ascii"), np.uint8)
+
+
+def _names(data: Any) -> list[str] | None:
+    """The stored names of the positional entries, or None for a keyword-named ``.npz``."""
+    if _NAME_LIST in data.files:
+        names = json.loads(data[_NAME_LIST].tobytes().decode("ascii"))
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"{_NAME_LIST} is not a list of names")
+        return names
+    if _NAMES in data.files:
+        return [str(n) for n in data[_NAMES]]
+    return None
 
 
 def load(path: PathLike) -> dict[str, np.ndarray]:
@@ -144,9 +165,9 @@ def load(path: PathLike) -> dict[str, np.ndarray]:
                                   f"(a .npy file); checkpoints are .npz files written by "
                                   f"checkpoint.save (np.savez files load too)")
         with data:
-            if _NAMES not in data.files:  # written by np.savez with keyword names
+            names = _names(data)
+            if names is None:  # written by np.savez with keyword names
                 return {name: data[name] for name in data.files}
-            names = [str(n) for n in data[_NAMES]]
             return {name: data[f"arr_{i}"] for i, name in enumerate(names)}
     except (FileNotFoundError, CheckpointError):
         raise
