@@ -22,10 +22,10 @@ from tests.test_poptorch_sweep import check_case  # noqa: E402
 from xlgraph.poptorch.capture import DataDependentError  # noqa: E402
 
 OPINFO_OPS = """
-abs acos acosh add addcdiv addmm all amax amin any argmax argmin argsort asin asinh atan atanh
-bitwise_and bitwise_not bitwise_or bitwise_xor bmm bucketize cartesian_prod cdist ceil chunk
-clamp clamp_max clamp_min cos cosh count_nonzero cross cumprod cumsum eq exp expm1 floor
-floor_divide fmod frac full_like gather ge gt index_select isnan le log log10 log1p log2
+abs acos acosh add addbmm addcdiv addmm addmv all amax amin any argmax argmin argsort asin asinh
+atan atanh baddbmm bitwise_and bitwise_not bitwise_or bitwise_xor bmm bucketize cartesian_prod
+cdist ceil chunk clamp clamp_max clamp_min cos cosh count_nonzero cross cumprod cumsum eq exp expm1
+floor floor_divide fmod frac full_like gather ge gt index_select isnan le log log10 log1p log2
 logical_and logical_or logsumexp lt matmul mean median mul ne neg norm ones_like pow prod
 reciprocal remainder reshape roll round rsqrt scatter scatter_add sigmoid sign sin sinh sort
 split sqrt square squeeze std std_mean sub sum t take_along_dim tan tanh tensordot topk

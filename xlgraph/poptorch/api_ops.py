@@ -54,15 +54,18 @@ _memory = _identity_op("set_available_memory", "(Tensor x, float proportion) -> 
 
 
 @torch.library.custom_op(f"{_NS}::dynamic_slice", mutates_args=())
-def _dynamic_slice(x: torch.Tensor, dim: int, start: torch.Tensor, size: int) -> torch.Tensor:
+def _dynamic_slice(x: torch.Tensor, dim: int, start: torch.Tensor, size: int,
+                   step: int) -> torch.Tensor:
     first = int(min(max(int(start), 0), x.shape[dim] - size))
-    return x.narrow(dim, first, size).clone()
+    index = [slice(None)] * x.dim()
+    index[dim] = slice(0, size, step)
+    return x.narrow(dim, first, size)[tuple(index)].clone()
 
 
 @_dynamic_slice.register_fake
-def _(x: torch.Tensor, dim: int, start: torch.Tensor, size: int) -> torch.Tensor:
+def _(x: torch.Tensor, dim: int, start: torch.Tensor, size: int, step: int) -> torch.Tensor:
     shape = list(x.shape)
-    shape[dim] = size
+    shape[dim] = -(-size // step)
     return x.new_empty(shape)
 
 
@@ -147,18 +150,46 @@ def set_overlap_for_output(output_tensors: Any, mode: OverlapMode) -> Any:
 
 def dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: int,
                   step: int) -> torch.Tensor:
-    """``size`` elements of ``tensor`` along ``dim`` from the run-time index ``start`` (a
-    tensor; the region is clamped to fit). PopTorch only supports ``step=1``."""
-    if step != 1:
-        raise ValueError(f"dynamic_slice: step must be 1, got {step}")
-    return _dynamic_slice(tensor, dim, _start(start), size)
+    """Every ``step``-th of the ``size`` elements of ``tensor`` along ``dim`` from the run-time
+    index ``start`` (a tensor; the region is clamped to fit): ``ceil(size / step)`` elements.
+
+    Raises:
+        ValueError: ``dim`` is not a dim of ``tensor``, or ``size``/``step`` is not a
+            positive int, or ``size`` exceeds the dim.
+    """
+    dim = _dim("dynamic_slice", tensor, dim)
+    for name, value in (("size", size), ("step", step)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"dynamic_slice: {name} must be a positive int, got {value!r}")
+    if size > tensor.shape[dim]:
+        raise ValueError(f"dynamic_slice: size {size} exceeds dim {dim} of a tensor of shape "
+                         f"{tuple(tensor.shape)}")
+    return _dynamic_slice(tensor, dim, _start(start), size, step)
 
 
 def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int,  # noqa: A002
                    start: torch.Tensor, size: int) -> torch.Tensor:
     """A copy of ``input`` whose ``dynamic_slice(input, dim, start, size, 1)`` region is
-    ``src``."""
+    ``src``.
+
+    Raises:
+        ValueError: ``src``'s shape is not ``input``'s with ``size`` in ``dim``.
+    """
+    dim = _dim("dynamic_update", input, dim)
+    expected = list(input.shape)
+    expected[dim] = size
+    if list(src.shape) != expected:
+        raise ValueError(f"dynamic_update: src of shape {tuple(src.shape)} must have the shape "
+                         f"of input {tuple(input.shape)} with size {size} in dim {dim}: "
+                         f"{tuple(expected)}")
     return _dynamic_update(input, src, dim, _start(start), size)
+
+
+def _dim(op: str, tensor: torch.Tensor, dim: int) -> int:
+    """``dim`` of ``tensor``, a negative one counted from the end."""
+    if not -tensor.dim() <= dim < tensor.dim():
+        raise ValueError(f"{op}: dim {dim} is out of range for a tensor of rank {tensor.dim()}")
+    return dim % tensor.dim()
 
 
 def _start(start: Any) -> Any:
@@ -247,8 +278,10 @@ def _index(start: Any) -> Any:
     return ops.reshape(ops.cast(start, dtypes.uint32), (1,))
 
 
-def _convert_dynamic_slice(ctx: Any, x: Any, dim: int, start: Any, size: int) -> Any:
-    return ops.dynamic_slice(x, _index(start), [dim], [size])
+def _convert_dynamic_slice(ctx: Any, x: Any, dim: int, start: Any, size: int,
+                           step: int = 1) -> Any:
+    part = ops.dynamic_slice(x, _index(start), [dim], [size])
+    return part if step == 1 else ops.slice(part, [0], [size], [step], [dim])
 
 
 def _convert_dynamic_update(ctx: Any, x: Any, src: Any, dim: int, start: Any, size: int) -> Any:

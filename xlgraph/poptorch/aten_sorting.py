@@ -89,8 +89,9 @@ def _bucketize(ctx: Any, x: Tensor, boundaries: Tensor, *, out_int32: bool = Fal
     return ops.sum(ops.cast(below, dtypes.int32), x.rank)
 
 
-@register("aten.bincount.default")
+@register("aten.bincount.default", "xlgraph_poptorch.bincount.default")
 def _bincount(ctx: Any, x: Tensor, weights: Any = None, minlength: int = 0) -> Tensor:
+    """Counts (or summed ``weights``) of ``0..n-1``; values outside are not counted."""
     (n,) = ctx.val.shape
     if not isinstance(n, int):
         raise Unsupported("bincount without a static length (its size depends on the data)")

@@ -101,17 +101,21 @@ def _capturing() -> Iterator[None]:
     """What capture changes while it runs: oneDNN off (LSTM decomposes into matmuls),
     BatchNorm's cumulative average in tensor ops, no argument validation in
     ``torch.distributions`` (its checks read tensor values), CTC loss as one op, and two
-    warnings about torch's own internals silenced."""
+    warnings about torch's own internals silenced. ``bincount`` gets PopTorch's static
+    ``minlength`` bins."""
     from torch.distributions import Distribution
     from torch.nn.modules.batchnorm import _BatchNorm
 
+    from xlgraph.poptorch.bincount import bincount_op
     from xlgraph.poptorch.identity import ctc_loss_op
 
     original, validate = _BatchNorm.forward, Distribution._validate_args
     ctc = torch.nn.functional.ctc_loss
+    bincount, tensor_bincount = torch.bincount, torch.Tensor.bincount
     _BatchNorm.forward = _cumulative_forward(original)
     Distribution.set_default_validate_args(False)
     torch.nn.functional.ctc_loss = ctc_loss_op
+    torch.bincount = torch.Tensor.bincount = bincount_op
     try:
         with warnings.catch_warnings():
             # torch 2.13 warns about its own internals here (export's pytree, oneDNN's TF32 on
@@ -125,6 +129,7 @@ def _capturing() -> Iterator[None]:
         _BatchNorm.forward = original
         Distribution.set_default_validate_args(validate)
         torch.nn.functional.ctc_loss = ctc
+        torch.bincount, torch.Tensor.bincount = bincount, tensor_bincount
 
 
 def _module_path(model: torch.nn.Module, tb: Any) -> str:

@@ -38,6 +38,7 @@ COVERED: frozenset[str] = frozenset({
     "torch.bitwise_not",
     "torch.bitwise_or",
     "torch.bitwise_xor",
+    "torch.bincount",
     "torch.bmm",
     "torch.bucketize",
     "torch.cartesian_prod",
@@ -229,7 +230,6 @@ COVERED: frozenset[str] = frozenset({
 
 # Listed by PopTorch but not converted, and why (the support page shows the reason).
 NOT_CONVERTED: dict[str, str] = {
-    "torch.bincount": "its output length depends on the data (max + 1); no static shape",
     **{f"torch_scatter.{name}": "torch_scatter is an optional third-party package, not converted"
        for name in ("scatter", "composite.scatter_log_softmax", "composite.scatter_softmax",
                     "composite.scatter_std", "composite.scatter_logsumexp")},

@@ -22,12 +22,24 @@ def _mm(ctx: Any, a: Tensor, b: Tensor) -> Tensor:
     return ops.matmul(a, b)
 
 
-@register("aten.addmm.default", promote=(0, 1, 2))
-def _addmm(ctx: Any, bias: Tensor, a: Tensor, b: Tensor, *, beta: Any = 1,
-           alpha: Any = 1) -> Tensor:
-    product = ops.matmul(a, b)
-    product = product if alpha == 1 else product * alpha
-    return product + (bias if beta == 1 else bias * beta) if beta != 0 else product
+def _blas(batch_sum: bool) -> Any:
+    """``beta * bias + alpha * (a @ b)``, the product summed over the batch for ``addbmm``;
+    with ``beta == 0`` the bias is ignored, NaNs included, as in torch."""
+    def convert(ctx: Any, bias: Tensor, a: Tensor, b: Tensor, *, beta: Any = 1,
+                alpha: Any = 1) -> Tensor:
+        product = ops.matmul(a, b)
+        product = ops.sum(product, 0) if batch_sum else product
+        product = product if alpha == 1 else product * alpha
+        if beta == 0:
+            shape = tuple(ctx.val.shape)
+            return product if product.shape == shape else ops.expand(product, shape)
+        return product + (bias if beta == 1 else bias * beta)
+    return convert
+
+
+register("aten.addmm.default", "aten.addmv.default", "aten.baddbmm.default",
+         promote=(0, 1, 2))(_blas(False))
+register("aten.addbmm.default", promote=(0, 1, 2))(_blas(True))
 
 
 # -- convolution and pooling -------------------------------------------------------------------
