@@ -51,9 +51,10 @@ def replica_sharded_buffer(shape: tuple[int, ...], dtype: dtype,
 
 
 def _check_entry(buffer: RemoteBuffer, offset: int, name: str | None) -> None:
-    if not 0 <= offset < buffer.entries:
-        raise IndexError(f"remote variable {name!r}: offset {offset} is outside {buffer} "
-                         f"[at {user_source_line()}]")
+    try:
+        buffer.check_entry(offset, f"remote variable {name!r}: offset")
+    except IndexError as exc:
+        raise IndexError(f"{exc} [at {user_source_line()}]") from None
 
 
 def remote_variable(data: Any, remote_buffer: RemoteBuffer, offset: int = 0,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,6 +58,15 @@ class RemoteBuffer:
                 f"tensor {t.id} ({t.dtype.name}{list(t.shape)}, {num_shards} shard(s)) does not "
                 f"match the remote buffer's tensor_shape {self.tensor_shape} and tensor_dtype "
                 f"{self.tensor_dtype.name}")
+
+    def check_entry(self, index: Any, what: str) -> int:
+        """``index`` as an int when it names an entry of this buffer; otherwise ``IndexError``
+        naming ``what``, the buffer, the index and the valid range (-1 never wraps around)."""
+        ok = isinstance(index, numbers.Integral) and not isinstance(index, bool)
+        if not ok or not 0 <= int(index) < self.entries:
+            raise IndexError(f"{what} {index!r} is outside {self}; valid entries are 0 to "
+                             f"{self.entries - 1}")
+        return int(index)
 
     def __repr__(self) -> str:
         return (f"RemoteBuffer[id={self.remote_buffer_id} {self.tensor_dtype.name}"

@@ -45,44 +45,54 @@ def _load_into_infer(t: TensorSpec, *offsets: TensorSpec, buffer: RemoteBuffer,
     return t
 
 
-def _index(offsets: tuple[np.ndarray, ...], offset: int | None) -> Any:
-    return offsets[0] if offsets else offset
+def _entry(buffer: RemoteBuffer, offsets: tuple[np.ndarray, ...], offset: int | None) -> int:
+    """The entry a run reaches: a tensor offset is range-checked here, so -1 never wraps."""
+    if not offsets:
+        return offset  # type: ignore[return-value] - checked when the op was built
+    return buffer.check_entry(offsets[0].item(), "the offset tensor's value")
+
+
+def _replicas(ctx: Any, buffer: RemoteBuffer, offsets: tuple[np.ndarray, ...],
+              offset: int | None) -> tuple[Any, Any]:
+    if not offsets:
+        return np.arange(ctx.local), offset
+    index = offsets[0].astype(np.intp)
+    bad = (index < 0) | (index >= buffer.entries)
+    if bad.any():
+        buffer.check_entry(index[bad].flat[0].item(), "the offset tensor's value")
+    return np.arange(ctx.local), index
 
 
 def _load(*offsets: np.ndarray, buffer: RemoteBuffer, offset: int | None) -> np.ndarray:
-    return buffer.storage[int(_index(offsets, offset))].copy()
-
-
-def _replicas(ctx: Any, offsets: tuple[np.ndarray, ...], offset: int | None) -> tuple[Any, Any]:
-    return np.arange(ctx.local), (offsets[0].astype(np.intp) if offsets else offset)
+    return buffer.storage[_entry(buffer, offsets, offset)].copy()
 
 
 def _load_replicated(ctx: Any, *offsets: np.ndarray, buffer: RemoteBuffer,
                      offset: int | None) -> np.ndarray:
-    return buffer.storage[_replicas(ctx, offsets, offset)]
+    return buffer.storage[_replicas(ctx, buffer, offsets, offset)]
 
 
 def _store(t: np.ndarray, *offsets: np.ndarray, buffer: RemoteBuffer,
            offset: int | None) -> tuple[()]:
-    buffer.storage[int(_index(offsets, offset))] = t
+    buffer.storage[_entry(buffer, offsets, offset)] = t
     return ()
 
 
 def _store_replicated(ctx: Any, t: np.ndarray, *offsets: np.ndarray, buffer: RemoteBuffer,
                       offset: int | None) -> tuple[()]:
-    buffer.storage[_replicas(ctx, offsets, offset)] = t
+    buffer.storage[_replicas(ctx, buffer, offsets, offset)] = t
     return ()
 
 
 def _load_into(t: np.ndarray, *offsets: np.ndarray, buffer: RemoteBuffer,
                offset: int | None) -> np.ndarray:
-    np.copyto(t, buffer.storage[int(_index(offsets, offset))])
+    np.copyto(t, buffer.storage[_entry(buffer, offsets, offset)])
     return t
 
 
 def _load_into_replicated(ctx: Any, t: np.ndarray, *offsets: np.ndarray, buffer: RemoteBuffer,
                           offset: int | None) -> np.ndarray:
-    np.copyto(t, buffer.storage[_replicas(ctx, offsets, offset)])
+    np.copyto(t, buffer.storage[_replicas(ctx, buffer, offsets, offset)])
     return t
 
 
@@ -107,9 +117,7 @@ _REMOTE_STORE = OpDef("remote_store", _store_infer, _store, side_effect=True,
 def _split(buffer: RemoteBuffer, offset: int | Tensor) -> tuple[list[Tensor], dict[str, Any]]:
     if isinstance(offset, Tensor):
         return [offset], {"buffer": buffer, "offset": None}
-    if not 0 <= int(offset) < buffer.entries:
-        raise IndexError(f"offset {offset} is outside {buffer}")
-    return [], {"buffer": buffer, "offset": int(offset)}
+    return [], {"buffer": buffer, "offset": buffer.check_entry(offset, "offset")}
 
 
 @register(_REMOTE_LOAD)
