@@ -52,3 +52,34 @@ class TensorLocation:
 
     storage: TensorStorage = TensorStorage.OnChip
     replicated_tensor_sharding: ReplicatedTensorSharding = ReplicatedTensorSharding.Off
+
+
+@dataclass(frozen=True, eq=False)
+class TensorLocationInfo(TensorLocation):
+    """A tensor's location as ``Tensor.location_info`` gives it: the ``TensorLocation`` fields
+    (it equals the ``TensorLocation`` of the same storage and sharding) and PopART's
+    ``TensorLocationInfo`` queries that PopXL programs call on it."""
+
+    remote_buffer_info: tuple[int, int] = (-1, -1)  # (remote buffer id, entry), or unset
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorLocation):
+            return NotImplemented
+        same = (self.storage, self.replicated_tensor_sharding) == (
+            other.storage, other.replicated_tensor_sharding)
+        info = getattr(other, "remote_buffer_info", None)
+        return same and (info is None or info == self.remote_buffer_info)
+
+    __hash__ = TensorLocation.__hash__  # equal to its TensorLocation, so hashed as it
+
+    def isRemote(self) -> bool:  # noqa: N802 - PopART's names
+        """Whether the tensor is stored in remote (off-chip) memory."""
+        return self.storage == TensorStorage.OffChip
+
+    def isSharded(self) -> bool:  # noqa: N802
+        """Whether the tensor is sharded over replicas."""
+        return self.replicated_tensor_sharding == ReplicatedTensorSharding.On
+
+    def getRemoteBufferInfo(self) -> tuple[int, int]:  # noqa: N802
+        """``(remote buffer id, entry)`` of a remote tensor; ``(-1, -1)`` otherwise."""
+        return self.remote_buffer_info

@@ -59,6 +59,11 @@ class Graph:
         return self._inputs_seen
 
     @property
+    def _by_ref_inputs(self) -> set[Tensor]:
+        """The inputs passed by reference (PopXL's private set, read by its own tests)."""
+        return {t for t in self._inputs if t.by_ref}
+
+    @property
     def inputs_by_name(self) -> dict[str, Tensor]:
         """The inputs keyed by their names."""
         return {t.name: t for t in self._inputs}
@@ -122,7 +127,7 @@ class Graph:
         return t.graph is self
 
     def __repr__(self) -> str:
-        return f"Graph[name={self.name}]"
+        return f"Graph[id={self.id} name={self.name}]"  # PopXL's form
 
     def __str__(self) -> str:
         return provided("format_listing")(self)  # xlgraph.core.listing

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from xlgraph.core.graph import Graph
     from xlgraph.core.op import Op
     from xlgraph.replica_grouping import ReplicaGrouping
-    from xlgraph.tensorlocation import TensorLocation
+    from xlgraph.tensorlocation import TensorLocationInfo
 
 __all__ = [
     "TensorSpec",
@@ -157,16 +157,22 @@ class Tensor:
         return out[::-1]
 
     @property
-    def location_info(self) -> TensorLocation:
+    def location_info(self) -> TensorLocationInfo:
         """Where the tensor is stored: off chip for remote variables, sharded over replicas for
-        replica-sharded ones."""
-        from xlgraph.tensorlocation import ReplicatedTensorSharding, TensorLocation, TensorStorage
+        replica-sharded ones (with PopART's ``isRemote()``, ``isSharded()`` and
+        ``getRemoteBufferInfo()`` queries)."""
+        from xlgraph.tensorlocation import (
+            ReplicatedTensorSharding,
+            TensorLocationInfo,
+            TensorStorage,
+        )
 
         remote = getattr(self, "remote", None)
         if remote is None:
-            return TensorLocation()
+            return TensorLocationInfo()
         sharding = ReplicatedTensorSharding.On if remote.sharded else ReplicatedTensorSharding.Off
-        return TensorLocation(TensorStorage.OffChip, sharding)
+        return TensorLocationInfo(TensorStorage.OffChip, sharding,
+                                  (remote.buffer.remote_buffer_id, remote.offset))
 
     @property
     def in_sync_with_ipu(self) -> bool:
@@ -350,7 +356,11 @@ class Variable(Tensor):
 
     @property
     def shape_on_replica(self) -> tuple[int, ...]:
-        """The shape each replica holds."""
+        """The shape each replica holds: for a replica-sharded variable, its flat shard
+        (``ceil(nelms / shards)`` elements, as PopXL), else ``shape``."""
+        remote = getattr(self, "remote", None)
+        if remote is not None and remote.sharded:
+            return tuple(remote.buffer.tensor_shape)
         return self.shape
 
     @property

@@ -340,8 +340,11 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
 
 
 @explained("subsample")
-def subsample(t: Tensor, strides: Sequence[int]) -> Tensor:
-    """Every ``strides[d]``-th element along each axis ``d``, starting from the first."""
+def subsample(t: Tensor, strides: Sequence[int] | int) -> Tensor:
+    """Every ``strides[d]``-th element along each axis ``d``, starting from the first; one int
+    is the stride of every axis (as PopXL takes it)."""
+    if isinstance(strides, int | np.integer):
+        strides = [int(strides)] * t.rank
     strides = [int(s) for s in strides]
     if len(strides) != t.rank or builtins.min(strides, default=1) < 1:
         raise ShapeError(f"subsample: need one stride >= 1 per axis of {t.id} {t.spec}, "
