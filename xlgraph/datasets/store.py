@@ -1,8 +1,9 @@
 """The dataset folder: finding files, verifying them against their known SHA-256, fetching.
 
 Every file is checked when it is first read in a process (again only when it changes on disk).
-A file that fails is fetched again when downloading is allowed; otherwise, or when the fetch
-fails too, a ``ChecksumError`` names the file, both digests and the command that refetches it.
+A file that fails (a wrong SHA-256, or a ``.gz`` that does not decompress) is fetched again when
+downloading is allowed; otherwise, or when the fetch fails too, a ``ChecksumError`` names the
+file, what is wrong with it and the command that refetches it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ _WARNED: list[bool] = []
 
 
 class ChecksumError(ValueError):
-    """A dataset file whose SHA-256 is not the known one."""
+    """A dataset file whose SHA-256 is not the known one, or a ``.gz`` that is damaged."""
 
 
 def data_root(data_dir: PathLike | None = None) -> Path:
@@ -79,6 +80,22 @@ def _mismatch(path: Path, data: bytes, expected: str) -> str | None:
     return None
 
 
+def _damage(dataset: Dataset, root: Path, path: Path, name: str, verify: bool,
+            ) -> tuple[bytes | None, str, str]:
+    """The file's contents, or None with what is wrong and the full refusal (a damaged
+    ``.gz``, or a digest that is not the known one when ``verify``)."""
+    try:
+        data = file_bytes(path)
+    except ValueError as exc:  # a truncated or corrupt .gz
+        return None, "is damaged (corrupt gzip data)", (
+            f"{exc}; the file is damaged, so it was refused. Fetch it again with: "
+            f"{refetch_command(dataset, root)}")
+    actual = _mismatch(path, data, dataset.checksums[name]) if verify else None
+    if actual is not None:
+        return None, "fails its SHA-256 check", _refused(dataset, root, path, name, actual)
+    return data, "", ""
+
+
 def _refused(dataset: Dataset, root: Path, path: Path, name: str, actual: str) -> str:
     return (f"{path}: SHA-256 {actual}, but the original {dataset.title} {name} has "
             f"{dataset.checksums[name]}; the file is damaged or is not the original, so it was "
@@ -110,16 +127,19 @@ def fetch(dataset: str, data_dir: PathLike | None = None) -> Path:
         The folder holding the files, ``<root>/<Folder>/raw``.
 
     Raises:
-        KeyError: For an unknown dataset name.
+        KeyError: For an unknown dataset name (the message lists the known ones).
         RuntimeError: When pooch is missing or no source has the original file.
     """
+    if dataset not in DATASETS:
+        raise KeyError(f"unknown dataset {dataset!r}; the known datasets are "
+                       f"{', '.join(map(repr, DATASETS))}")
     spec = DATASETS[dataset]
     root = data_root(data_dir)
     raw = root / spec.folder / "raw"
     todo = []
-    for name, expected in spec.checksums.items():
+    for name in spec.checksums:
         path = _find(root, spec, name)
-        if path is None or _mismatch(path, file_bytes(path), expected):
+        if path is None or _damage(spec, root, path, name, verify=True)[0] is None:
             todo.append(name)
     if not todo:
         return raw
@@ -161,13 +181,11 @@ def _read(dataset: Dataset, root: Path, name: str, download: bool, verify: bool)
             raise RuntimeError(f"could not fetch {dataset.title}: {exc}\n"
                                + _how_to_supply(dataset, root)) from exc
         return _read(dataset, root, name, download=False, verify=verify)
-    data = file_bytes(path)
-    actual = _mismatch(path, data, dataset.checksums[name]) if verify else None
-    if actual is not None:
-        refused = _refused(dataset, root, path, name, actual)
+    data, why, refused = _damage(dataset, root, path, name, verify)
+    if data is None:
         if not download:
             raise ChecksumError(refused)
-        print(f"xlgraph: {path} fails its SHA-256 check; fetching it again", file=sys.stderr)
+        print(f"xlgraph: {path} {why}; fetching it again", file=sys.stderr)
         try:
             fetch(dataset.key, root)
         except (OSError, RuntimeError, ValueError) as exc:
