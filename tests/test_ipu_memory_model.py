@@ -157,7 +157,7 @@ def test_end_to_end_estimate_adds_the_host_side_measured_between_runs() -> None:
     assert split["total"] == pytest.approx(sum(split[k] for k in
                                                ("host_side", "host_link", "device")))
     assert "End to end per run" in str(report) and "host side dominates" in str(report)
-    assert report.to_dict()["measured_host_side_seconds_per_run"] == report.host_side_s_per_run
+    assert report.to_dict()["time"]["host_side_seconds_per_run"] == report.host_side_s_per_run
 
 
 def test_in_place_updates_need_no_second_copy_of_the_weight() -> None:

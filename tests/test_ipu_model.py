@@ -144,19 +144,24 @@ def test_no_op_beats_the_peak(model: IPUModel) -> None:
 def test_report_json_schema_and_text() -> None:
     report = _device_cycles(8)
     data = json.loads(report.to_json())
-    assert len(data["tiles"]) == 4
-    for tile in data["tiles"]:
+    assert (data["schema"], data["version"]) == ("xlgraph-profile", 1)
+    memory = data["memory"]
+    assert all(len(v) == 4 for v in memory["always_live"].values())
+    assert len(memory["not_always_live_peak"]) == 4
+    for tile in report.tiles():
         assert set(tile) == {"tile", "always_live", "not_always_live_peak", "peak", "capacity"}
         assert tile["peak"] == sum(tile["always_live"].values()) + tile["not_always_live_peak"]
-    assert data["liveness"] and {"position", "step", "bytes", "max_tile_bytes"} <= set(
-        data["liveness"][0])
-    for row in data["ops"]:
-        assert {"name", "where", "flops", "bytes", "cycles"} <= set(row)
-    kernel_rows = [r for r in data["ops"] if not r["op"].startswith("host_")]
-    assert sum(r["cycles"] for r in kernel_rows) == pytest.approx(
-        data["estimated_device_cycles_per_run"])
-    assert data["estimated_cycles_per_run"] == pytest.approx(
-        data["estimated_device_cycles_per_run"] + data["estimated_host_cycles_per_run"])
+    steps = data["liveness"]["steps"]
+    assert steps and {"position", "step", "kind", "where", "bytes", "max_tile_bytes"} <= set(
+        steps[0])
+    assert data["liveness"]["peak"]["bytes"] == max(s["bytes"] for s in steps)
+    for row in data["operations"]:
+        assert {"name", "where", "flops", "bytes", "cycles", "positions"} <= set(row)
+    time = data["time"]
+    kernel_rows = [r for r in data["operations"] if not r["op"].startswith("host_")]
+    assert sum(r["cycles"] for r in kernel_rows) == pytest.approx(time["device_cycles_per_run"])
+    assert time["cycles_per_run"] == pytest.approx(
+        time["device_cycles_per_run"] + time["host_cycles_per_run"])
     text = str(report)
     top = report.cycles.rows[0]
     assert "estimates" in text and "4 tiles" in text and top.name in text and top.where in text

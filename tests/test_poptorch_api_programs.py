@@ -18,6 +18,7 @@ from torch import nn  # noqa: E402
 
 import xlgraph.poptorch as poptorch  # noqa: E402
 from xlgraph.errors import ExecutionError  # noqa: E402
+from xlgraph.ipu import ProfileReport  # noqa: E402
 
 
 # -- PopTorch's own operations -------------------------------------------------------------------
@@ -399,13 +400,15 @@ def test_wrapper_methods_follow_poptorch(tmp_path):
     assert calls == ["compiled"] and model.isCompiled() and model.compilationTime() > 0
     assert model.cycleCount() > 0  # the ipu_model's estimate of one call
     report = json.loads((tmp_path / "profile.json").read_text())
-    assert report["estimated_cycles_per_run"] == pytest.approx(model.cycleCount(), abs=1)
+    assert report["time"]["cycles_per_run"] == pytest.approx(model.cycleCount(), abs=1)
     model(x, y)
     assert "fc.weight" in model.getTensorNames()
     torch.testing.assert_close(model.getAnchoredTensor("weight"), net.fc.weight.detach())
     torch.testing.assert_close(model.getAnchoredTensor("updated"), net.fc.bias.detach())
     model.detachFromDevice()
     assert not model.isAttachedToDevice()
+    saved = ProfileReport.load(tmp_path / "profile.json")  # rewritten with the calls' host time
+    assert saved.host_side_s_per_run > 0 and saved.model.tiles == 1472
     model.attachToDevice()
     model.copyWeightsToHostIfNeeded()
     state = {k: v + 1 for k, v in net.state_dict().items()}

@@ -28,6 +28,7 @@ __all__ = [
     "CheckpointError",
     "ArgumentError",
     "NumericsError",
+    "ProfileFormatError",
     "UndefinedValue",
     "user_source_line",
     "whole_number",
@@ -120,6 +121,10 @@ class ArgumentError(XlgraphError, ValueError):
 
 class UndefinedValue(XlgraphError, ValueError):  # noqa: N818 - PopXL's public name
     """A value was asked for that is not defined (PopXL's name)."""
+
+
+class ProfileFormatError(XlgraphError, ValueError):
+    """A file that is not an xlgraph profile report, or of a schema version not read here."""
 
 
 class NumericsError(XlgraphError, FloatingPointError):

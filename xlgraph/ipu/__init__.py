@@ -44,4 +44,4 @@ def model_memory(ir: Ir, executable: Any, model: IPUModel) -> MemoryProfile:
 def make_report(ir: Ir, memory: MemoryProfile) -> ProfileReport:
     """The profile report: ``memory`` with the cycle estimate of the same program."""
     cycles = estimate_cycles(memory.program, memory.model, memory.tile_sets)
-    return ProfileReport(memory, cycles, ir.num_host_transfers)
+    return ProfileReport.from_profile(memory, cycles, ir.num_host_transfers)

@@ -20,7 +20,7 @@ loading and the host framework (see docs/ipu_model.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from xlgraph.ipu.mapping import TileRange, tile_sets, tiles_spanned
 from xlgraph.ipu.memory import tile_set_of
 from xlgraph.lower.program import Program, Step
 
-__all__ = ["OpRow", "CycleEstimate", "estimate_cycles"]
+__all__ = ["OpRow", "CycleEstimate", "estimate_cycles", "row_name"]
 
 
 @dataclass
@@ -46,11 +46,12 @@ class OpRow:
     cycles: float = 0.0
     executions: int = 0
     tiles: int = 1
+    positions: list[int] = field(default_factory=list)  # its steps on the liveness curve
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "op": self.op, "where": self.where, "flops": self.flops,
                 "bytes": self.bytes, "cycles": self.cycles, "executions": self.executions,
-                "tiles": self.tiles}
+                "tiles": self.tiles, "positions": list(self.positions)}
 
 
 @dataclass
@@ -64,6 +65,14 @@ class CycleEstimate:
     @property
     def total(self) -> float:
         return self.device_cycles + self.host_cycles
+
+
+def row_name(s: Step) -> str:
+    """The name of ``s``'s row: its op's name, prefixed by its graph's outside the main graph."""
+    op = s.op
+    if op is None:
+        return s.kind
+    return op.name if op.graph.is_main else f"{op.graph.name}/{op.name}"
 
 
 def step_cycles(model: IPUModel, cost: Cost, ins: list, outs: list, elementwise: bool,
@@ -102,9 +111,7 @@ class _Estimator:
         key = s.op if s.op is not None else s
         if key not in self.rows:
             op = s.op
-            name = s.kind if op is None else op.name if op.graph.is_main else \
-                f"{op.graph.name}/{op.name}"
-            self.rows[key] = OpRow(name, s.defn.name if s.defn else s.kind,
+            self.rows[key] = OpRow(row_name(s), s.defn.name if s.defn else s.kind,
                                    op.created_at if op is not None else "")
         return self.rows[key]
 

@@ -1,50 +1,108 @@
-"""``session.report()``: the modelled IPU's memory and cycles, as text, JSON and plots.
+"""``session.report()``: the modelled IPU's memory and cycles, as text, a file, plots and a page.
 
 The views follow PopVision Graph Analyser's: memory per tile (always-live and not-always-live),
 the liveness curve over program steps, and an operations summary (flops, bytes, cycles per op).
-Every figure is an estimate of the model in ``xlgraph.ipu``, not a measurement.
+Every figure is an estimate of the model in ``xlgraph.ipu``, not a measurement. A report holds
+plain facts (numbers per tile, per step and per op), so ``save`` writes all of it and ``load``
+gives back a report that prints, plots and renders as the original does.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from xlgraph.ipu.cycles import CycleEstimate, OpRow
+from xlgraph.ipu.cycles import CycleEstimate, row_name
+from xlgraph.ipu.hardware import IPUModel
+from xlgraph.ipu.mapping import TileRange
 from xlgraph.ipu.memory import MemoryProfile
-from xlgraph.listing import printable
+from xlgraph.ipu.profile_file import NOTE, from_dict, read, to_dict
+from xlgraph.ipu.report_plot import byte_unit, format_bytes, user_label
+from xlgraph.lower.program import Step, walk
 
-__all__ = ["ProfileReport"]
-
-_NOTE = ("estimates of the xlgraph IPU model (not measurements: no instruction overheads, "
-         "bank conflicts, code loading or host framework time)")
-
-
-def _label(name: str) -> str:
-    """A plot label showing a (user) name as written: one line, ``$`` not read as mathtext."""
-    return printable(name).replace("$", r"\$")
+__all__ = ["ProfileReport", "byte_unit", "format_bytes", "user_label"]
 
 
 class ProfileReport:
     """Memory and cycle estimates of one Session's program on its ``IPUModel``.
 
-    ``str(report)`` is a summary; ``to_json()`` the full data (``tiles``, ``liveness``,
-    ``ops``, ``estimated_cycles_per_run``); ``plot(path)`` draws it (needs matplotlib).
+    ``str(report)`` is a summary; ``save(path)`` writes every fact as JSON (``to_dict`` and
+    ``to_json`` give the same document) and ``ProfileReport.load(path)`` reads it back;
+    ``to_html(path)`` writes a page to explore it in a browser (needs plotly); ``plot(path)``
+    draws a PNG (needs matplotlib).
+
+    Attributes:
+        model: the modelled hardware.
+        always_live: per category (variables, constants, code, vertex state, exchange), the
+            bytes on each tile held for the whole run.
+        not_always_live_peak: per tile, the largest not-always-live bytes at any step.
+        cycles: the estimate per op (``cycles.rows``, sorted by cycles; each row's
+            ``positions`` are its steps on the liveness curve).
+        memory: the ``MemoryProfile`` the report was made from (None for a loaded report).
     """
 
-    def __init__(self, memory: MemoryProfile, cycles: CycleEstimate, steps_per_run: int) -> None:
-        self.memory = memory
+    def __init__(self, model: IPUModel, cycles: CycleEstimate, steps_per_run: int, *,
+                 always_live: dict[str, np.ndarray], not_always_live_peak: np.ndarray,
+                 steps: list[dict[str, Any]], peak_tensors: list[dict[str, Any]],
+                 always_live_tensors: list[dict[str, Any]], tile_sets: dict[str, TileRange],
+                 memory: MemoryProfile | None = None) -> None:
+        self.model = model
         self.cycles = cycles
-        self.model = memory.model
         self.steps_per_run = steps_per_run
+        self.always_live = always_live
+        self.not_always_live_peak = not_always_live_peak
+        self.steps = steps
+        self.peak_tensors = peak_tensors
+        self.always_live_tensors = always_live_tensors
+        self.tile_sets = tile_sets
+        self.memory = memory
         self.host_side_s_per_run: float | None = None  # measured by the Session's runs
 
+    @classmethod
+    def from_profile(cls, memory: MemoryProfile, cycles: CycleEstimate,
+                     steps_per_run: int) -> ProfileReport:
+        """The report of a program's ``memory`` profile and ``cycles`` estimate."""
+        curve = memory.curve
+        totals, fullest = curve.sum(axis=1), curve.max(axis=1)
+        steps = []
+        for p, step in enumerate(memory.steps, start=1):
+            op = step.op
+            steps.append({"position": p, "step": op.name if op is not None else step.kind,
+                          "kind": step.kind, "where": op.created_at if op is not None else "",
+                          "bytes": int(totals[p]), "max_tile_bytes": int(fullest[p])})
+        positions = _row_positions(memory.steps)
+        for row in cycles.rows:
+            row.positions = positions.get(row.name, [])
+        resident = sorted(((int(b.sum()), name, spec) for name, spec, b in memory.resident),
+                          reverse=True)
+        return cls(memory.model, cycles, steps_per_run,
+                   always_live={k: np.asarray(v, np.int64) for k, v in memory.always_live.items()},
+                   not_always_live_peak=curve.max(axis=0).astype(np.int64), steps=steps,
+                   peak_tensors=_peak_tensors(memory, totals),
+                   always_live_tensors=[{"name": n, "spec": s, "bytes": b}
+                                        for b, n, s in resident],
+                   tile_sets=dict(memory.tile_sets), memory=memory)
+
     # -- figures ---------------------------------------------------------------------------------
+    @property
+    def always_live_total(self) -> np.ndarray:
+        """Always-live bytes per tile, all categories summed."""
+        return sum(self.always_live.values(), np.zeros(self.model.tiles, np.int64))
+
+    @property
+    def peak(self) -> np.ndarray:
+        """Peak bytes per tile: always-live plus the largest not-always-live."""
+        return self.always_live_total + self.not_always_live_peak
+
+    @property
+    def peak_position(self) -> int:
+        """The step (position) where the not-always-live bytes of all tiles peak (0: none)."""
+        sizes = [s["bytes"] for s in self.steps]
+        return int(np.argmax(sizes)) + 1 if sizes else 0
+
     @property
     def estimated_cycles_per_run(self) -> float:
         """Estimated cycles of one ``Session.run`` (device and host link)."""
@@ -68,62 +126,69 @@ class ProfileReport:
         return {**parts, "total": sum(parts.values())}
 
     def liveness(self) -> list[dict[str, Any]]:
-        """Not-always-live bytes (all tiles, and the fullest tile) at every step."""
-        curve = self.memory.curve
-        totals, fullest = curve.sum(axis=1), curve.max(axis=1)
-        rows = []
-        for p in range(1, curve.shape[0]):
-            step = self.memory.steps[p - 1]
-            name = step.op.name if step.op is not None else step.kind
-            rows.append({"position": p, "step": name, "bytes": int(totals[p]),
-                         "max_tile_bytes": int(fullest[p])})
-        return rows
+        """Per program step: its ``position``, ``step`` (op name), ``kind``, ``where`` (user
+        line), not-always-live ``bytes`` (all tiles) and ``max_tile_bytes`` (fullest tile)."""
+        return self.steps
 
     def tiles(self) -> list[dict[str, Any]]:
         """Per tile: always-live bytes by category, not-always-live peak, peak and capacity."""
-        always = self.memory.always_live
-        peak_nal = self.memory.curve.max(axis=0)
-        total = self.memory.always_live_total + peak_nal
-        return [{"tile": t, "always_live": {k: int(v[t]) for k, v in always.items()},
-                 "not_always_live_peak": int(peak_nal[t]), "peak": int(total[t]),
-                 "capacity": self.model.memory_bytes_per_tile} for t in range(self.model.tiles)]
+        total = self.peak
+        return [{"tile": t, "always_live": {k: int(v[t]) for k, v in self.always_live.items()},
+                 "not_always_live_peak": int(self.not_always_live_peak[t]),
+                 "peak": int(total[t]), "capacity": self.model.memory_bytes_per_tile}
+                for t in range(self.model.tiles)]
 
+    # -- the file --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The report as plain data (what ``to_json`` writes)."""
-        return {
-            "note": _NOTE,
-            "model": dataclasses.asdict(self.model),
-            "tiles": self.tiles(),
-            "liveness": self.liveness(),
-            "ops": [r.to_json() for r in self.cycles.rows],
-            "estimated_cycles_per_run": self.cycles.total,
-            "estimated_device_cycles_per_run": self.cycles.device_cycles,
-            "estimated_host_cycles_per_run": self.cycles.host_cycles,
-            "estimated_seconds_per_run": self.estimated_seconds_per_run,
-            "steps_per_run": self.steps_per_run,
-            "measured_host_side_seconds_per_run": self.host_side_s_per_run,
-            "end_to_end_seconds_per_run": self.end_to_end(),
-        }
+        """The report as plain data in the profile schema (docs/ipu_model.md)."""
+        return to_dict(self)
 
     def to_json(self, indent: int | None = None) -> str:
-        """The report as a JSON document."""
+        """The report as a JSON document in the profile schema."""
         return json.dumps(self.to_dict(), indent=indent)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the report to ``path`` as JSON (``xlgraph-report path`` renders it)."""
+        path = Path(path)
+        path.write_text(self.to_json(indent=1), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> ProfileReport:
+        """Read a report that ``save`` wrote (this schema version or an older one).
+
+        Raises:
+            ProfileFormatError: the file is not an xlgraph profile, or its schema version is
+                one this xlgraph does not read (the message names it).
+        """
+        return from_dict(read(path), cls, str(path))
+
+    def to_html(self, path: str | Path) -> Path:
+        """Write a self-contained page (memory map, categories, liveness, operations, time)
+        to ``path``; it works offline.
+
+        Raises:
+            ImportError: without plotly (``pip install xlgraph[report]``).
+        """
+        from xlgraph.ipu.page import write_report
+
+        return write_report(self, path)
 
     # -- text ------------------------------------------------------------------------------------
     def __str__(self) -> str:
-        m, model = self.memory, self.model
-        always, peak = m.always_live_total, m.peak
+        model, always, peak = self.model, self.always_live_total, self.peak
         cap = model.memory_bytes_per_tile
         fullest = int(np.argmax(peak))
         seconds = self.estimated_seconds_per_run
         lines = [
-            f"IPU model report: {model.describe()} ({_NOTE})",
+            f"IPU model report: {model.describe()} ({NOTE})",
             f"Memory: {int(peak.sum()):,} bytes at peak over {model.tiles} tiles "
             f"({int(always.sum()):,} always-live); fullest tile {fullest}: {int(peak[fullest]):,}"
             f" of {cap:,} bytes ({100 * peak[fullest] / cap:.1f}%)",
             "  always-live per category (all tiles): " + ", ".join(
-                f"{k} {int(v.sum()):,}" for k, v in m.always_live.items()),
-            f"  not-always-live peak (all tiles): {int(m.curve.sum(axis=1).max()):,} bytes",
+                f"{k} {int(v.sum()):,}" for k, v in self.always_live.items()),
+            "  not-always-live peak (all tiles): "
+            f"{max((s['bytes'] for s in self.steps), default=0):,} bytes",
             f"Estimated time per run: {self.cycles.total:,.0f} cycles = {seconds * 1e6:,.1f} us "
             f"(device {self.cycles.device_cycles:,.0f}, host link and sync "
             f"{self.cycles.host_cycles:,.0f}); {self.steps_per_run / seconds:,.0f} steps/s",
@@ -153,54 +218,9 @@ class ProfileReport:
         Raises:
             ImportError: without matplotlib (``pip install xlgraph[plot]``).
         """
-        try:
-            import matplotlib
+        from xlgraph.ipu.report_plot import figure
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            raise ImportError("report.plot needs matplotlib: pip install xlgraph[plot]") from None
-        fig, (ax_mem, ax_live, ax_ops) = plt.subplots(3, 1, figsize=(10, 11))
-        self._plot_memory(ax_mem)
-        curve = self.memory.curve.sum(axis=1)[1:]
-        unit, size = byte_unit(float(curve.max(initial=0)))
-        ax_live.plot(np.arange(1, len(curve) + 1), curve / size, lw=1)
-        ax_live.set(title="Liveness: not-always-live memory (all tiles) per program step",
-                    xlabel="step", ylabel=unit)
-        rows = self.cycles.rows[:15][::-1]
-        ax_ops.barh(range(len(rows)), [r.cycles for r in rows])
-        ax_ops.set_yticks(range(len(rows)), [user_label(r) for r in rows])
-        ax_ops.set(title="Estimated cycles per run by op (top 15): op, graph and your line",
-                   xlabel="cycles")
-        ax_ops.tick_params(axis="y", labelsize=7)
-        fig.suptitle(f"{self.model.describe()} - estimates, not measurements", fontsize=10)
-        fig.tight_layout()
-        return fig
-
-    def _plot_memory(self, ax: Any) -> None:
-        """Stacked bars per tile, the y axis fitted to the fullest tile (capacity noted)."""
-        m, tiles = self.memory, np.arange(self.model.tiles)
-        unit, size = byte_unit(float(m.peak.max(initial=0)))
-        bottom = np.zeros(self.model.tiles)
-        for name, values in m.always_live.items():
-            ax.bar(tiles, values / size, bottom=bottom, label=f"always-live: {name}", width=1.0)
-            bottom += values / size
-        ax.bar(tiles, m.curve.max(axis=0) / size, bottom=bottom, label="not-always-live peak",
-               width=1.0, color="lightgray")
-        top = max(float(m.peak.max(initial=0)) / size, 1.0) * 1.15
-        capacity = self.model.memory_bytes_per_tile
-        cap_text = f"capacity {format_bytes(capacity)} per tile"
-        if capacity / size <= top:
-            ax.axhline(capacity / size, color="red", lw=1, label="capacity")
-            top = max(top, capacity / size * 1.05)
-        else:
-            full = 100 * float(m.peak.max(initial=0)) / capacity
-            cap_text += f", above this axis (fullest tile {full:.1f}%)"
-        ax.set_ylim(0, top)
-        ax.set(title=f"Memory per tile; {cap_text}", xlabel="tile", ylabel=unit)
-        if self.model.tiles <= 16:
-            ax.set_xticks(tiles)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        return figure(self)
 
     def plot(self, path: str | Path) -> Path:
         """Draw ``figure()`` into ``path`` (a PNG).
@@ -217,24 +237,39 @@ class ProfileReport:
         return path
 
 
-_BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+def _row_positions(steps: list[Step]) -> dict[str, list[int]]:
+    """Op row name -> the positions of the main program's steps that run it (a compiled
+    function's ops at its call)."""
+    out: dict[str, list[int]] = {}
+    for p, step in enumerate(steps, start=1):
+        if step.kind == "func":
+            inner: list[Step] = list(walk(step.func.steps))
+            seen = set()
+            while inner:
+                s = inner.pop()
+                if s.kind == "func" and s.func not in seen:
+                    seen.add(s.func)
+                    inner.extend(walk(s.func.steps))
+                elif s.kind in ("kernel", "host_load", "host_store"):
+                    names = out.setdefault(row_name(s), [])
+                    if p not in names:
+                        names.append(p)
+        elif step.kind in ("kernel", "host_load", "host_store"):
+            out.setdefault(row_name(step), []).append(p)
+    return out
 
 
-def byte_unit(largest: float) -> tuple[str, int]:
-    """The unit (``B``, ``KiB``, ``MiB``, ``GiB``) and its size for an axis up to ``largest``."""
-    return next(((u, n) for u, n in _BYTE_UNITS if largest >= n), ("B", 1))
-
-
-def format_bytes(count: float) -> str:
-    """``count`` bytes in the largest binary unit it fills, e.g. ``624 KiB``."""
-    unit, size = byte_unit(count)
-    return f"{count / size:.4g} {unit}"
-
-
-def user_label(row: OpRow) -> str:
-    """A cycles-chart label in the user's terms: the op, the module or graph it is in (its
-    gradient graph marked), and the line of the user's program that created it."""
-    graph = row.name.rpartition("/")[0]
-    context = re.sub(r"_subgraph\(\d+\)", "", graph).replace("_grad", " gradient")
-    text = f"{row.op} at {row.where}" if row.where else row.op
-    return _label(f"{context}: {text}" if context else text)
+def _peak_tensors(memory: MemoryProfile, totals: np.ndarray) -> list[dict[str, Any]]:
+    """The values live at the not-always-live peak of all tiles, largest first; bytes held
+    inside a compiled function called there appear as one entry."""
+    if len(totals) <= 1:
+        return []
+    position = int(np.argmax(totals[1:])) + 1
+    live = sorted(((size, name, spec) for start, end, size, name, spec, _ in memory.live_roots
+                   if start <= position <= end and size), reverse=True)
+    out = [{"name": name, "spec": spec, "bytes": size} for size, name, spec in live]
+    inside = int(totals[position]) - sum(size for size, _, _ in live)
+    step = memory.steps[position - 1]
+    if inside > 0 and step.kind == "func":
+        out.append({"name": f"(inside {step.func.name})", "spec": "", "bytes": inside})
+    return out

@@ -341,11 +341,7 @@ class PoplarExecutor:
         bar.update(30)
         bar.close()
         self._compile_seconds = time.perf_counter() - start
-        if self.options.profile_dir:
-            os.makedirs(self.options.profile_dir, exist_ok=True)
-            path = os.path.join(self.options.profile_dir, "profile.json")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(session.report().to_json(indent=1))
+        self._write_profile()
         for hook in list(_POST_COMPILE_HOOKS):
             hook()
 
@@ -443,6 +439,14 @@ class PoplarExecutor:
         if self.training and isinstance(self._optimizer, pt_optim.Optimizer):
             self._optimizer._device_state = self.read_optimizer_state()  # kept while detached
         compiled.session.__exit__(None, None, None)
+        self._write_profile()  # now with the host-side time of the calls
+
+    def _write_profile(self) -> None:
+        """With ``enableProfiling(dir)``: the report as ``dir/profile.json``."""
+        if self.options.profile_dir:
+            os.makedirs(self.options.profile_dir, exist_ok=True)
+            self._compiled.session.report().save(
+                os.path.join(self.options.profile_dir, "profile.json"))
 
     def attachToDevice(self) -> None:  # noqa: N802
         """Re-attach after ``detachFromDevice``, uploading the host weights."""

@@ -23,6 +23,7 @@ from xlgraph.errors import (
     user_source_line,
 )
 from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
+from xlgraph.ipu.autoreport import report_directory
 from xlgraph.ir import Ir
 from xlgraph.lower import lower
 from xlgraph.ops.window import chunks_on
@@ -123,6 +124,9 @@ class Session:
         model = self.device.model
         self._memory = None if model is None else model_memory(ir, self.executable, model)
         self._report: ProfileReport | None = None
+        # Poplar's autoReport options: profile.json in their directory (ipu_model only)
+        self._report_dir = None if model is None else report_directory(
+            ir.session_options.engineOptions)
         variables = self.executable.variables
         self._host = {v: self._host_copy(v) for v in variables}
         self.remote = RemoteMemory(ir, self.layout)
@@ -152,6 +156,7 @@ class Session:
             # numba's BLAS may load only now: the next run extends the thread limit to it
             self._kernels = KernelThread(self.executable, self._lock, self._thread_limit.mark_stale)
             weakref.finalize(self, self._kernels.stop)
+        self._write_auto_report()
 
     def _host_copy(self, v: Variable) -> np.ndarray:
         """``v``'s host copy in the device layout: a memmap itself when the layouts agree."""
@@ -182,6 +187,11 @@ class Session:
         timing = self.host_timing
         self._report.host_side_s_per_run = timing.host_side_s_per_run if timing.runs else None
         return self._report
+
+    def _write_auto_report(self) -> None:
+        if self._report_dir is not None:
+            self._report_dir.mkdir(parents=True, exist_ok=True)
+            self.report().save(self._report_dir / "profile.json")
 
     def wait_for_kernels(self, timeout: float | None = None) -> bool:
         """Block until the backend's compiled kernels are in use (True; at once when there is
@@ -226,6 +236,7 @@ class Session:
             self.host_timing.detach()
             self._thread_limit.restore()
             self._chunk_pool.stop()
+            self._write_auto_report()  # now with the host-side time of the runs
 
     def _require_attached(self, what: str) -> None:
         if not self._attached:

@@ -1,0 +1,57 @@
+"""Poplar's ``autoReport`` engine options: where a PopXL program's profile is written.
+
+PopXL users ask for a profile with ``POPLAR_ENGINE_OPTIONS='{"autoReport.all": "true",
+"autoReport.directory": "./profile"}'`` (or the same keys in the session options'
+``engineOptions``; the environment wins, as in Poplar). Poplar then writes ``profile.pop`` in
+that directory; an ``"ipu_model"`` Session writes ``profile.json`` there (``report.save``) when
+it is created, and again when it detaches, with the host-side time measured by the runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from xlgraph.errors import ArgumentError
+
+__all__ = ["ENVIRONMENT", "SWITCHES", "report_directory"]
+
+ENVIRONMENT = "POPLAR_ENGINE_OPTIONS"
+SWITCHES = ("autoReport.all", "autoReport.outputGraphProfile", "autoReport.outputExecutionProfile")
+"""Each of these set to ``"true"`` turns the profile on."""
+
+
+def _environment() -> dict[str, Any]:
+    text = os.environ.get(ENVIRONMENT, "").strip()
+    if not text:
+        return {}
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ArgumentError(f"{ENVIRONMENT} must be a JSON object of engine options such as "
+                            f'{{"autoReport.all": "true"}}; it is not JSON ({exc}): {text!r}'
+                            ) from None
+    if not isinstance(options, dict):
+        raise ArgumentError(f"{ENVIRONMENT} must be a JSON object of engine options, got "
+                            f"{type(options).__name__}: {text!r}")
+    return options
+
+
+def _true(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def report_directory(engine_options: Mapping[str, Any] | None = None) -> Path | None:
+    """The directory ``autoReport`` names (``"."`` when none is given), or None when the
+    options (``engine_options`` updated by ``POPLAR_ENGINE_OPTIONS``) ask for no report.
+
+    Raises:
+        ArgumentError: ``POPLAR_ENGINE_OPTIONS`` is not a JSON object.
+    """
+    options = {**(engine_options or {}), **_environment()}
+    if not any(_true(options.get(key)) for key in SWITCHES):
+        return None
+    return Path(str(options.get("autoReport.directory", ".")))
