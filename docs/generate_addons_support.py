@@ -48,6 +48,7 @@ EXTENDED: dict[str, str] = {
         "name=None, empty=False, memmap_dir=None, read_only_if_exists=False"),
     "popxl_addons.variable_factory.NamedVariableFactories.init": (
         "prefix=None, empty=False, memmap_dir=None, read_only_if_exists=False"),
+    "popxl_addons.array_munging.pad_axis": "x, n, axis, value=0",
 }
 
 # What a row's section/name says beyond the check (shown on the page).
@@ -159,7 +160,7 @@ _KINDS = {"classmethod": classmethod, "staticmethod": staticmethod, "property": 
 def _bases(note: str | None) -> list[Any]:
     """The bases a row's note names that resolve in xlgraph (others are typing details)."""
     known = {"type": type, "popxl.Module": "xlgraph.Module", "popxl.Session": "xlgraph.Session",
-             "addons.Module": "xlgraph.addons.Module", "DotTree": "xlgraph.addons.DotTree"}
+             "addons.Module": "xlgraph.addons.Module", "DotTree": "xlgraph.addons.dot_tree.DotTree"}
     out = []
     for part in (note or "").removeprefix("bases: ").split(", "):
         target = known.get(part.split("[", 1)[0])

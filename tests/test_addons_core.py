@@ -11,7 +11,8 @@ import pytest
 import xlgraph as popxl
 import xlgraph.addons as addons
 from xlgraph import ops
-from xlgraph.addons import DotTree, NamedTensors
+from xlgraph.addons import NamedTensors
+from xlgraph.addons.dot_tree import DotTree
 
 
 def run(ir, inputs=None, device="cpu", steps=1):
@@ -250,9 +251,12 @@ def test_cross_entropy_with_grad_matches_numpy(scaling):
 def test_host_load_helper_makes_a_stream():
     ir = popxl.Ir()
     with ir.main_graph:
-        stream, t = addons.ops.host_load(popxl.TensorSpec((2,), popxl.float32), name="in")
-        out = addons.ops.host_store(t * 2)
-    outs, _ = run(ir, {stream: np.array([1.0, 2.0], np.float32)})
+        data, stream, t = addons.ops.host_load(np.array([1.0, 2.0]), popxl.float32, "in")
+        assert stream.name == "in_stream" and data.dtype == np.float32 and t.name == "in"
+        doubled = t * 2
+        out = addons.ops.host_store(doubled)
+        assert out.name == f"{doubled.name}_stream"
+    outs, _ = run(ir, {stream: data})
     np.testing.assert_allclose(outs[out], [2.0, 4.0])
 
 
@@ -346,10 +350,23 @@ def sgd_ir():
     return ir, streams, out, variables
 
 
+class Loader(list):
+    """A data loader with the save/resume pair TaskSession.dataloader asks for."""
+
+    def save(self, filename):
+        with open(filename, "w") as f:
+            f.write("position 0")
+
+    def resume(self, filename):
+        with open(filename) as f:
+            assert f.read() == "position 0"
+
+
 def test_task_session_runs_from_a_dataloader_and_round_trips_checkpoints(tmp_path):
     ir, streams, out, variables = sgd_ir()
     session = addons.TaskSession(streams, out, variables, 1, ir, "cpu")
-    session.dataloader = [(np.ones((1, 2), np.float32),), (np.full((1, 2), 2, np.float32),)]
+    session.dataloader = Loader([(np.ones((1, 2), np.float32),),
+                                 (np.full((1, 2), 2, np.float32),)])
     session.add_session_state_info({"steps": 3})
     with session:
         for _ in range(3):
@@ -362,7 +379,7 @@ def test_task_session_runs_from_a_dataloader_and_round_trips_checkpoints(tmp_pat
     ir2, streams2, out2, variables2 = sgd_ir()
     other = addons.TaskSession(streams2, out2, variables2, 1, ir2, "cpu")
     other.load_checkpoint(tmp_path / "ckpt")
-    assert other.session_state == {"steps": 3}
+    assert other.session_state == {"steps": 6}  # 3, then 3 runs
     for name, data in other.get_named_tensors_data().to_dict().items():
         np.testing.assert_array_equal(data, saved.get(name))
     ir3, streams3, out3, variables3 = sgd_ir()

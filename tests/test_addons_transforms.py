@@ -51,7 +51,7 @@ def test_repeat_graph_carries_outputs_and_keeps_names():
     with ir.main_graph:
         x = popxl.variable(np.ones((1, 2), np.float32), name="x")
         facts, graph = Lin(2).create_graph(x)
-        repeated = addons.repeat_graph(graph, 3)
+        repeated = addons.transforms.repeat_graph(graph, 3)
         assert repeated.args.keys_flat() == ["weight", "bias"]
         variables = facts.init()
         (y,) = repeated.bind(variables).call(x)

@@ -3,7 +3,7 @@ D12-D16, D23, and the widened round-trip guard).
 
 Before the fixes: one folder spelled two ways lost its only checkpoint (D3); numpy values in the
 session state came back as strings (D12); ``max_checkpoints="2"`` failed mid-save (D13); a
-corrupt ``session_state.json`` gave a bare ``JSONDecodeError`` after the weights were loaded
+corrupt session info file gave a bare ``JSONDecodeError`` after the weights were loaded
 (D14); extra batch arrays were dropped (D15); an empty loader raised a bare ``StopIteration``
 (D16); the names ``"x"`` and ``"x\\0"`` became one entry (D23).
 """
@@ -50,14 +50,14 @@ def test_one_folder_spelled_two_ways_keeps_its_checkpoint(tmp_path: Path, monkey
     session = _task_session(3.0, max_checkpoints=1)
     for spelling in ("ckpt", tmp_path / "ckpt", "sub/../ckpt", "link", "./ckpt/"):
         session.save_checkpoint(spelling)
-        assert sorted(os.listdir(tmp_path / "ckpt")) == ["model.npz", "session_state.json"]
+        assert sorted(os.listdir(tmp_path / "ckpt")) == ["model", "session_info.json"]
     other = _task_session(0.0)
     other.load_checkpoint("ckpt")
     assert _w(other) == [3.0, 3.0]
     # a second folder still replaces the first, as max_checkpoints=1 asks
     session.save_checkpoint("second")
-    assert os.listdir(tmp_path / "ckpt") == []
-    assert sorted(os.listdir(tmp_path / "second")) == ["model.npz", "session_state.json"]
+    assert not (tmp_path / "ckpt").exists()
+    assert sorted(os.listdir(tmp_path / "second")) == ["model", "session_info.json"]
 
 
 # -- D12: numpy values keep their types -----------------------------------------------------------
@@ -100,16 +100,32 @@ def test_max_checkpoints_must_be_a_whole_number(bad: object) -> None:
     assert session.max_checkpoints == 1
 
 
-# -- D14: a corrupt session_state.json ------------------------------------------------------------
+# -- D14: a corrupt session_info.json -------------------------------------------------------------
 @pytest.mark.parametrize("text", ["{bad json", "[1, 2]", "\xff\xfe", '{"a": {"__xlgraph__": 1}}'])
 def test_a_corrupt_state_file_is_named_and_nothing_is_loaded(tmp_path: Path, text: str) -> None:
     _task_session(5.0).save_checkpoint(tmp_path)
-    (tmp_path / "session_state.json").write_bytes(text.encode("latin-1"))
+    (tmp_path / "session_info.json").write_bytes(text.encode("latin-1"))
     other = _task_session(0.0)
     other.add_session_state_info({"steps": 1})
-    with pytest.raises(CheckpointError, match=r"session_state\.json .*nothing was loaded"):
+    with pytest.raises(CheckpointError, match=r"session_info\.json .*nothing was loaded"):
         other.load_checkpoint(tmp_path)
     assert _w(other) == [0.0, 0.0] and other.session_state == {"steps": 1}
+
+
+class Loader:
+    """A data loader as TaskSession.dataloader takes it: iterable, with save and resume."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def save(self, filename):
+        pass
+
+    def resume(self, filename):
+        pass
 
 
 # -- D15, D16: batches from the dataloader --------------------------------------------------------
@@ -117,11 +133,11 @@ def test_a_batch_with_a_wrong_number_of_arrays_is_refused() -> None:
     session = _task_session()
     ones = np.ones(2, np.float32)
     for batch, n in (((ones, ones, ones), 3), ((), 0)):
-        session.dataloader = [batch]
+        session.dataloader = Loader([batch])
         with session, pytest.raises(StreamInputError, match=rf"holds {n} arrays for 1 input "
                                                             r"streams \['x'\]"):
             session.run()
-    session.dataloader = [(ones,)]
+    session.dataloader = Loader([(ones,)])
     with session:
         assert session.run()[session.outputs[0]].tolist() == [1.0, 1.0]
 
@@ -135,12 +151,12 @@ def test_an_empty_or_used_up_loader_raises_a_clear_error() -> None:
 
     ones = np.ones(2, np.float32)
     with session:
-        session.dataloader = []
+        session.dataloader = Loader([])
         with pytest.raises(StreamInputError, match="the dataloader gave no batch: it is empty"):
             session.run()
-        session.dataloader = iter([(ones,)])  # a one-shot iterator: one epoch only
+        session.dataloader = Loader(iter([(ones,)]))  # a one-shot iterator: one epoch only
         session.run()
-        with pytest.raises(StreamInputError, match=r"cannot start a new epoch \(list_iterator\)"):
+        with pytest.raises(StreamInputError, match=r"cannot start a new epoch \(Loader\)"):
             next(steps())  # was RuntimeError: generator raised StopIteration
 
 

@@ -20,6 +20,8 @@ import difflib
 from types import SimpleNamespace
 from typing import Any
 
+from xlgraph.core.pb_views import PbIrGraphs
+
 __all__ = ["SessionOptions", "PbIr", "HONOURED"]
 
 HONOURED = ("enableFloatingPointChecks", "enableInplaceAmbiguityChecking")
@@ -147,10 +149,12 @@ def _unknown(name: str) -> str:
     return f"{name!r} is not a PopART session option{hint}"
 
 
-class PbIr:
-    """The part of PopXL's internal ``ir._pb_ir`` that programs use: the session options."""
+class PbIr(PbIrGraphs):
+    """The part of PopXL's internal ``ir._pb_ir`` that programs use: the session options, and
+    read-only listings of the graphs and ops (``xlgraph.core.pb_views``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ir: Any = None) -> None:
+        self._ir = ir
         self._options = SessionOptions()
 
     def getSessionOptions(self) -> SessionOptions:  # noqa: N802 - PopART's name

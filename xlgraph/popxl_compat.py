@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> None:
         print(_USAGE)
         raise SystemExit(0 if argv else 2)
     install()
-    sys.modules.setdefault("popart", importlib.import_module("xlgraph.popart_compat"))
+    for name in ("", "._internal", "._internal.ir"):  # ``import popart._internal.ir`` too
+        sys.modules.setdefault("popart" + name, importlib.import_module(
+            "xlgraph.popart_compat" + name))
     if device is not None:
         from xlgraph.ipu import IPUModel
         from xlgraph.runtime.device import run_ipu_hw_on

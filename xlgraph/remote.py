@@ -35,12 +35,16 @@ def remote_buffer(tensor_shape: tuple[int, ...], tensor_dtype: dtype,
 
 def replica_sharded_buffer(shape: tuple[int, ...], dtype: dtype,
                            replica_grouping: ReplicaGrouping | None = None,
-                           shard_over: int | None = None, entries: int = 1) -> RemoteBuffer:
+                           shard_over: int | ReplicaGrouping | None = None,
+                           entries: int = 1) -> RemoteBuffer:
     """A buffer for tensors of ``shape`` split over ``shard_over`` replicas (default: the
-    group size), each keeping a flat, zero-padded shard."""
+    group size; a ReplicaGrouping counts its group size), each keeping a flat, zero-padded
+    shard."""
     ir = get_ir()
     if shard_over is None:
         shard_over = (replica_grouping or ir.replica_grouping()).group_size
+    elif isinstance(shard_over, ReplicaGrouping):  # a grouping: shard over its members
+        shard_over = shard_over.group_size
     if ir.replication_factor % shard_over:
         raise ValueError(f"shard_over={shard_over} does not divide {ir.replication_factor} "
                          f"replicas")

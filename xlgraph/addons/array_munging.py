@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["shard", "unshard_arrays", "unshard", "repeat", "repeat_axis", "split2D", "shard2D",
-           "unshard2D", "repeat_shard", "tensor_parallel_input", "pad_axis"]
+           "unshard2D", "repeat_shard", "tensor_parallel_input", "tensor_parallel_output",
+           "pad_axis", "squeeze_safe", "handle_negative_axis"]
 
 
 def shard(x: np.ndarray, n: int, axis: int) -> np.ndarray:
@@ -32,22 +33,22 @@ def repeat(x: np.ndarray, n: int, axis: int = 0) -> np.ndarray:
 
 
 def repeat_axis(x: np.ndarray, n: int, axis: int = 0) -> np.ndarray:
-    """Every element of ``x`` repeated ``n`` times along the existing ``axis``."""
-    return np.repeat(x, n, axis=axis)
+    """``x`` tiled ``n`` times along the existing ``axis`` (``[a, b]`` -> ``[a, b, a, b]``)."""
+    return np.concatenate([x] * n, axis=axis)
 
 
 def split2D(x: np.ndarray, n_1: int, n_2: int, axis_1: int, axis_2: int,  # noqa: N802
             ) -> np.ndarray:
-    """``x`` cut ``n_1`` ways along ``axis_1`` and ``n_2`` ways along ``axis_2``: shape
-    ``(n_1, n_2, *block)``."""
-    return np.stack([shard(part, n_2, axis_2) for part in np.split(x, n_1, axis=axis_1)])
+    """``x`` cut ``n_1`` ways along ``axis_1`` (outer) and ``n_2`` ways along ``axis_2``
+    (inner): the ``n_1 * n_2`` blocks stacked outer-major on a new leading axis."""
+    blocks = np.stack([shard(part, n_2, axis_2) for part in np.split(x, n_1, axis=axis_1)])
+    return blocks.reshape((n_1 * n_2, *blocks.shape[2:]))
 
 
 def shard2D(x: np.ndarray, n_1: int, n_2: int, axis_1: int, axis_2: int,  # noqa: N802
             ) -> np.ndarray:
-    """As ``split2D`` with the two shard axes flattened into one of ``n_1 * n_2``."""
-    blocks = split2D(x, n_1, n_2, axis_1, axis_2)
-    return blocks.reshape((n_1 * n_2, *blocks.shape[2:]))
+    """The same blocks as ``split2D``."""
+    return split2D(x, n_1, n_2, axis_1, axis_2)
 
 
 def unshard2D(x: np.ndarray, n_1: int, n_2: int, axis_1: int, axis_2: int,  # noqa: N802
@@ -60,38 +61,81 @@ def unshard2D(x: np.ndarray, n_1: int, n_2: int, axis_1: int, axis_2: int,  # no
 
 def repeat_shard(x: np.ndarray, n_repeats: int, n_shards: int, shard_axis: int,
                  sharded_tensor: str = "contiguous") -> np.ndarray:
-    """Shards of ``x`` for ``n_repeats * n_shards`` replicas: ``"contiguous"`` repeats each
-    shard in a block (``s0 s0 s1 s1``), ``"strided"`` repeats the whole set (``s0 s1 s0 s1``)."""
+    """Shards of ``x`` for ``n_repeats * n_shards`` replicas: ``"contiguous"`` tiles the whole
+    set (``s0 s1 s0 s1``), ``"strided"`` repeats each shard in a block (``s0 s0 s1 s1``)."""
     shards = shard(x, n_shards, shard_axis)
     if sharded_tensor == "contiguous":
-        return np.repeat(shards, n_repeats, axis=0)
-    if sharded_tensor == "strided":
         return np.concatenate([shards] * n_repeats, axis=0)
+    if sharded_tensor == "strided":
+        return np.repeat(shards, n_repeats, axis=0)
     raise ValueError(f"sharded_tensor must be 'contiguous' or 'strided', got {sharded_tensor!r}")
 
 
 def tensor_parallel_input(input_data: np.ndarray, tp: int, rf: int,
                           repeat_fn: Callable[[np.ndarray, int], Any] | None = None,
                           ) -> np.ndarray:
-    """Host data for ``rf`` replicas of which groups of ``tp`` share one input: ``input_data``
-    has a leading axis of ``rf // tp`` (one per data-parallel group); each is repeated ``tp``
-    times (or passed through ``repeat_fn(x, tp)``)."""
+    """Host data ``[n, *shape]`` for ``rf`` replicas in tensor-parallel groups of ``tp``: each
+    sample repeated ``tp`` times in a row (copy ``i`` passed through ``repeat_fn(copy, i)``
+    when given), reshaped to ``[n * tp / rf, rf, *shape]``, leading axes of length 1 squeezed.
+
+    Raises:
+        ValueError: ``tp > rf`` or ``rf % tp != 0``.
+    """
+    if tp > rf or rf % tp:
+        raise ValueError(f"tensor_parallel_input: tp={tp} must divide rf={rf}")
     data = np.asarray(input_data)
-    if rf % tp:
-        raise ValueError(f"tensor_parallel_input: tp={tp} does not divide rf={rf}")
-    groups = rf // tp
-    if groups == 1 and data.shape[:1] != (1,):
-        data = data[None]
-    fn = repeat_fn or (lambda x, n: repeat(x, n, 0))
-    out = np.concatenate([fn(d, tp) for d in data])
+    copies = []
+    for sample in data:
+        for i in range(tp):
+            copies.append(repeat_fn(sample.copy(), i) if repeat_fn else sample)
+    out = np.stack(copies).reshape((data.shape[0] * tp // rf, rf, *data.shape[1:]))
+    while out.ndim and out.shape[0] == 1:
+        out = out[0]
     return out
 
 
-def pad_axis(x: np.ndarray, n: int, axis: int) -> np.ndarray:
-    """``x`` zero-padded at the end of ``axis`` to length ``n``."""
+def tensor_parallel_output(out: np.ndarray, num_host_transfers: int, tp: int, rf: int,
+                           data_shape: tuple[int, ...], tp_identical: bool = True,
+                           true_num_host_transfers: int | None = None) -> np.ndarray:
+    """Host outputs of a tensor-parallel run, per sample: ``out`` read as
+    ``[transfers, rf / tp, tp, *data_shape]``, the first ``true_num_host_transfers`` kept,
+    samples flattened to ``[samples, tp, *data_shape]``, and only TP replica 0 kept when the
+    TP replicas hold identical values (``[samples, *data_shape]``)."""
+    dp = rf // tp
+    arr = np.asarray(out).reshape((num_host_transfers, dp, tp, *data_shape))
+    if true_num_host_transfers is not None:
+        arr = arr[:true_num_host_transfers]
+    arr = arr.reshape((-1, tp, *data_shape))
+    return arr[:, 0] if tp_identical else arr
+
+
+def pad_axis(x: np.ndarray, n: int, axis: int, value: Any = 0) -> np.ndarray:
+    """``x`` padded with ``value`` at the end of ``axis`` to length ``n`` (which must not be
+    below the current length: AssertionError)."""
     extra = n - x.shape[axis]
-    if extra < 0:
-        raise ValueError(f"pad_axis: axis {axis} has {x.shape[axis]} > {n} elements")
+    assert extra >= 0, f"pad_axis: axis {axis} has {x.shape[axis]} > {n} elements"
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, extra)
-    return np.pad(x, widths)
+    return np.pad(x, widths, constant_values=value)
+
+
+def handle_negative_axis(x: np.ndarray, axis: int) -> int:
+    """``axis`` of ``x`` counted from 0.
+
+    Raises:
+        IndexError: ``x`` is 0-d or ``axis`` is out of range.
+    """
+    rank = np.ndim(x)
+    if rank == 0 or not -rank <= axis < rank:
+        raise IndexError(f"axis {axis} is out of range for an array of rank {rank}")
+    return axis % rank
+
+
+def squeeze_safe(x: np.ndarray, axis: int | tuple[int, ...] | None = None) -> np.ndarray:
+    """``x`` without the listed axes that have length 1 (others are kept, not an error);
+    every length-1 axis when ``axis`` is None."""
+    if axis is None:
+        return np.squeeze(x)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    drop = tuple(a for a in (handle_negative_axis(x, a) for a in axes) if x.shape[a] == 1)
+    return np.squeeze(x, drop) if drop else x

@@ -18,12 +18,18 @@ __all__ = ["replica_sharded_spec", "gather_replica_sharded_tensor",
 Groups = Mapping[str, popxl.ReplicaGrouping] | None
 
 
-def replica_sharded_spec(t: popxl.Tensor | popxl.TensorSpec, shard_over: int) -> popxl.TensorSpec:
-    """The spec of one replica's shard of ``t``: flat, ``ceil(nelms / shard_over)`` elements,
-    with ``t``'s shape as ``meta_shape``."""
+def replica_sharded_spec(t: popxl.Tensor | popxl.TensorSpec,
+                         shard_over: int | popxl.ReplicaGrouping) -> popxl.TensorSpec:
+    """The spec of one replica's shard of ``t``: flat, ``nelms / shard_over`` elements, with
+    ``t``'s shape as ``meta_shape``. ``t``'s own spec when it is already a shard, when
+    ``shard_over`` is 1 or when it does not divide the element count. ``shard_over`` is a
+    count or a ReplicaGrouping (its group size)."""
     spec = t.spec if isinstance(t, popxl.Tensor) else t
-    return popxl.TensorSpec((math.ceil(math.prod(spec.shape) / shard_over),), spec.dtype,
-                            tuple(spec.shape))
+    n = shard_over.group_size if isinstance(shard_over, popxl.ReplicaGrouping) else shard_over
+    nelms = math.prod(spec.shape)
+    if spec.meta_shape or n == 1 or nelms % n:
+        return spec
+    return popxl.TensorSpec((nelms // n,), spec.dtype, tuple(spec.shape))
 
 
 def _tiles(use_io_tiles: bool) -> contextlib.AbstractContextManager[None]:
@@ -34,10 +40,12 @@ def gather_replica_sharded_tensor(t: popxl.Tensor, use_io_tiles: bool = False,
                                   replica_group: popxl.ReplicaGrouping | None = None,
                                   ) -> popxl.Tensor:
     """The whole tensor (shaped ``t.meta_shape``) gathered from the shards of the replicas
-    of ``replica_group`` (default: all)."""
+    of ``replica_group`` (default: all); ``t`` itself when it has no meta-shape."""
+    if not t.meta_shape:
+        return t
     with _tiles(use_io_tiles):
         whole = ops.collectives.replicated_all_gather(t, group=replica_group)
-    if t.meta_shape and whole.shape != tuple(t.meta_shape):
+    if whole.shape != tuple(t.meta_shape):
         whole = whole.reshape(t.meta_shape)
     return whole
 
@@ -63,14 +71,22 @@ def reduce_replica_sharded_tensor(t: popxl.Tensor, op: str = "add",
                                   replica_group: popxl.ReplicaGrouping | None = None,
                                   shard_group: popxl.ReplicaGrouping | None = None,
                                   ) -> popxl.Tensor:
-    """Reduce ``t`` over the replicas and keep this replica's shard: a reduce-scatter over
-    ``shard_group`` (default: all replicas), then, when ``replica_group`` is given, an
-    all-reduce over the replicas that hold the same shard."""
-    shard = ops.collectives.replicated_reduce_scatter(
-        t, op, shard_group, configure_output_for_replicated_tensor_sharding=True)
-    if replica_group is not None and replica_group.group_size > 1:
-        shard = ops.collectives.replicated_all_reduce(shard, op, replica_group)
-    return shard
+    """Reduce ``t`` over ``replica_group`` (default: all replicas) and keep this replica's
+    shard in ``shard_group`` (default: the replica group).
+
+    A shard group of more than one replica that divides the element count gives a
+    reduce-scatter when it is the replica group, else an all-reduce over the replica group
+    then this replica's slice within the shard group; otherwise a plain all-reduce.
+    """
+    replica_group = replica_group or popxl.gir().replica_grouping()
+    shard_group = shard_group or replica_group
+    if shard_group.group_size > 1 and t.nelms % shard_group.group_size == 0:
+        if shard_group == replica_group:
+            return ops.collectives.replicated_reduce_scatter(
+                t, op, replica_group, configure_output_for_replicated_tensor_sharding=True)
+        reduced = ops.collectives.replicated_all_reduce(t, op, replica_group)
+        return ops.collectives.replica_sharded_slice(reduced, shard_group)
+    return ops.collectives.replicated_all_reduce(t, op, replica_group)
 
 
 def reduce_replica_sharded_graph(tensors: NamedTensors, op: str = "add",

@@ -1,12 +1,14 @@
 """``TaskSession``: a PopXL Session that knows its streams and its state by name, and saves
-and loads checkpoints through ``xlgraph.checkpoint`` keyed by those names."""
+and loads checkpoint folders laid out as popxl-addons lays them out."""
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,23 @@ from xlgraph import checkpoint
 from xlgraph.addons import session_state
 from xlgraph.addons.dot_tree import DotTree
 from xlgraph.addons.named_tensors import NamedTensorData, NamedTensors
-from xlgraph.errors import ArgumentError, StreamInputError, user_source_line, whole_number
+from xlgraph.addons.utils import timer
+from xlgraph.errors import (
+    ArgumentError,
+    CheckpointError,
+    StreamInputError,
+    user_source_line,
+    whole_number,
+)
 
-__all__ = ["TaskSession", "write_variables_pb"]
+__all__ = ["TaskSession", "write_variables_pb", "initialise_memmap_dir_from_checkpoint"]
 
-_MODEL = "model.npz"
-_INFO = "session_state.json"
+logger = logging.getLogger("popxl_addons")
+
+_MODEL = "model"  # folder of <flat name>.npz (and .npy raw copies of memory-mapped data)
+_INFO = "session_info.json"
+_DATALOADER = "dataloader.bin"
+_REPORT = ("none", "warn", "error")
 
 
 def write_variables_pb(session: popxl.Session, weights: Mapping[popxl.Tensor, Any]) -> None:
@@ -40,30 +53,40 @@ def _streams(streams: Any) -> list[Any]:
     return list(streams)
 
 
+def _refuse_wandb(where: str) -> None:
+    raise NotImplementedError(f"TaskSession.{where}('wandb://...'): xlgraph.addons does not "
+                              f"talk to Weights & Biases; give a local folder")
+
+
 class TaskSession(popxl.Session):
-    """A Session with named inputs, outputs and state.
+    """A Session with named inputs, outputs and state, and checkpoints of that state.
+
+    A checkpoint folder holds ``model/<flat name>.npz`` (one array stored under the flat name;
+    a memory-mapped variable is also copied as a raw ``model/<flat name>.npy``),
+    ``dataloader.bin`` (when a data loader is set) and ``session_info.json``
+    (``session_state``, whose ``"steps"`` ``run`` advances; numpy values keep their types).
 
     Args:
-        inputs: the host-to-device streams (``InputStreams``, a list, or a mapping), in the
-            order a data loader yields its arrays.
+        inputs: the host-to-device streams (``InputStreams``, a list, or a mapping).
         outputs: the device-to-host streams.
         state: the variables that make the checkpoint (a ``NamedTensors``).
-        max_checkpoints: how many checkpoint folders ``save_checkpoint`` keeps (a whole number
-            >= 1; the oldest written by this session is emptied first). Folders are compared
-            after resolving, so one folder spelled two ways counts once.
+        max_checkpoints: how many of the checkpoint folders this object wrote are kept (a
+            whole number >= 1; the oldest is removed first). Folders are compared after
+            resolving, so one folder spelled two ways counts once.
         *args, **kwargs: ``popxl.Session``'s (``ir``, ``device_desc``, ...).
     """
 
     def __init__(self, inputs: Any, outputs: Any, state: NamedTensors, max_checkpoints: int = 1,
                  *args: Any, **kwargs: Any) -> None:
         _count(max_checkpoints)  # refused before the Session compiles
-        super().__init__(*args, **kwargs)
+        with timer("PopXL compilation", log_to_wandb=False):
+            super().__init__(*args, **kwargs)
         self.inputs = inputs
         self.outputs = outputs
         self.state = state if state is not None else NamedTensors()
         self.max_checkpoints = max_checkpoints
-        self.session_state: dict[str, Any] = {}
-        self._dataloader: Iterable[Any] | None = None
+        self.session_state: dict[str, Any] = {"steps": 0}
+        self._dataloader: Any = None
         self._batches: Iterator[Any] | None = None
         self._saved: list[Path] = []
 
@@ -77,19 +100,25 @@ class TaskSession(popxl.Session):
         self._max_checkpoints = _count(value)
 
     @property
-    def dataloader(self) -> Iterable[Any] | None:
-        """Where ``run()`` without inputs takes its next batch from."""
+    def dataloader(self) -> Any:
+        """The data loader saved and resumed with checkpoints (None, with a warning, when
+        unset). An iterable one also feeds ``run()`` called without inputs."""
+        if self._dataloader is None:
+            logger.warning("TaskSession.dataloader is not set")
         return self._dataloader
 
     @dataloader.setter
-    def dataloader(self, dl: Iterable[Any]) -> None:
+    def dataloader(self, dl: Any) -> None:
+        if not (callable(getattr(dl, "save", None)) and callable(getattr(dl, "resume", None))):
+            raise ValueError(f"TaskSession.dataloader needs an object with save(filename) and "
+                             f"resume(filename) methods, got {type(dl).__name__}")
         self._dataloader = dl
         self._batches = None
 
     def add_session_state_info(self, info: Mapping[str, Any]) -> None:
-        """Extra facts (e.g. ``{"steps": 100}``) saved beside the checkpoint's tensors: None,
-        bools, ints, floats, strings, lists, tuples, dicts with string keys and numeric numpy
-        values, which load back with their types. Other values raise ``TypeError``."""
+        """Merge facts (e.g. ``{"epoch": 2}``) into ``session_state``: None, bools, ints,
+        floats, strings, lists, tuples, dicts with string keys and numeric numpy values, which
+        load back with their types. Other values raise ``TypeError``."""
         try:
             session_state.check(dict(info))
         except TypeError as exc:
@@ -103,7 +132,8 @@ class TaskSession(popxl.Session):
         return NamedTensorData.from_dict({k: data[t] for k, t in self.state.to_dict().items()})
 
     def load_from_session(self, src: TaskSession, report_missing: str = "none") -> None:
-        """Copy the state of ``src`` into this session's state variables of the same names."""
+        """Copy the values of ``src``'s state into this session's state variables of the same
+        names."""
         self._write(src.get_named_tensors_data().to_dict(), report_missing, "session")
 
     def wandb_variable_histograms(self, step: int = 0) -> None:
@@ -112,50 +142,83 @@ class TaskSession(popxl.Session):
                                   "not log to Weights & Biases; read get_named_tensors_data()")
 
     def save_checkpoint(self, checkpoint_dir: str | Path) -> None:
-        """Write the state (``model.npz``, by dotted name) and the session state info
-        (``session_state.json``) to ``checkpoint_dir``. The info is checked before anything is
-        written; each file is replaced atomically."""
+        """Write the checkpoint folder (see the class); only instance 0 writes. The session
+        info is checked before anything is written, and each file is replaced atomically.
+        Folders this object wrote beyond the newest ``max_checkpoints`` are removed."""
+        if str(checkpoint_dir).startswith("wandb://"):
+            _refuse_wandb("save_checkpoint")
         try:
             info = session_state.encode(self.session_state)
         except TypeError as exc:
             raise TypeError(f"TaskSession.save_checkpoint: {exc}; nothing was written "
                             f"[at {user_source_line()}]") from None
+        data = self.get_named_tensors_data().to_dict()  # fetched on every instance
+        if self.ir.instance_index != 0:
+            return
         folder = Path(checkpoint_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        checkpoint.save(folder / _MODEL, dict(self.get_named_tensors_data().to_dict()))
-        _write_text(folder / _INFO, info)
+        model = folder / _MODEL
+        model.mkdir(parents=True, exist_ok=True)
+        for name, t in self.state.to_dict().items():
+            value = np.asarray(data[name])
+            if isinstance(getattr(t, "initial_data", None), np.memmap):
+                _atomic(model / f"{name}.npy", value.tofile)
+            _atomic(model / f"{name}.npz", lambda f, n=name, v=value: np.savez(f, **{n: v}))
+        if self._dataloader is not None:
+            self._dataloader.save(filename=str(folder / _DATALOADER))
+        _atomic(folder / _INFO, lambda f: f.write(info.encode("ascii")))
         here = folder.resolve()
         self._saved = [p for p in self._saved if p != here] + [here]
         while len(self._saved) > self.max_checkpoints:
-            old = self._saved.pop(0)
-            for name in (_MODEL, _INFO):
-                (old / name).unlink(missing_ok=True)
+            self._remove(self._saved.pop(0))
 
-    def load_checkpoint(self, checkpoint_dir: str | Path, report_missing: str = "warn") -> None:
-        """Load a checkpoint written by ``save_checkpoint`` into the state.
+    def _remove(self, folder: Path) -> None:
+        """Remove what this session writes in a checkpoint folder (and the folders, once
+        empty); other files stay."""
+        model = folder / _MODEL
+        for name in self.state.to_dict():
+            for suffix in (".npz", ".npy"):
+                (model / f"{name}{suffix}").unlink(missing_ok=True)
+        for name in (_DATALOADER, _INFO):
+            (folder / name).unlink(missing_ok=True)
+        for path in (model, folder):
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
 
-        Both files are read and checked before any variable or info is written.
+    def load_checkpoint(self, checkpoint_dir: str | Path, report_missing: str = "warn",
+                        skip_memmap: bool = False) -> None:
+        """Load a checkpoint folder: the state variables found in ``model/*.npz``, the data
+        loader's position (``dataloader.resume``) and ``session_state`` (replaced from
+        ``session_info.json``; ``{"steps": 0}`` when absent). Every file is read and checked
+        before any variable or info is written.
 
         Args:
             checkpoint_dir: the checkpoint folder.
             report_missing: for state tensors the checkpoint lacks: ``"none"``, ``"warn"`` or
                 ``"error"``.
+            skip_memmap: accepted (unused, as in popxl-addons).
 
         Raises:
-            CheckpointError: ``model.npz`` or ``session_state.json`` is not readable (the
-                message names the file; nothing was loaded).
+            CheckpointError: a file of the folder is not readable (named; nothing loaded).
         """
+        if str(checkpoint_dir).startswith("wandb://"):
+            _refuse_wandb("load_checkpoint")
+        _check_report(report_missing)
         folder = Path(checkpoint_dir)
         info_path = folder / _INFO
         info = (session_state.decode(info_path.read_bytes(), str(info_path))
-                if info_path.exists() else {})
-        self._write(checkpoint.load(folder / _MODEL), report_missing, str(folder))
-        self.session_state.update(info)
+                if info_path.exists() else {"steps": 0})
+        found: dict[str, np.ndarray] = {}
+        wanted = set(self.state.to_dict())
+        for path in sorted((folder / _MODEL).glob("*.npz")):
+            if path.stem in wanted:
+                found.update(_read_npz(path))
+        self._write(found, report_missing, str(folder))
+        if self._dataloader is not None:
+            self._dataloader.resume(filename=str(folder / _DATALOADER))
+        self.session_state = info
 
     def _write(self, data: Mapping[str, np.ndarray], report_missing: str, source: str) -> None:
-        if report_missing not in ("none", "warn", "error"):
-            raise ValueError(f"report_missing must be 'none', 'warn' or 'error', got "
-                             f"{report_missing!r}")
+        _check_report(report_missing)
         targets = self.state.to_dict()
         missing = sorted(set(targets) - set(data))
         if missing and report_missing == "error":
@@ -167,15 +230,16 @@ class TaskSession(popxl.Session):
 
     def run(self, inputs: Mapping[Any, Any] | None = None,
             downcast_inputs: bool = True) -> dict[Any, np.ndarray]:
-        """``popxl.Session.run``; without ``inputs``, the next batch of ``dataloader`` goes to
-        the input streams in order (a new epoch starts when it runs out).
+        """``popxl.Session.run``, then ``session_state["steps"] += 1``. Without ``inputs``,
+        an iterable ``dataloader`` gives the next batch, one array per input stream in order
+        (a new pass starts when it runs out).
 
         Raises:
             StreamInputError: the dataloader gives no batch (it is empty, or a one-shot
                 iterator already used up), or a batch holds a different number of arrays
                 than there are input streams.
         """
-        if inputs is None and self._dataloader is not None:
+        if inputs is None and hasattr(self._dataloader, "__iter__"):
             streams = _streams(self.inputs)
             batch = self._next_batch()
             if len(batch) != len(streams):
@@ -185,13 +249,15 @@ class TaskSession(popxl.Session):
                     f"{len(streams)} input streams {names}; give one array per stream, in "
                     f"order [at {user_source_line()}]")
             inputs = dict(zip(streams, batch))
-        return super().run(inputs, downcast_inputs)
+        out = super().run(inputs, downcast_inputs)
+        self.session_state["steps"] = self.session_state.get("steps", 0) + 1
+        return out
 
     def _next_batch(self) -> Any:
         if self._batches is None:
             self._batches = iter(self._dataloader)
         batch = next(self._batches, _END)
-        if batch is _END:  # a new epoch
+        if batch is _END:  # a new pass
             self._batches = iter(self._dataloader)
             batch = next(self._batches, _END)
         if batch is _END:
@@ -205,6 +271,12 @@ class TaskSession(popxl.Session):
 _END = object()
 
 
+def _check_report(report_missing: str) -> None:
+    if report_missing not in _REPORT:
+        raise ValueError(f"report_missing must be 'none', 'warn' or 'error', got "
+                         f"{report_missing!r}")
+
+
 def _count(value: Any) -> int:
     try:
         return whole_number(value, "TaskSession max_checkpoints")
@@ -212,14 +284,34 @@ def _count(value: Any) -> int:
         raise ArgumentError(f"{exc} [at {user_source_line()}]") from None
 
 
-def _write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (a temporary file renamed over it)."""
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path} is not a checkpoint array file: {type(exc).__name__}: "
+                              f"{exc}; nothing was loaded") from None
+
+
+def _atomic(path: Path, write: Callable[[Any], Any]) -> None:
+    """Replace ``path`` with what ``write(file)`` writes, atomically (a temporary file renamed
+    over it)."""
     fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def initialise_memmap_dir_from_checkpoint(checkpoint_dir: str | Path,
+                                          memmap_dir: str | Path) -> None:
+    """Copy the raw ``model/*.npy`` data of memory-mapped variables from a checkpoint into
+    ``memmap_dir``, where ``VariableFactory.create_tensor(memmap_dir=...)`` finds it."""
+    target = Path(memmap_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    for path in (Path(checkpoint_dir) / _MODEL).glob("*.npy"):
+        shutil.copyfile(path, target / path.name)

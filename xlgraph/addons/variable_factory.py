@@ -51,6 +51,8 @@ class VariableFactory:
         self.name = name
         self.by_ref = by_ref
         self.replica_grouping = replica_grouping
+        if isinstance(shard_over, popxl.ReplicaGrouping):  # a grouping counts its members
+            shard_over = shard_over.group_size
         self.shard_over = int(shard_over or 1)
         self._pending: np.ndarray | None = None
         if callable(data_iter):
@@ -248,5 +250,7 @@ def add_replica_sharded_variable_input(name: str, data_iter: Any,
     the group size); the input is one flat shard whose ``meta_shape`` is the whole tensor."""
     if shard_over is None:
         shard_over = fill_none_group(replica_grouping).group_size
+    elif isinstance(shard_over, popxl.ReplicaGrouping):
+        shard_over = shard_over.group_size
     factory = VariableFactory(data_iter, dtype, name, by_ref, replica_grouping, shard_over)
     return factory.create_input(), factory

@@ -10,6 +10,7 @@ import numpy as np
 
 from xlgraph.core import context
 from xlgraph.core.dispatch import provided
+from xlgraph.core.pb_views import PbGraph
 from xlgraph.core.tensor import Constant, Tensor, TensorSpec, Variable
 from xlgraph.errors import GraphMismatchError, IrFrozenError, user_source_line
 
@@ -98,6 +99,12 @@ class Graph:
             for g in op.called_graphs:
                 seen.setdefault(id(g), g)
         return tuple(seen.values())
+
+    @property
+    def _pb_graph(self) -> PbGraph:
+        """A read-only PopART view of this graph (``getOps()``, input and output ids), as
+        PopXL programs reach ``graph._pb_graph``."""
+        return PbGraph(self)
 
     @property
     def id(self) -> str:

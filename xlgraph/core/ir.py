@@ -59,7 +59,7 @@ class Ir:
             self.num_instances = instances.getNumInstances()
         else:
             self.replication_factor = replication  # type: ignore[assignment] - checked there
-        self._pb_ir = PbIr()
+        self._pb_ir = PbIr(self)
 
     def __repr__(self) -> str:
         return f"Ir[id={self.id}]"

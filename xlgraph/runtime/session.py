@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from xlgraph import dtypes
+from xlgraph.core.pb_views import PbSession
 from xlgraph.errors import (
     DTypeError,
     EmptyProgramError,
@@ -112,6 +113,7 @@ class Session:
                 f"ops.host_store or a call) before creating the Session [at {user_source_line()}]"
             )
         self._lock = threading.RLock()  # one run (or weight transfer) at a time
+        self._pb_session = PbSession()  # PopART's session handle, as programs reach it
         self.device = make_device(device_desc, ipu_model)
         self.layout = ReplicaLayout(ir)  # checks that the replicas split over the instances
         ir.frozen = True

@@ -4,25 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 import xlgraph as popxl
 from xlgraph import ops
 
 __all__ = ["host_load", "host_store"]
 
 
-def host_load(t: popxl.Tensor | popxl.TensorSpec | Any, dtype: popxl.dtype | None = None,
-              name: str | None = None) -> tuple[popxl.HostToDeviceStream, popxl.Tensor]:
-    """A host-to-device stream shaped like ``t`` (a tensor, a spec or a shape) and its load.
+def host_load(t: Any, dtype: popxl.dtype, name: str,
+              ) -> tuple[np.ndarray | None, popxl.HostToDeviceStream, popxl.Tensor]:
+    """A host-to-device stream named ``<name>_stream`` for data like ``t`` and its load.
+
+    Args:
+        t: the host data (an array; also a tensor, spec or shape, which give only the shape).
+        dtype: the stream's dtype.
+        name: the loaded tensor's name.
 
     Returns:
-        ``(stream, loaded tensor)``.
+        ``(t as a numpy array of dtype, or None when t is not data; stream; loaded tensor)``.
     """
-    shape = tuple(t.shape) if hasattr(t, "shape") else tuple(t)
-    dtype = dtype or getattr(t, "dtype", None)
-    if dtype is None:
-        raise ValueError(f"host_load({name!r}): give a dtype for shape {shape}")
-    stream = popxl.h2d_stream(shape, dtype, name)
-    return stream, ops.host_load(stream, name)
+    if isinstance(t, popxl.Tensor | popxl.TensorSpec):
+        data, shape = None, tuple(t.shape)
+    elif isinstance(t, tuple) and all(isinstance(d, int) for d in t):
+        data, shape = None, t
+    else:
+        data = np.asarray(t).astype(dtype.as_numpy())
+        shape = data.shape
+    stream = popxl.h2d_stream(shape, dtype, f"{name}_stream")
+    return data, stream, ops.host_load(stream, name)
 
 
 def host_store(t: popxl.Tensor) -> popxl.DeviceToHostStream:

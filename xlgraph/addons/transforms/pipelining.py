@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import xlgraph as popxl
 from xlgraph import ops
@@ -46,6 +47,20 @@ class Pipeline:
         self.stages.append(stage)
         with op_hints(pipeline_stage=stage):
             yield
+
+    def stash_and_restore_tensor(self, t: popxl.Tensor) -> popxl.Tensor:
+        """``t`` for use in a later stage. The overlapped schedule stashes it per micro-batch
+        and restores it in the later stage; run serialised, the same micro-batch's tensor is
+        still there, so ``t`` itself is returned."""
+        return t
+
+    def stash_and_restore_activations(self, forward_call_info: Any,
+                                      grad_graph_info: Any) -> dict[popxl.Tensor, popxl.Tensor]:
+        """The activations a gradient graph needs from a forward call of an earlier stage,
+        as ``{gradient graph input: tensor}`` (``grad_graph_info.inputs_dict(forward_call_info)``
+        with each tensor stashed and restored)."""
+        return {k: self.stash_and_restore_tensor(v)
+                for k, v in grad_graph_info.inputs_dict(forward_call_info).items()}
 
 
 @contextlib.contextmanager

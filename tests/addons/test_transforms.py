@@ -1,0 +1,93 @@
+"""``popxl_addons.transforms`` and ``patterns``: memory proportions, the fc-pass flag,
+accumulation names, pipeline stashes, pre-alias patterns."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+import xlgraph as popxl
+import xlgraph.addons as addons
+from tests.addons.helpers import fetch, run
+from xlgraph import ops
+from xlgraph.addons.patterns import apply_pre_alias_patterns
+
+
+class Lin(addons.Module):
+    def build(self, x):
+        w = self.add_variable_input("w", partial(np.full, (x.shape[-1], 2), 0.5, np.float32))
+        return x @ w
+
+
+def test_available_memory_proportion_by_ipu_and_fc_pass():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones((2, 2), np.float32))
+        with popxl.ipu(0):
+            m0 = ops.matmul(a, a, available_memory_proportion=0.9)
+        with popxl.ipu(1):
+            m1 = ops.matmul(a.copy_to_ipu(1), a.copy_to_ipu(1))
+        g = ir.create_graph(lambda t: t @ t, a)
+        ops.call(g, a)
+        relu = ops.relu(m0)
+    addons.set_available_memory_proportion_by_ipu(ir, [0.2, 0.3])
+    assert m0.producer.hints["available_memory_proportion"] == 0.2  # overrides 0.9
+    assert m1.producer.hints["available_memory_proportion"] == 0.3
+    assert g.ops[0].hints["available_memory_proportion"] == 0.2
+    assert "available_memory_proportion" not in relu.producer.hints
+    addons.set_graph_available_memory_proportion_by_ipu(g, [0.7])
+    assert g.ops[0].hints["available_memory_proportion"] == 0.7
+    addons.disable_fc_pass(ir)
+    assert m0.producer.hints["fully_connected_pass"] is False
+    addons.enable_fc_pass(ir)
+    assert g.ops[0].hints["fully_connected_pass"] is True
+
+
+def test_pre_alias_patterns_are_accepted_without_effect():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, np.float32))
+        y = x + 1.0
+    before = [op.defn.name for op in ir.main_graph.ops]
+    for level in ("no_patterns", "minimal", "default", "all"):
+        apply_pre_alias_patterns(ir, level)
+    assert [op.defn.name for op in ir.main_graph.ops] == before
+    with pytest.raises(ValueError, match="level"):
+        apply_pre_alias_patterns(ir, "most")
+    with ir.main_graph:
+        (out,) = fetch(y)
+    assert run(ir, [out])[0].tolist() == [2.0, 2.0]
+
+
+def test_accumulation_names_a_plain_input_by_its_sanitised_name():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        facts, fwd = Lin().create_graph(popxl.TensorSpec((1, 3), popxl.float32))
+        x = fwd.graph.inputs[0]
+        accum_facts, bwd = addons.autodiff_with_accumulation(fwd, [x, fwd.args.w])
+    assert "w" in accum_facts.accum.keys() and len(accum_facts.accum.keys()) == 2
+    assert all("." not in k and "/" not in k for k in accum_facts.accum.keys())
+    assert bwd.graph.outputs == ()  # every required gradient is accumulated
+
+
+def test_pipeline_stash_and_restore_activations_matches_inputs_dict():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        facts, fwd = Lin().create_graph(popxl.TensorSpec((1, 3), popxl.float32))
+        bwd = addons.autodiff(fwd)
+        variables = facts.init()
+        stream = popxl.h2d_stream((1, 3), popxl.float32, "x")
+        with addons.pipelined_execution(2) as p:
+            with p.stage(0):
+                info = fwd.bind(variables).call_with_info(ops.host_load(stream))
+            with p.stage(1):
+                acts = p.stash_and_restore_activations(info, bwd.grad_graph_info)
+                assert acts == bwd.grad_graph_info.inputs_dict(info)
+                assert p.stash_and_restore_tensor(info.outputs[0]) is info.outputs[0]
+
+
+def test_batch_serialisation_is_top_level():
+    assert addons.batch_serialise is addons.transforms.batch_serialise
+    assert addons.RemoteHandle is addons.transforms.RemoteHandle

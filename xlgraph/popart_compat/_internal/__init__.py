@@ -1,0 +1,1 @@
+"""``popart._internal``: only ``popart._internal.ir`` (read-only views of xlgraph's graphs)."""

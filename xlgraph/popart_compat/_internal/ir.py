@@ -1,0 +1,68 @@
+"""``popart._internal.ir`` as PopXL programs import it: the names they use to inspect graphs.
+
+``Ir``, ``Graph``, ``Op``, ``Tensor`` are the types of the read-only views that
+``ir._pb_ir``, ``graph._pb_graph`` and their methods return (``xlgraph.core.pb_views``);
+``op.<Type>Op`` (also ``op.collectives.<Type>Op``, ``op.exchange.<Type>Op``, ...) is the class
+of the views of ops of that PopART type, for ``isinstance`` checks and
+``testing_utils.ops_of_type``; ``SessionOptions`` and ``GraphId`` / ``TensorId`` (strings) as
+PopART names them. Anything else raises ``AttributeError`` naming the support page.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from xlgraph.core.pb_views import (
+    SUPPORT_PAGE,
+    PbGraph,
+    PbIrGraphs,
+    PbOp,
+    PbSession,
+    PbTensor,
+    op_class,
+)
+from xlgraph.options import SessionOptions
+
+__all__ = ["Ir", "Graph", "Op", "Tensor", "Session", "SessionOptions", "GraphId", "TensorId",
+           "OpId", "op"]
+
+Ir = PbIrGraphs
+Graph = PbGraph
+Op = PbOp
+Tensor = PbTensor
+Session = PbSession
+GraphId = str
+TensorId = str
+OpId = int
+
+
+class _OpNamespace(ModuleType):
+    """``_ir.op`` and its sub-namespaces: ``<Type>Op`` names the view class of that type."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name == "Op":
+            return PbOp
+        if name.endswith("Op") and len(name) > 2:
+            return op_class(name[:-2])
+        if name in _GROUPS:
+            return _namespace(f"{self.__name__}.{name}")
+        raise AttributeError(f"popart._internal.ir: {self.__name__}.{name} is not provided by "
+                             f"xlgraph's read-only PopART views; see {SUPPORT_PAGE}")
+
+
+_GROUPS = ("collectives", "exchange", "ipucopy", "init", "dynamic", "var_updates")
+
+
+def _namespace(name: str) -> _OpNamespace:
+    return _OpNamespace(name, "PopART op classes by type (read-only views).")
+
+
+op = _namespace("op")
+
+
+def __getattr__(name: str) -> Any:
+    raise AttributeError(f"popart._internal.ir.{name} is not provided by xlgraph's read-only "
+                         f"PopART views; see {SUPPORT_PAGE}")
