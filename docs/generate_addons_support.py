@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs"))
 
+from addons_reference import BEYOND_TABLE  # noqa: E402
 from generate_ops import write_or_check  # noqa: E402
 from generate_popxl_surface import check_params  # noqa: E402
 
@@ -49,6 +50,8 @@ EXTENDED: dict[str, str] = {
     "popxl_addons.variable_factory.NamedVariableFactories.init": (
         "prefix=None, empty=False, memmap_dir=None, read_only_if_exists=False"),
     "popxl_addons.array_munging.pad_axis": "x, n, axis, value=0",
+    "popxl_addons.task_session.TaskSession.load_checkpoint": (
+        "checkpoint_dir, report_missing='warn', skip_memmap=False"),
 }
 
 # What a row's section/name says beyond the check (shown on the page).
@@ -220,6 +223,37 @@ def check(row: dict[str, Any]) -> list[str]:
     return [f"{where}: {d}" for d in check_params(fn, want_params(row["params"] or ""), skip)]
 
 
+def resolve(path: str) -> Any:
+    """The object at ``path`` under ``xlgraph.addons`` (``layers.linear_fp8.LinearFP8``),
+    importing sub-modules on the way; None when absent."""
+    node: Any = importlib.import_module("xlgraph.addons")
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if part in getattr(node, "__annotations__", {}):  # an instance attribute
+            return part
+        if not hasattr(node, part):
+            try:
+                node = importlib.import_module("xlgraph.addons." + ".".join(parts[:i + 1]))
+                continue
+            except ImportError:
+                return None
+        node = getattr(node, part)
+    return node
+
+
+def _beyond() -> list[str]:
+    lines = ["", "## Beyond the table: popxl-addons 3.4", "",
+             "Names the behaviour reference of popxl-addons 3.4 lists that the 3.1 table does "
+             "not, with what xlgraph does and the tests that show it. The custom ops of "
+             "`popxl_addons.ops` are listed in docs/addons.md.", "",
+             "| name | status | tested in |", "|---|---|---|"]
+    for path, note, test in BEYOND_TABLE:
+        status = "provided" if resolve(path) is not None else "**missing**"
+        lines.append(f"| `popxl_addons.{path}` | {status}{'; ' + note if note else ''} | "
+                     f"`{test}` |")
+    return lines
+
+
 def _signature(row: dict[str, Any]) -> str:
     if row["kind"] == "re-export":
         return f"`from {row['from']} import *`"
@@ -261,6 +295,7 @@ def render() -> str:
         if rid in NOTES:
             status += f"; {NOTES[rid]}"
         lines.append(f"| {_signature(row)} | {row['kind']} | {status} |")
+    lines += _beyond()
     return "\n".join(lines) + "\n"
 
 

@@ -284,8 +284,8 @@ def test_layers_match_numpy():
     idx = rng.integers(0, 10, (2, 3)).astype(np.int32)
     y, v = layer_output(addons.layers.Embedding(popxl.float32, 10, 4), idx)
     np.testing.assert_allclose(y, v["weight"][idx])
-    assert addons.layers.Embedding.get_vocab_shard_size(10, 4) == 3
-    assert addons.layers.Embedding.get_offsets(10, 4).tolist() == [0, 3, 6, 9]
+    assert addons.layers.Embedding.get_vocab_shard_size(10, 4) == 16  # padded to 16 rows
+    assert addons.layers.Embedding.get_offsets(10, 4).tolist() == [0, 16, 32, 48]
     img = rng.normal(size=(2, 3, 5, 5)).astype(np.float32)
     y, v = layer_output(addons.layers.Conv2D(4, 3, paddings=(1, 1, 1, 1)), img)
     w, b = v["weight"], v["bias"]
@@ -294,7 +294,8 @@ def test_layers_match_numpy():
     for i in range(5):
         for j in range(5):
             ref[:, :, i, j] = np.einsum("nchw,ochw->no", padded[:, :, i:i + 3, j:j + 3], w)
-    np.testing.assert_allclose(y, ref + b[None, :, None, None], rtol=1e-4, atol=1e-5)
+    assert b.shape == (1, 4, 1, 1)  # popxl-addons keeps the bias as (1, out, 1, 1)
+    np.testing.assert_allclose(y, ref + b, rtol=1e-4, atol=1e-5)
 
 
 # -- optimiser ---------------------------------------------------------------------------------

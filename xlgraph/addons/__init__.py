@@ -52,7 +52,13 @@ from xlgraph.addons.graph import BoundGraph, GraphWithNamedArgs
 from xlgraph.addons.graph_cache import GraphCache, function
 from xlgraph.addons.module import Module
 from xlgraph.addons.named_tensors import NamedTensors
-from xlgraph.addons.ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
+from xlgraph.addons.ops import (
+    cross_entropy,
+    cross_entropy_with_grad,
+    fp8_amax_scale,
+    host_load,
+    host_store,
+)
 from xlgraph.addons.performance_utils import (
     evaluate_FLOPs,
     evaluate_ir_FLOPs,
@@ -101,7 +107,7 @@ __all__ = [
     "Module", "GraphWithNamedArgs", "BoundGraph", "NamedTensors", "NamedVariableFactories",
     "VariableFactory", "add_variable_input", "add_replica_sharded_variable_input",
     "GraphCache", "function", "cross_entropy", "cross_entropy_with_grad", "host_load",
-    "host_store", "autodiff", "autodiff_with_accumulation",
+    "host_store", "fp8_amax_scale", "autodiff", "autodiff_with_accumulation",
     "set_available_memory_proportion_by_ipu", "set_graph_available_memory_proportion_by_ipu",
     "batch_serialise", "batch_serialise_fwd_and_grad", "batch_serial_buffer", "RemoteHandle",
     "pipelined_execution", "recompute_graph", "disable_fc_pass", "enable_fc_pass",
@@ -120,8 +126,3 @@ __all__ = [
     "testing_utils", "transforms", "utils", "variable_factory",
 ]
 
-
-def __getattr__(name: str) -> object:
-    if name == "fp8_amax_scale":  # an op of popxl_addons.ops (custom-op engineer's module)
-        return getattr(ops, name)
-    raise AttributeError(f"module 'popxl_addons' (xlgraph.addons) has no attribute {name!r}")

@@ -107,6 +107,9 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
             ``grad_inlining_error``.
     """
 
+    aux: dict[str, Any]  # written in build, read in build_grad
+    var_grad: dict[str, popxl.Tensor]  # variable gradients set by build_grad
+
     def __init__(self, cache: bool | GraphCache = False,
                  grad_inlining_error: str = "error") -> None:
         if grad_inlining_error not in _INLINING:
