@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.cost import Cost, nbytes
+from xlgraph.cost import Cost, traffic
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register
 from xlgraph.tensor import Tensor, TensorSpec
@@ -95,8 +95,9 @@ def _reference(lhs: np.ndarray, rhs: SparseConstant, output_cols: int) -> np.nda
 
 def _cost(ins: list[TensorSpec], outs: list[TensorSpec], rhs: SparseConstant,
           output_cols: int) -> Cost:
+    """A multiply-add per non-zero and row; the constant's bytes count as code, not reads."""
     rows = int(np.prod(ins[0].shape[:-1]))
-    return Cost(2.0 * rows * rhs.nnz, nbytes(ins[0]) + 8 * rhs.nnz, nbytes(outs[0]), True)
+    return traffic(ins, outs, 2.0 * rows * rhs.nnz, matrix=True)
 
 
 def _samples(rng: np.random.Generator) -> list[Sample]:
