@@ -278,8 +278,17 @@ def _square_add(x: np.ndarray, *scale: np.ndarray, scale_value: float | None) ->
     return np.asarray(_lamb_square(x) * factor.reshape(()), np.float32)
 
 
+def _square_add_replicated(ctx: Any, x: np.ndarray, *scale: np.ndarray,
+                           scale_value: float | None) -> np.ndarray:
+    """Every replica's sum at once: squares summed in float32 over all but the replica axis."""
+    x32 = x.astype(np.float32, copy=False)
+    sums = np.sum(x32 * x32, axis=tuple(range(1, x.ndim)), dtype=np.float32)
+    factor = np.float32(scale_value) if not scale else np.asarray(scale[0], np.float32)
+    return (sums * factor.reshape(-1)).astype(np.float32)
+
+
 _GRAD_REDUCE_SQUARE_ADD = OpDef(
-    "grad_reduce_square_add", _square_add_infer, _square_add,
+    "grad_reduce_square_add", _square_add_infer, _square_add, replicated=_square_add_replicated,
     ref=lambda x, scale_value: np.sum(x.astype(np.float64) ** 2) * scale_value,
     samples=lambda rng: [Sample((rng.normal(size=(3, 4)), 2.0)),
                          Sample((rng.normal(size=(7,)), 0.5))],

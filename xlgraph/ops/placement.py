@@ -9,6 +9,7 @@ import numpy as np
 
 from xlgraph.graph import Graph
 from xlgraph.op import OpDef, Sample, apply1, register, same_spec
+from xlgraph.ops.replicas import unchanged
 from xlgraph.tensor import Tensor
 
 __all__ = ["io_tile_copy", "ipu_copy", "linear_layout", "remote_code_load"]
@@ -46,8 +47,12 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
     return apply1(_IPU_COPY, [t], hints=hints)
 
 
+def _linear_layout(x: np.ndarray, bs: int) -> np.ndarray:
+    return np.copy(x)
+
+
 _LINEAR_LAYOUT = OpDef(
-    "linear_layout", same_spec, lambda x, bs: np.copy(x),
+    "linear_layout", same_spec, _linear_layout, replicated=unchanged(_linear_layout),
     samples=lambda rng: [Sample((rng.normal(size=(3, 4)),)), Sample((rng.normal(size=(5,)), 4))],
 )
 

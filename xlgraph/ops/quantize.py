@@ -13,6 +13,7 @@ from xlgraph import dtypes
 from xlgraph.cost import per_output
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register
+from xlgraph.ops.replicas import unchanged
 from xlgraph.tensor import Tensor, TensorSpec
 
 __all__ = ["group_quantize_decompress", "group_quantize_decompress_numpy",
@@ -31,12 +32,11 @@ def group_quantize_decompress_numpy(t: np.ndarray, group_scale: np.ndarray,
     """Decompress packed codes ``t`` ``(*lead, groups, P)`` with ``group_scale`` and
     ``group_bias`` ``(*lead, groups, 1)`` into ``(*lead, groups * P * 4)`` (in the scale's
     dtype), the last axis moved to ``dim``."""
-    scale = np.asarray(group_scale)
-    scale = scale if scale.ndim == t.ndim else scale[..., None]
-    bias = np.asarray(group_bias).reshape(scale.shape)
+    scale, bias = (np.asarray(x) if np.ndim(x) == t.ndim else np.asarray(x)[..., None]
+                   for x in (group_scale, group_bias))
     codes = _codes(np.asarray(t, np.uint16)).astype(scale.dtype)
     out = codes * scale[..., None] + bias[..., None]
-    out = out.reshape(*t.shape[:-2], -1)
+    out = out.reshape(*out.shape[:-3], -1)
     return np.moveaxis(out, -1, dim)
 
 
@@ -77,7 +77,9 @@ def _infer(t: TensorSpec, scale: TensorSpec, bias: TensorSpec, dim: int) -> Tens
 
 
 def _kernel(t: np.ndarray, scale: np.ndarray, bias: np.ndarray, dim: int) -> np.ndarray:
-    return np.ascontiguousarray(group_quantize_decompress_numpy(t, scale, bias, dim))
+    """Any leading axes (the replica axis too); ``dim=0`` swaps the last two axes."""
+    out = group_quantize_decompress_numpy(t, scale, bias)
+    return np.ascontiguousarray(np.swapaxes(out, -1, -2) if dim == 0 else out)
 
 
 def _reference(t: np.ndarray, scale: np.ndarray, bias: np.ndarray, dim: int) -> np.ndarray:
@@ -102,7 +104,7 @@ def _samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _DECOMPRESS = OpDef("group_quantize_decompress", _infer, _kernel, samples=_samples,
-                    ref=_reference, cost=per_output(2))
+                    ref=_reference, replicated=unchanged(_kernel), cost=per_output(2))
 
 
 @register(_DECOMPRESS)

@@ -15,6 +15,7 @@ from xlgraph import dtypes
 from xlgraph.cost import per_output
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, register
+from xlgraph.ops.replicas import unchanged
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
 __all__ = ["rotary_pos_embed", "trig_tables", "trig_table_constants"]
@@ -37,16 +38,17 @@ def trig_table_constants(seq_len: int, rotary_dim: int, base: float = 10000,
 
 
 def _tables(table: np.ndarray) -> np.ndarray:
-    """A ``(1 or B, S, R/2)`` table lined up with ``(B, S, heads, R/2)``."""
-    return table[:, :, None, :]
+    """A ``(1 or B, S, R/2)`` table lined up with ``(B, S, heads, R/2)`` (any leading axes:
+    the replica axis too)."""
+    return table[..., None, :]
 
 
 def _rotate(x: np.ndarray, sin: np.ndarray, cos: np.ndarray, rotary_dim: int) -> np.ndarray:
     s, c = _tables(sin), _tables(cos)
     a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
-    out = x.copy()
-    out[..., 0:rotary_dim:2] = a * c - b * s
-    out[..., 1:rotary_dim:2] = b * c + a * s
+    turned_a, turned_b = a * c - b * s, b * c + a * s
+    out = np.array(np.broadcast_to(x, turned_a.shape[:-1] + x.shape[-1:]))
+    out[..., 0:rotary_dim:2], out[..., 1:rotary_dim:2] = turned_a, turned_b
     return out
 
 
@@ -96,7 +98,7 @@ def _samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _ROTARY = OpDef("rotary_pos_embed", _infer, _rotate, _grad, samples=_samples,
-                cost=per_output(3))
+                replicated=unchanged(_rotate), cost=per_output(3))
 _TABLE_GRADS = OpDef(
     "rotary_pos_embed_table_grads", lambda dy, t, sin, cos, rotary_dim: (sin, cos), _table_grads,
     samples=lambda rng: [Sample((rng.normal(size=(2, 3, 2, 4)), rng.normal(size=(2, 3, 2, 4)),

@@ -19,7 +19,7 @@ import numpy as np
 from xlgraph.cost import per_output
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, explained, register
-from xlgraph.ops.replicas import ReplicaContext
+from xlgraph.ops.replicas import ReplicaContext, unchanged
 from xlgraph.replica_grouping import ReplicaGrouping
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -50,8 +50,8 @@ def _pick(nll: np.ndarray, labels: np.ndarray, offset: int = 0) -> np.ndarray:
 
 
 def _onehot(like: np.ndarray, labels: np.ndarray, offset: int = 0) -> np.ndarray:
-    local = np.asarray(labels).astype(np.int64)[:, None] - offset
-    return (np.arange(like.shape[-1])[None, :] == local).astype(like.dtype)
+    local = np.asarray(labels).astype(np.int64)[..., None] - offset
+    return (np.arange(like.shape[-1]) == local).astype(like.dtype)
 
 
 def _check(logits: TensorSpec, labels: TensorSpec, what: str = "") -> None:
@@ -89,8 +89,9 @@ def _replicated(ctx: ReplicaContext, z: np.ndarray, labels: np.ndarray,
 
 def _grad_kernel(g: np.ndarray, nll: np.ndarray, labels: np.ndarray,
                  offset: int = 0) -> np.ndarray:
-    return (g[:, None] * np.exp(-nll) - g[:, None] * _onehot(nll, labels, offset)).astype(
-        nll.dtype)
+    """Any leading axes (the replica axis too)."""
+    g = g[..., None]
+    return (g * np.exp(-nll) - g * _onehot(nll, labels, offset)).astype(nll.dtype)
 
 
 def _nll_grad(dnll: Tensor | None, nll: Tensor, total: Tensor) -> Tensor:
@@ -143,7 +144,8 @@ def _grad_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _SHARDED_GRAD = OpDef("cross_entropy_sharded_grad", _grad_infer, _grad_kernel,
-                      samples=_grad_samples, cost=per_output(4))
+                      samples=_grad_samples, replicated=unchanged(_grad_kernel),
+                      cost=per_output(4))
 
 
 @register(_SHARDED)
