@@ -156,3 +156,37 @@ def test_instances_that_agree_exit_zero(mpi):
     assert done.returncode == 0, done.stderr
     for rank in (0, 1):  # the instances' lines may interleave
         assert done.stdout.count(f"instance {rank}: [3.0, 3.0, 3.0, 3.0]") == 1
+
+
+def test_popdist_stand_in_answers_as_outside_poprun(monkeypatch):
+    from xlgraph import dist as popdist
+
+    for name in ("XLGRAPH_NUM_INSTANCES", "XLGRAPH_NUM_REPLICAS", "XLGRAPH_IPUS_PER_REPLICA"):
+        monkeypatch.delenv(name, raising=False)
+    assert (popdist.isPopdistEnvSet(), popdist.getNumInstances(), popdist.getInstanceIndex(),
+            popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas(),
+            popdist.getReplicaIndexOffset(), popdist.getNumIpusPerReplica(),
+            popdist.getDeviceId()) == (False, 1, 0, 1, 1, 0, 1, 0)
+
+
+def test_popdist_stand_in_answers_as_inside_poprun(monkeypatch):
+    from xlgraph import dist as popdist
+
+    monkeypatch.setenv("XLGRAPH_NUM_INSTANCES", "4")
+    monkeypatch.setenv("XLGRAPH_NUM_REPLICAS", "8")
+    monkeypatch.setenv("XLGRAPH_IPUS_PER_REPLICA", "2")
+    monkeypatch.setenv("PMI_RANK", "3")
+    assert (popdist.isPopdistEnvSet(), popdist.getNumInstances(), popdist.getInstanceIndex(),
+            popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas(),
+            popdist.getReplicaIndexOffset(), popdist.getNumIpusPerReplica(),
+            popdist.getDeviceId(2)) == (True, 4, 3, 8, 2, 6, 2, 3)
+    with pytest.raises(ValueError, match="ipus_per_replica must be a whole number >= 1, got 0"):
+        popdist.getDeviceId(0)
+
+
+def test_the_popxl_runner_provides_popdist(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import popdist\nprint(popdist.isPopdistEnvSet(), popdist.__name__)\n")
+    done, _ = _run([sys.executable, "-m", "xlgraph.popxl_compat", str(script)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "xlgraph.dist"]

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  "xlgraph.data", "xlgraph.datasets")),
     ("api", ("xlgraph",)),
     ("frontends", ("xlgraph.poptorch", "xlgraph.popxl_compat", "xlgraph.popart_compat",
+                   "xlgraph.compat_pool", "xlgraph.shims",
                    "xlgraph.dist", "xlgraph.addons", "xlgraph.vision")),
 ]
 

@@ -99,6 +99,11 @@ class DistributedError(XlgraphError, RuntimeError):
     answered in time)."""
 
 
+class WorkerProcessError(XlgraphError, RuntimeError):
+    """A worker process of a ``multiprocessing`` Pool ended before its tasks were done (under
+    the PopXL runner and ``poprun``, see ``xlgraph.compat_pool``)."""
+
+
 class LimitError(XlgraphError, ValueError):
     """The program is beyond a limit of the simulator (such as its nesting depth)."""
 

@@ -5,8 +5,9 @@ Nothing here is active until asked for. Either run a script through it::
     python -m xlgraph.popxl_compat train.py --epochs 1
     python -m xlgraph.popxl_compat --device ipu_model tutorial.py  # Session(ir, "ipu_hw") too
 
-(the runner also provides a minimal ``popart`` module, ``xlgraph.popart_compat``; with
-``--device ipu_model``, ``"ipu_hw"`` runs on a whole-chip model, ``IPUModel.full()``)
+(the runner also provides a minimal ``popart`` module, ``xlgraph.popart_compat``, and
+``popdist``, ``xlgraph.dist``; with ``--device ipu_model``, ``"ipu_hw"`` runs on a
+whole-chip model, ``IPUModel.full()``)
 
 or install the alias in-process before the program imports ``popxl``::
 
@@ -18,6 +19,13 @@ Every xlgraph module is then also importable as ``popxl.<same path>`` (``popxl.o
 ``popxl.transforms.autodiff``, ``popxl.fp8_utils``, ...), and they are the same module objects.
 Submodule imports do not disturb attributes: after ``import popxl.ops.call``,
 ``popxl.ops.call`` is still the function.
+
+The runner's processes pass the alias on (``reach_children``): every Python process they start
+(``multiprocessing``'s spawn and forkserver workers, ``subprocess`` children, ``poprun``'s
+instances) finds ``popxl``, ``popxl_addons``, ``popart`` and ``popdist`` in a directory of
+two-line modules (``xlgraph/shims``) on its ``PYTHONPATH`` and ``sys.path``: importing one
+installs the alias in that process (``activate``). No ``sitecustomize`` or ``.pth`` file is
+involved, and a process that never imports those names is untouched.
 """
 
 from __future__ import annotations
@@ -27,15 +35,25 @@ import importlib.abc
 import importlib.machinery
 import os
 import runpy
+import site
 import sys
+import sysconfig
+from collections.abc import MutableMapping
+from pathlib import Path
 from types import ModuleType
 
-__all__ = ["install", "uninstall", "main", "ALIAS"]
+__all__ = ["install", "uninstall", "activate", "reach_children", "main", "ALIAS"]
 
 ALIAS = "popxl"  # the package name the alias provides
 _TARGET = "xlgraph"
 # every alias and its target, the most specific target first (popxl_addons is xlgraph.addons)
 _ALIASES = {"popxl_addons": "xlgraph.addons", ALIAS: _TARGET}
+# the stand-ins the runner provides under these names (whole modules, not module trees)
+_STAND_INS = {name: "xlgraph.popart_compat" + name[6:]  # ``import popart._internal.ir`` too
+              for name in ("popart", "popart._internal", "popart._internal.ir")}
+_STAND_INS["popdist"] = "xlgraph.dist"
+SHIMS = Path(__file__).resolve().with_name("shims")  # popxl.py, popart.py, ...
+DEVICE_ENV = "XLGRAPH_POPXL_DEVICE"  # the runner's --device, for the processes it starts
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -109,10 +127,63 @@ def uninstall() -> None:
             del sys.modules[name]
 
 
+def activate(device: str | None = None) -> None:
+    """Everything the runner provides, in this process: the alias (``install``), the
+    stand-ins (``popart``, ``popdist``), ``"ipu_hw"`` on a whole-chip ipu_model when
+    ``device`` is ``"ipu_model"``, and pools that fail rather than hang
+    (``xlgraph.compat_pool``)."""
+    from xlgraph.compat_pool import guard_pools
+
+    install()
+    for name, real in _STAND_INS.items():
+        sys.modules.setdefault(name, importlib.import_module(real))
+    if device == "ipu_model":
+        from xlgraph.ipu import IPUModel
+        from xlgraph.runtime.device import run_ipu_hw_on
+
+        run_ipu_hw_on(IPUModel.full())
+    elif device is not None:
+        raise ValueError(f"{DEVICE_ENV}={device!r}: only 'ipu_model' can stand in for 'ipu_hw'")
+    guard_pools()
+
+
+def become(name: str) -> None:
+    """Run by the shim module ``name`` (``popxl``, ...) as a child process imports it:
+    ``activate`` here with the runner's device, then ``name`` is the module it stands for."""
+    activate(os.environ.get(DEVICE_ENV) or None)
+    sys.modules[name] = importlib.import_module(_ALIASES.get(name) or _STAND_INS[name])
+
+
+def _site_dirs() -> set[str]:
+    paths = sysconfig.get_paths()
+    found = {paths["purelib"], paths["platlib"], site.getusersitepackages()}
+    found.update(getattr(site, "getsitepackages", list)())
+    return {os.path.realpath(p) for p in found}
+
+
+def reach_children(env: MutableMapping[str, str] | None = None, device: str | None = None,
+                   ) -> None:
+    """Make the Python processes started with ``env`` (default: this process's environment,
+    which multiprocessing's workers also get) import the alias: the shims' directory goes
+    first on their ``PYTHONPATH``, with xlgraph's own directory when that is not a site
+    directory (a checkout), and ``device`` goes into ``XLGRAPH_POPXL_DEVICE``. With the
+    default ``env``, the shims also go on ``sys.path``, which spawned workers copy."""
+    target = os.environ if env is None else env
+    root = str(Path(__file__).resolve().parent.parent)
+    entries = [str(SHIMS)] + ([] if os.path.realpath(root) in _site_dirs() else [root])
+    old = [p for p in target.get("PYTHONPATH", "").split(os.pathsep) if p and p not in entries]
+    target["PYTHONPATH"] = os.pathsep.join(entries + old)
+    if device is not None:
+        target[DEVICE_ENV] = device
+    if env is None and str(SHIMS) not in sys.path:
+        sys.path.insert(min(1, len(sys.path)), str(SHIMS))
+
+
 _USAGE = """usage: python -m xlgraph.popxl_compat [--device ipu_model] SCRIPT.py [ARGS...]
 
-Runs SCRIPT with `import popxl` resolving to xlgraph, `import popxl_addons` to xlgraph.addons
-and `import popart` to a minimal stand-in (xlgraph.popart_compat). --device ipu_model runs
+Runs SCRIPT with `import popxl` resolving to xlgraph, `import popxl_addons` to xlgraph.addons,
+`import popart` to a minimal stand-in (xlgraph.popart_compat) and `import popdist` to
+xlgraph.dist; the processes SCRIPT starts get the same. --device ipu_model runs
 Session(ir, "ipu_hw") on the IPU model of a whole chip (IPUModel.full(): 1,472 tiles), as a
 program written for hardware expects."""
 
@@ -132,17 +203,10 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(_USAGE)
         raise SystemExit(0 if argv else 2)
-    install()
-    for name in ("", "._internal", "._internal.ir"):  # ``import popart._internal.ir`` too
-        sys.modules.setdefault("popart" + name, importlib.import_module(
-            "xlgraph.popart_compat" + name))
-    if device is not None:
-        from xlgraph.ipu import IPUModel
-        from xlgraph.runtime.device import run_ipu_hw_on
-
-        run_ipu_hw_on(IPUModel.full())
+    activate(device)
     sys.argv = argv
     sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))  # as `python SCRIPT` does
+    reach_children(device=device)
     runpy.run_path(argv[0], run_name="__main__")
 
 
