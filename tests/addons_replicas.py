@@ -50,11 +50,14 @@ def grouping(ir: xlgraph.Ir, layout: tuple[int, int] | None) -> Any:
 
 def run(replicas: int, fwd: Callable[..., Any], inputs: Sequence[np.ndarray],
         seeds: Callable[[list[xlgraph.Tensor]], list[np.ndarray]] | None = None,
-        backend: str = "numpy") -> tuple[list[np.ndarray], list[np.ndarray]]:
+        backend: str = "numpy", stable_norm: bool = False,
+        ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """``fwd(*tensors)`` on ``replicas`` replicas fed ``inputs`` (each ``(replicas, ...)``);
     returns its outputs and, when ``seeds(outputs)`` gives the output gradients (each
-    ``(replicas, ...)``), the gradients of the floating inputs (each ``(replicas, ...)``)."""
+    ``(replicas, ...)``), the gradients of the floating inputs (each ``(replicas, ...)``).
+    ``stable_norm`` sets the session option ``enableStableNorm``."""
     ir = xlgraph.Ir(replication=replicas)
+    ir.session_options.enableStableNorm = stable_norm
     with ir.main_graph:
         specs = [xlgraph.TensorSpec(a.shape[1:], xlgraph.dtypes.of_array(a)) for a in inputs]
         graph = ir.create_graph(lambda *ts: fwd(*ts), *specs)

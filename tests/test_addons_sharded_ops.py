@@ -238,3 +238,27 @@ def test_layer_norm_distributed_returns_y_and_checks_ranks():
         assert [t.shape for t in stats] == [(3,), (3,)]
         with pytest.raises(xlgraph.errors.ShapeError, match=r"\(N, H_local\)"):
             layer_norm_distributed(x.reshape((12,)), w, w)
+
+
+@pytest.mark.parametrize("case", [(1, None), (4, None), (4, (2, 2))], ids=case_id)
+def test_layer_norm_distributed_stable_norm(case):
+    """``enableStableNorm``: the variance from squared deviations (float32) stays accurate
+    for rows far from zero, where ``sum(x^2)/H - mu^2`` cancels."""
+    replicas, layout = case
+    groups = members(replicas, layout)
+    size = len(groups[0])
+    rng = np.random.default_rng(12)
+    full = (3000.0 + rng.normal(size=(replicas, 2, 8 * size))).astype(np.float32)
+    x = _split(full, groups, 1)
+    ones, zeros = np.ones((replicas, 8), np.float32), np.zeros((replicas, 8), np.float32)
+    g = _group(replicas, layout)
+    errors = {}
+    for stable in (False, True):
+        def fwd_opt(t, wt, bt, stable=stable):
+            return [layer_norm_distributed(t, wt, bt, group=g).producer.outputs[2]]
+
+        (r,), _ = run(replicas, fwd_opt, [x, ones, zeros], stable_norm=stable)
+        want = np.stack([1 / np.sqrt(full[min(m)].astype(np.float64).var(1) + 1e-5)
+                         for m in groups])
+        errors[stable] = np.max(np.abs(r - want) / want)
+    assert errors[True] < 1e-4 < errors[False], errors

@@ -10,6 +10,7 @@ incoming gradient (popxl-addons 3.4 leaves it out, which is exact only for ``w =
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,8 +31,8 @@ def _stat_dtype(dtype: Any) -> Any:
     return np.float64 if np.dtype(dtype) == np.float64 else np.float32
 
 
-def _infer(t: TensorSpec, w: TensorSpec, b: TensorSpec, epsilon: float,
-           group: Any) -> tuple[TensorSpec, ...]:
+def _infer(t: TensorSpec, w: TensorSpec, b: TensorSpec, epsilon: float, group: Any,
+           stable: bool = False) -> tuple[TensorSpec, ...]:
     if len(t.shape) != 2 or w.shape != t.shape[1:] or b.shape != t.shape[1:]:
         raise ShapeError(f"t must be (N, H_local) with w and b (H_local,), got t {t}, w {w}, "
                          f"b {b}")
@@ -42,32 +43,45 @@ def _infer(t: TensorSpec, w: TensorSpec, b: TensorSpec, epsilon: float,
     return t, TensorSpec(t.shape[:1], stats), TensorSpec(t.shape[:1], stats)
 
 
-def _normalise(x: np.ndarray, w: np.ndarray, b: np.ndarray, sums: np.ndarray, hidden: int,
-               epsilon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(y, mu, r)`` from the group's ``sums`` ``(2, N)`` of ``x`` and ``x^2``."""
+def _moments(x: np.ndarray, group_sum: Callable[[np.ndarray], np.ndarray], hidden: int,
+             stable: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's mean and biased variance over the group's ``hidden`` units (any leading
+    axes): ``sum(x^2)/H - mu^2``, or with ``stable`` the sum of squared deviations from the
+    mean (a second exchange)."""
     acc = _stat_dtype(x.dtype)
-    mu = sums[0] / acc(hidden)
-    r = (1 / np.sqrt(sums[1] / acc(hidden) - mu * mu + acc(epsilon))).astype(acc)
-    y = (x.astype(acc) - mu[:, None]) * r[:, None] * w.astype(acc) + b.astype(acc)
-    return y.astype(x.dtype), mu.astype(acc), r
+    xf = x.astype(acc)
+    mu = group_sum(np.sum(xf, axis=-1)) / acc(hidden)
+    if stable:
+        centred = xf - mu[..., None]
+        return mu, group_sum(np.sum(centred * centred, axis=-1)) / acc(hidden)
+    return mu, group_sum(np.sum(xf * xf, axis=-1)) / acc(hidden) - mu * mu
 
 
-def _sums(x: np.ndarray) -> np.ndarray:
-    xf = x.astype(_stat_dtype(x.dtype))
-    return np.stack([np.sum(xf, axis=-1), np.sum(xf * xf, axis=-1)], axis=-2)
+def _normalise(x: np.ndarray, w: np.ndarray, b: np.ndarray, mu: np.ndarray, var: np.ndarray,
+               epsilon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(y, mu, r)``; ``w`` and ``b`` lined up with ``x``."""
+    acc = mu.dtype.type
+    r = (1 / np.sqrt(var + acc(epsilon))).astype(mu.dtype)
+    y = (x.astype(mu.dtype) - mu[..., None]) * r[..., None] * w.astype(mu.dtype) + b.astype(
+        mu.dtype)
+    return y.astype(x.dtype), mu, r
 
 
-def _kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray, epsilon: float, group: Any) -> Any:
-    return _normalise(x, w, b, _sums(x), x.shape[-1], epsilon)
+def _kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray, epsilon: float, group: Any,
+            stable: bool = False) -> Any:
+    mu, var = _moments(x, lambda s: s, x.shape[-1], stable)
+    return _normalise(x, w, b, mu, var, epsilon)
 
 
 def _replicated(ctx: ReplicaContext, x: np.ndarray, w: np.ndarray, b: np.ndarray,
-                epsilon: float, group: Any) -> Any:
-    sums = ctx.reduce_groups(_sums(x), group, lambda s: np.add.reduce(s, 0),
-                             "layer_norm_distributed statistics")
+                epsilon: float, group: Any, stable: bool = False) -> Any:
+    def group_sum(s: np.ndarray) -> np.ndarray:
+        return ctx.reduce_groups(s, group, lambda v: np.add.reduce(v, 0),
+                                 "layer_norm_distributed statistics")
+
     hidden = x.shape[-1] * ctx.grouping(group).group_size
-    parts = [_normalise(x[i], w[i], b[i], sums[i], hidden, epsilon) for i in range(len(x))]
-    return tuple(np.stack(p) for p in zip(*parts))
+    mu, var = _moments(x, group_sum, hidden, stable)
+    return _normalise(x, w[:, None, :], b[:, None, :], mu, var, epsilon)
 
 
 def _grad(g: Any, dy: Tensor | None, dmu: Tensor | None,
@@ -124,4 +138,8 @@ def layer_norm_distributed(t: Tensor, w: Tensor, b: Tensor, epsilon: float = 1e-
     members of ``group`` (default: all replicas), with this member's scale ``w`` and bias
     ``b``. The op also outputs the row means and inverse standard deviations ``(N,)``, alike
     on every member (``op.outputs[1:]``)."""
-    return apply(_LN_DIST, [t, w, b], {"epsilon": float(epsilon), "group": group})[0]
+    from xlgraph.context import get_ir
+
+    stable = bool(get_ir().session_options.enableStableNorm)
+    attrs = {"epsilon": float(epsilon), "group": group, "stable": stable}
+    return apply(_LN_DIST, [t, w, b], attrs)[0]
