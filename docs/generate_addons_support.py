@@ -62,7 +62,8 @@ NOTES: dict[str, str] = {
         "accepted by the ops themselves)"),
     "popxl_addons.task_session.TaskSession.wandb_variable_histograms": (
         "refused with one line: xlgraph does not log to Weights & Biases"),
-    "popxl_addons.utils.timer": "prints the time; `log_to_wandb` is accepted and ignored",
+    "popxl_addons.utils.timer": ("logs the minutes; records them in an active W&B run's "
+                                 "summary when `wandb` is imported"),
     "popxl_addons.variable_factory.VariableFactory.create_tensor": (
         "a sharded factory (`shard_over > 1`) is refused here with one line pointing to "
         "`init_remote(named_variable_buffers(...))`"),
@@ -70,7 +71,7 @@ NOTES: dict[str, str] = {
         "stages run serialised in a loop of `steps` iterations: the same results as the "
         "overlapped schedule"),
     "popxl_addons.named_replica_grouping.get_ild_size_from_popdist": (
-        "one IPU-link domain per xlgraph instance"),
+        "reads `ipuLinkDomainSize` from `POPLAR_TARGET_OPTIONS`, else min(replicas, 64)"),
     "popxl_addons.route_tensor.route_tensor_into_graph": (
         "adds the graph input; the caller connects it at the call site"),
 }

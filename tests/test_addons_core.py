@@ -329,7 +329,8 @@ def test_adam_optimizer_step_matches_numpy(first_order_dtype):
 def test_seed_variable_and_named_tensors_remap():
     ir = popxl.Ir(replication=2)
     with ir.main_graph:
-        seed = addons.seed_variable(7, ir.replica_grouping(group_size=1))
+        seed, t = addons.seed_variable(7, ir.replica_grouping(group_size=1))
+        assert t is seed
         assert seed.dtype == popxl.uint32 and seed.shape == (2,) and seed.shape_on_host == (2, 2)
         a = popxl.variable(1.0, name="a")
         b = popxl.variable(2.0, name="b")

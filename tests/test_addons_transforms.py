@@ -160,7 +160,7 @@ def test_batch_serialise_gives_each_step_its_own_seed():
         seed_in = graph.graph.inputs[0]
         result = batch_serialise(graph, 3, {}, {graph.graph.outputs[0]: out}, {},
                                  seed_input=seed_in)
-        seed = addons.seed_variable(11)
+        seed, _ = addons.seed_variable(11)
         result.graph.call(seed)
     ir.num_host_transfers = 3
     first, _ = run(ir)

@@ -1,11 +1,15 @@
 """``NamedReplicaGrouping``: replica groupings by dotted name, and instance-level helpers.
 
 xlgraph runs every replica of an Ir in one instance unless it is launched with ``xlgraph-run``;
-the instance helpers read the Ir's ``num_instances``.
+the instance helpers read the Ir's replicas per instance, the IPU-link-domain helpers
+``POPLAR_TARGET_OPTIONS`` as popxl-addons does.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 from collections.abc import Iterable
 
 from xlgraph import ReplicaGrouping, gir
@@ -40,38 +44,71 @@ class NamedReplicaGrouping(DotTree[ReplicaGrouping]):
         return cls.from_dict({name: fill_none_group(value) for name in names})
 
 
+def _bounded(rg: ReplicaGrouping | None, size: int, what: str) -> ReplicaGrouping:
+    """``rg`` (default: all replicas) limited to ``size`` consecutive replicas: the same
+    stride with ``size // stride`` members when a group would reach past them."""
+    rg = fill_none_group(rg)
+    if rg.stride > size:
+        raise ValueError(f"replica grouping stride {rg.stride} is larger than the {what} "
+                         f"({size} replicas)")
+    if rg.group_size * rg.stride > size:
+        return gir().replica_grouping(stride=rg.stride, group_size=size // rg.stride)
+    return rg
+
+
 def get_instance_replica_grouping(replica_grouping: ReplicaGrouping | None = None,
                                   ) -> ReplicaGrouping:
-    """The grouping seen by this instance's replicas (all of them when there is one instance)."""
-    ir = gir()
-    rg = fill_none_group(replica_grouping)
-    if ir.num_instances == 1:
-        return rg
-    first = ir.replica_offset
-    local = rg.assignment[first:first + ir.instance_replication_factor]
-    renumber = {g: i for i, g in enumerate(dict.fromkeys(local))}
-    return ReplicaGrouping(len(local), [renumber[g] for g in local])
+    """``replica_grouping`` (default: all replicas) bounded by one instance's replicas: the
+    same stride and ``instance replicas // stride`` members when a group spans instances.
+
+    Raises:
+        ValueError: the stride exceeds an instance's replicas.
+    """
+    return _bounded(replica_grouping, gir().instance_replication_factor, "replicas of an "
+                                                                            "instance")
 
 
 def is_cross_instance(replica_grouping: ReplicaGrouping | None = None) -> bool:
-    """Whether one group spans replicas of more than one instance."""
-    ir = gir()
+    """Whether a group of ``replica_grouping`` spans more than one instance's replicas."""
     rg = fill_none_group(replica_grouping)
-    per = ir.instance_replication_factor
-    return any(len({r // per for r in members}) > 1 for members in rg.groups)
+    return rg.group_size * rg.stride > gir().instance_replication_factor
+
+
+_warned: list[bool] = []
 
 
 def get_ild_size_from_popdist() -> int:
-    """Replicas per IPU-link domain: xlgraph has one domain per instance."""
-    return gir().instance_replication_factor
+    """Replicas per IPU-link domain: ``ipuLinkDomainSize`` of the JSON in the environment
+    variable ``POPLAR_TARGET_OPTIONS``; else ``min(replication factor, 64)`` (with a warning,
+    once, when launched as several instances)."""
+    options = os.environ.get("POPLAR_TARGET_OPTIONS")
+    if options:
+        try:
+            size = json.loads(options).get("ipuLinkDomainSize")
+        except (ValueError, AttributeError):
+            size = None
+        if size is not None:
+            return int(size)
+    ir = gir()
+    if ir.num_instances > 1 and not _warned:
+        _warned.append(True)
+        logging.getLogger("popxl_addons").warning(
+            "ipuLinkDomainSize not in POPLAR_TARGET_OPTIONS: taking min(replicas, 64)")
+    return min(int(ir.replication_factor), 64)
 
 
 def get_ild_replica_grouping(replica_grouping: ReplicaGrouping | None = None,
                              ) -> ReplicaGrouping:
-    """The grouping within one IPU-link domain (one instance here)."""
-    return get_instance_replica_grouping(replica_grouping)
+    """``replica_grouping`` (default: all replicas) bounded by one IPU-link domain (see
+    ``get_instance_replica_grouping``).
+
+    Raises:
+        ValueError: the stride exceeds the domain.
+    """
+    return _bounded(replica_grouping, get_ild_size_from_popdist(), "IPU-link domain")
 
 
 def is_cross_ild(replica_grouping: ReplicaGrouping | None = None) -> bool:
-    """Whether a group spans IPU-link domains (instances here)."""
-    return is_cross_instance(replica_grouping)
+    """Whether a group of ``replica_grouping`` spans more than one IPU-link domain."""
+    rg = fill_none_group(replica_grouping)
+    return rg.group_size * rg.stride > get_ild_size_from_popdist()

@@ -215,7 +215,7 @@ def _is_spec(value: Any) -> bool:
 
 def _make_input(value: Any, name: str, by_ref: bool = False) -> Tensor:
     spec = value.spec if isinstance(value, Tensor) else value
-    return graph_input(spec.shape, spec.dtype, name, by_ref)
+    return graph_input(spec.shape, spec.dtype, name, by_ref, meta_shape=spec.meta_shape or None)
 
 
 def _replace_specs_with_inputs(bound: inspect.BoundArguments) -> tuple[list[Any], dict[str, Any]]:

@@ -4,7 +4,7 @@ loading its inputs from host streams or remote-buffer entries and storing its ou
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +24,20 @@ Loads = Mapping[popxl.Tensor, "popxl.HostToDeviceStream | RemoteHandle"]
 @dataclass
 class RemoteHandle:
     """Entries of ``buffer`` used by a batch-serialised graph: step ``i`` of row ``r`` uses
-    entry ``offset + r * steps + i``."""
+    entry ``R * steps + i`` where the row ``R`` is ``r + row_offset`` (an int), ``0`` (None:
+    always the first row) or ``row_offset(r)`` (a callable on the int32 row tensor).
+    ``shard_group``: the replicas a sharded buffer's entries are split over."""
 
     buffer: popxl.RemoteBuffer
-    offset: int = 0
+    row_offset: int | Callable[[popxl.Tensor], popxl.Tensor] | None = 0
+    shard_group: popxl.ReplicaGrouping | None = None
+
+    def entry(self, row: popxl.Tensor, step: popxl.Tensor, steps: int) -> popxl.Tensor:
+        """The entry index for ``row`` and ``step`` (int32 tensors of the current graph)."""
+        if self.row_offset is None:
+            return step
+        mapped = self.row_offset(row) if callable(self.row_offset) else row + self.row_offset
+        return mapped * steps + step
 
 
 @dataclass
@@ -44,7 +54,7 @@ def batch_serial_buffer(t: popxl.Tensor | popxl.TensorSpec, steps: int = 1, rows
     ``shard_group`` when it has more than one replica)."""
     from xlgraph.addons.remote import create_remote_buffer
 
-    shard = shard_group.group_size if shard_group is not None else None
+    shard = shard_group.group_size if shard_group is not None else 1
     return create_remote_buffer(t, steps * rows, shard_group, shard)
 
 
@@ -63,7 +73,7 @@ def batch_serialise(graph: GraphWithNamedArgs, steps: int, load_handles: Loads,
     """A graph that runs ``graph`` ``steps`` times.
 
     Step ``i`` loads each input in ``load_handles`` from its stream (one transfer a step) or
-    from entry ``offset + row * steps + i`` of its buffer, runs ``graph``, and stores each
+    from entry ``handle.entry(row, i)`` of its buffer, runs ``graph``, and stores each
     output in ``store_streams`` / ``store_buffers`` likewise. The other inputs of ``graph``
     are inputs of the result (its named args keep their names; inputs passed by reference,
     such as accumulators, stay so). With ``seed_input``, each step gets its own seed split
@@ -85,10 +95,9 @@ def batch_serialise(graph: GraphWithNamedArgs, steps: int, load_handles: Loads,
         row = popxl.graph_input((), popxl.int32, "row")
         seed = _like(seed_input) if seed_input is not None else None
         passed = {t: _like(t) for t in kept}
-        entry = row * steps + step
         feeds = dict(passed)
         for t, handle in load_handles.items():
-            feeds[t] = _load(handle, entry, t, io_mode)
+            feeds[t] = _load(handle, row, step, steps, t, io_mode)
         if seed is not None:
             seed, feeds[seed_input] = ops.split_random_seed(seed)
         info = ops.call_with_info(inner, inputs_dict=feeds)
@@ -96,7 +105,8 @@ def batch_serialise(graph: GraphWithNamedArgs, steps: int, load_handles: Loads,
         for t, stream in store_streams.items():
             ops.host_store(stream, info.graph_to_parent(t))
         for t, handle in store_buffers.items():
-            ops.remote_store(handle.buffer, entry + handle.offset, info.graph_to_parent(t))
+            ops.remote_store(handle.buffer, handle.entry(row, step, steps),
+                             info.graph_to_parent(t))
         popxl.graph_output(step + 1)
         popxl.graph_output(row)
         if seed is not None:
@@ -125,11 +135,12 @@ def _like(t: popxl.Tensor) -> popxl.Tensor:
                              meta_shape=t.meta_shape)
 
 
-def _load(handle: Any, entry: popxl.Tensor, t: popxl.Tensor, io_mode: str) -> popxl.Tensor:
+def _load(handle: Any, row: popxl.Tensor, step: popxl.Tensor, steps: int, t: popxl.Tensor,
+          io_mode: str) -> popxl.Tensor:
     tiles = popxl.io_tiles() if io_mode != "compute" else contextlib.nullcontext()
     with tiles:
         if isinstance(handle, RemoteHandle):
-            loaded = ops.remote_load(handle.buffer, entry + handle.offset, t.name)
+            loaded = ops.remote_load(handle.buffer, handle.entry(row, step, steps), t.name)
         elif isinstance(handle, popxl.HostToDeviceStream):
             loaded = ops.host_load(handle, t.name)
         else:
