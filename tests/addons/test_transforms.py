@@ -91,3 +91,28 @@ def test_pipeline_stash_and_restore_activations_matches_inputs_dict():
 def test_batch_serialisation_is_top_level():
     assert addons.batch_serialise is addons.transforms.batch_serialise
     assert addons.RemoteHandle is addons.transforms.RemoteHandle
+
+
+class Two(addons.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = Lin()
+        self.fc2 = Lin()
+
+    def build(self, x):
+        return self.fc2(self.fc1(x).reshape((1, 2)) @ popxl.constant(np.ones((2, 3),
+                                                                            np.float32)))
+
+
+def test_accumulators_zip_with_the_variables_by_tensor_name():
+    """A data-parallel program pairs ``variables.tensors`` with the accumulators'
+    ``tensors``: sorted by tensor name, ``mean_accum_counter`` sorts last, past the pairs."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        facts, fwd = Two().create_graph(popxl.TensorSpec((1, 3), popxl.float32))
+        accum_facts, _ = addons.autodiff_with_accumulation(fwd, fwd.args.tensors)
+        variables, accum = facts.init(), accum_facts.init()
+    pairs = list(zip(variables.tensors, accum.tensors))
+    assert len(accum.tensors) == len(variables.tensors) + 1
+    assert accum.tensors[-1].name == "mean_accum_counter"
+    assert all(g.name == f"accum.{v.name}" and g.shape == v.shape for v, g in pairs)
