@@ -32,6 +32,7 @@ __all__ = [
     "UndefinedValue",
     "user_source_line",
     "whole_number",
+    "flag",
 ]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -164,3 +165,13 @@ def whole_number(value: object, what: str, minimum: int = 1) -> int:
     if not ok or int(value) < minimum:  # type: ignore[call-overload]
         raise ArgumentError(f"{what} must be a whole number >= {minimum}, got {value!r}")
     return int(value)  # type: ignore[call-overload]
+
+
+def flag(value: object, what: str) -> bool:
+    """``value`` when it is a real boolean (Python's or numpy's), else ``ArgumentError``
+    naming ``what`` and the user's line: ``"no"``, ``0``, ``1`` and ``None`` are not flags."""
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    if isinstance(value, bool) or numpy_bool:
+        return bool(value)
+    raise ArgumentError(f"{what} must be True or False, got {value!r} "
+                        f"[at {user_source_line()}]")

@@ -123,7 +123,8 @@ def uninstall() -> None:
         sys.meta_path.remove(_finder)
     for name in [n for n in sys.modules
                  if any(n == a or n.startswith(a + ".") for a in _ALIASES)]:
-        if sys.modules[name].__name__.startswith(_TARGET):
+        # another entry (None blocks an import; any object may sit there) is not the alias's
+        if str(getattr(sys.modules[name], "__name__", "")).startswith(_TARGET):
             del sys.modules[name]
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from xlgraph.lower import annotate
 from xlgraph.lower.backends import Backend
 from xlgraph.lower.layouts import pure_view
-from xlgraph.lower.plan import Plan, is_elementwise_ufunc
+from xlgraph.lower.plan import Plan, is_elementwise_ufunc, new_buffer
 from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.lower.segments import FusedCall, Segments
 from xlgraph.op import Op
@@ -351,7 +351,10 @@ class _Writer:
                       s.op)
             self.names[s.outs[0]] = f"s{s.outs[0]}"
             spec = self.program.specs[s.outs[0]]  # inputs come C-contiguous (HostIO)
-            self.samples[f"s{s.outs[0]}"] = np.empty(spec.shape, spec.dtype.as_numpy())
+            stream = getattr(s.attrs["stream"], "name", s.attrs["stream"])
+            self.samples[f"s{s.outs[0]}"] = new_buffer(
+                spec.shape, spec.dtype.as_numpy(),
+                f"the data of stream {stream!r} loaded by {s.op.describe()}", np.empty)
         elif k == "host_store":
             i = self.d2h[s.attrs["stream"]]
             self.counter(s, indent)

@@ -16,6 +16,7 @@ For one body of steps (the main program or a compiled function), from its livene
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,18 +55,20 @@ class Pool:
 
     def allocate(self) -> list[np.ndarray]:
         """The buffers; ``DeviceMemoryError`` names the op whose buffer does not fit."""
-        buffers = []
-        for (shape, dtype), op in zip(self.specs, self.first_users):
-            try:
-                buffers.append(np.zeros(shape, dtype))
-            except MemoryError:
-                size = np.prod(shape, dtype=float) * dtype.itemsize
-                user = op.describe() if op is not None else "an intermediate"
-                raise DeviceMemoryError(
-                    f"cannot allocate {size / 2**30:.4g} GiB for a {dtype} buffer of shape "
-                    f"{shape}, the output of {user}"
-                ) from None
-        return buffers
+        return [new_buffer(shape, dtype, "the output of " + (
+                    op.describe() if op is not None else "an intermediate"))
+                for (shape, dtype), op in zip(self.specs, self.first_users)]
+
+
+def new_buffer(shape: tuple[int, ...], dtype: np.dtype, what: str,
+               make: Callable[..., np.ndarray] = np.zeros) -> np.ndarray:
+    """``make(shape, dtype)``; ``DeviceMemoryError`` naming ``what`` when it does not fit."""
+    try:
+        return make(shape, dtype)
+    except (MemoryError, ValueError):  # ValueError: larger than the address space
+        size = np.prod(shape, dtype=float) * np.dtype(dtype).itemsize
+        raise DeviceMemoryError(f"cannot allocate {size / 2**30:.4g} GiB for a {np.dtype(dtype)} "
+                                f"buffer of shape {tuple(shape)}, {what}") from None
 
 
 @dataclass(eq=False)

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from xlgraph.errors import flag
 from xlgraph.poptorch.enums import DataLoaderMode, SharingStrategy
 from xlgraph.poptorch.options import Options
 
@@ -109,6 +110,7 @@ class DataLoader(torch.utils.data.DataLoader):
         return self._options
 
     def __iter__(self) -> Iterator[Any]:
+        flag(self.prefetch, "poptorch.DataLoader.prefetch")  # "no" would turn it on
         if self.mode == DataLoaderMode.Sync:
             batches = _collated(self) if _collates_itself(self) else super().__iter__()
             return _Ahead(batches) if self.prefetch and not self.num_workers else batches

@@ -166,8 +166,15 @@ class HostIO:
 
 
 def _c_strides(shape: tuple[int, ...], dtype: Any) -> tuple[int, ...]:
-    """The strides of a fresh C-contiguous array of ``shape`` and ``dtype``."""
-    return np.empty(shape, dtype).strides
+    """The strides of a fresh C-contiguous array of ``shape`` and ``dtype``, without making
+    one (a stream may be larger than memory: its data is the user's to allocate)."""
+    if 0 in shape:
+        return np.empty(shape, dtype).strides  # no data to allocate
+    out, step = [], np.dtype(dtype).itemsize
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return tuple(reversed(out))
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:

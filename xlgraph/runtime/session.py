@@ -21,6 +21,7 @@ from xlgraph.errors import (
     NotAttachedError,
     ShapeError,
     UnsupportedDeviceError,
+    flag,
     user_source_line,
 )
 from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
@@ -38,6 +39,7 @@ from xlgraph.runtime.replica_layout import ReplicaLayout
 from xlgraph.runtime.threads import (
     ChunkPool,
     ThreadLimit,
+    check_setting,
     choose_chunk_threads,
     choose_threads,
     has_threaded_kernels,
@@ -63,6 +65,12 @@ def _serialised(method: Callable[..., T]) -> Callable[..., T]:
             return method(self, *args, **kwargs)
 
     return locked
+
+
+def _check_arguments(**flags: object) -> None:
+    """Flags are real booleans: ``"no"`` would otherwise act as True."""
+    for name, value in flags.items():
+        flag(value, f"Session {name}")
 
 
 class Session:
@@ -112,6 +120,11 @@ class Session:
                 f"is nothing to compile or run; add operations (such as ops.host_load / "
                 f"ops.host_store or a call) before creating the Session [at {user_source_line()}]"
             )
+        _check_arguments(weights_to_host_on_exit=weights_to_host_on_exit, optimize=optimize,
+                         check_numerics=check_numerics, fuse_steps=fuse_steps,
+                         compile_in_background=compile_in_background)
+        check_setting(blas_threads, "Session blas_threads", none_ok=True)
+        check_setting(chunk_threads, "Session chunk_threads")
         self._lock = threading.RLock()  # one run (or weight transfer) at a time
         self._pb_session = PbSession()  # PopART's session handle, as programs reach it
         self.device = make_device(device_desc, ipu_model)

@@ -24,11 +24,13 @@ meanwhile: numba's OpenMP threads and OpenBLAS's then fight for the cores (the s
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from xlgraph.errors import ArgumentError, user_source_line
 from xlgraph.ir import Ir
 
 PARALLEL_MIN_FLOPS = 4e6  # a matrix op this large gains from a second BLAS thread (idle machine)
@@ -67,6 +69,17 @@ def machine_busy_once() -> Callable[[], bool]:
 def has_threaded_kernels(ir: Ir) -> bool:
     """Whether ``ir`` runs kernels that split their batch into chunks (``OpDef.threaded``)."""
     return any(op.defn.threaded for graph in ir.graphs for op in graph.ops)
+
+
+def check_setting(value: object, what: str, none_ok: bool = False) -> None:
+    """Refuse a thread setting that is not ``"auto"``, a whole number >= 1 (or None, when
+    ``none_ok``): ``ArgumentError`` naming ``what``, the value and the user's line."""
+    if isinstance(value, str) and value == "auto" or (none_ok and value is None):
+        return
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+    if not ok:
+        allowed = '"auto", a whole number >= 1' + (" or None" if none_ok else "")
+        raise ArgumentError(f"{what} must be {allowed}, got {value!r} [at {user_source_line()}]")
 
 
 def choose_chunk_threads(setting: int | str, threaded: bool,
