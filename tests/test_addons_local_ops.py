@@ -139,6 +139,16 @@ def test_compress_then_decompress_round_trips(backend):
     assert (np.abs(got.astype(np.float32) - w) <= step / 2 + 2e-3).all()
 
 
+def test_compress_packs_codes_first_most_significant():
+    packed, scale, bias = group_quantize_compress_numpy(np.array([[0.0, 1.0, 2.0, 3.0]]), 4)
+    # bias 0, scale 3/15 = 0.2: codes 0, 5, 10, 15 -> 0*4096 + 5*256 + 10*16 + 15
+    assert packed.tolist() == [[[1455]]]
+    assert scale.tolist() == [[[np.float16(0.2)]]] and bias.tolist() == [[[0.0]]]
+    columns = np.arange(16.0).reshape(8, 2)  # compressed along axis 0
+    packed, scale, _ = group_quantize_compress_numpy(columns, 8, dim=0)
+    assert packed.shape == (2, 1, 2) and scale.shape == (2, 1, 1)
+
+
 def test_group_quantize_errors():
     with pytest.raises(ValueError, match="non-finite"):
         group_quantize_compress_numpy(np.array([[np.nan, 1, 2, 3]]), 4)

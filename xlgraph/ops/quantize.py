@@ -43,24 +43,25 @@ def group_quantize_decompress_numpy(t: np.ndarray, group_scale: np.ndarray,
 def group_quantize_compress_numpy(t: np.ndarray, group_size: int = 64, dim: int = -1
                                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compress ``t`` along ``dim`` in groups of ``group_size`` (a multiple of 4): per group
-    ``bias = min``, ``scale = (max - min) / 15`` (float16), codes ``round((x - bias) /
-    scale)`` packed four to a uint16. Returns ``(packed (*lead, groups, group_size/4), scale
-    (*lead, groups, 1), bias (*lead, groups, 1))``. A constant group divides by 0."""
+    ``bias = min``, ``scale = (max - min) / 15``, codes ``round((x - bias) / scale)`` (in
+    ``t``'s precision) packed four to a uint16; scale and bias returned as float16.
+    Returns ``(packed (*lead, groups, group_size/4), scale (*lead, groups, 1), bias (*lead,
+    groups, 1))``. A constant group divides by 0."""
     x = np.moveaxis(np.asarray(t), dim, -1)
     if not np.isfinite(x).all():
         raise ValueError("group_quantize_compress_numpy: t holds non-finite values")
     if group_size % 4 or x.shape[-1] % group_size:
         raise ValueError(f"group_quantize_compress_numpy: group_size {group_size} must be a "
                          f"multiple of 4 dividing axis {dim} of length {x.shape[-1]}")
-    groups = x.reshape(*x.shape[:-1], -1, group_size).astype(np.float16)
+    groups = x.reshape(*x.shape[:-1], -1, group_size)
     bias = groups.min(-1, keepdims=True)
-    scale = ((groups.max(-1, keepdims=True) - bias) / np.float16(15)).astype(np.float16)
+    scale = (groups.max(-1, keepdims=True) - bias) / 15
     with np.errstate(divide="ignore", invalid="ignore"):
         codes = np.round((groups - bias) / scale)
     codes = np.nan_to_num(codes, nan=0.0).clip(0, 15).astype(np.uint16)
     quads = codes.reshape(*codes.shape[:-1], -1, 4)
     packed = (quads << _SHIFTS).sum(-1, dtype=np.uint16)
-    return packed, scale, bias
+    return packed, scale.astype(np.float16), bias.astype(np.float16)
 
 
 def _infer(t: TensorSpec, scale: TensorSpec, bias: TensorSpec, dim: int) -> TensorSpec:
