@@ -225,3 +225,28 @@ def test_the_page_is_self_contained_and_shows_user_text_as_text(tmp_path):
     assert main([str(tmp_path / "p.json"), str(tmp_path / "p.json"),
                  "-o", str(tmp_path / "d.html")]) == 0
     assert 'id="diff-ops-table"' in (tmp_path / "d.html").read_text()
+
+
+def test_compare_matches_operations_by_name():
+    from xlgraph.ipu.page.compare import operation_diff
+
+    small, large = _session(8).report(), _session(32).report()
+    only = popxl.Ir()
+    with only.main_graph:
+        ops.host_store(popxl.d2h_stream((4,), popxl.float32, "y"),
+                       ops.exp(popxl.variable(np.ones(4, np.float32))))
+    other = popxl.Session(only, "ipu_model").report()
+    diff = operation_diff(small, large)
+    assert [abs(r["delta"]) for r in diff] == sorted((abs(r["delta"]) for r in diff),
+                                                     reverse=True)
+    rows = {r["name"]: r for r in diff}
+    after = {r.name: r.cycles for r in large.cycles.rows}
+    assert set(rows) == {r.name for r in small.cycles.rows} | set(after)
+    for r in small.cycles.rows:
+        assert (rows[r.name]["before"], rows[r.name]["after"]) == (r.cycles, after[r.name])
+        assert rows[r.name]["delta"] == after[r.name] - r.cycles and rows[r.name]["in"] == "both"
+    mixed = {r["name"]: r for r in operation_diff(small, other, ("a", "b"))}
+    exp = next(r.name for r in other.cycles.rows if r.op == "exp")
+    assert mixed[exp]["in"] == "b" and mixed[exp]["before"] == 0
+    gelu = next(r for r in small.cycles.rows if r.op == "gelu")
+    assert mixed[gelu.name]["in"] == "a" and mixed[gelu.name]["delta"] == -gelu.cycles

@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(reports) == 1:
         out = write_report(reports[0], args.output or Path("report.html"))
     else:
-        names = (str(args.profiles[0]), str(args.profiles[1]))
+        first, second = args.profiles
+        names = (first.name, second.name) if first.name != second.name else (str(first),
+                                                                               str(second))
         out = write_compare(reports[0], reports[1], args.output or Path("diff.html"), names)
     print(f"wrote {out}")
     return 0

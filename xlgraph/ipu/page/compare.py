@@ -61,7 +61,10 @@ def _metrics(r: ProfileReport) -> dict[str, float]:
     out.update({f"always-live {k} bytes": float(v.sum()) for k, v in r.always_live.items()})
     out.update({"cycles per run": r.cycles.total, "device cycles per run": r.cycles.device_cycles,
                 "host link cycles per run": r.cycles.host_cycles,
-                "program steps": float(len(r.steps)), "operations": float(len(r.cycles.rows))})
+                "steps per run (num_host_transfers)": float(r.steps_per_run),
+                "cycles per step": r.cycles.total / max(r.steps_per_run, 1),
+                "positions on the liveness curve": float(len(r.steps)),
+                "operations": float(len(r.cycles.rows))})
     return out
 
 
@@ -95,7 +98,7 @@ def compare_sections(before: ProfileReport, after: ProfileReport,
         capacity = format_bytes(report.model.memory_bytes_per_tile)
         tiles = f"Tile memory: fullest tile {fullest} {format_bytes(peak[fullest])} of {capacity}"
         live = f"Liveness: peak {format_bytes(max((s['bytes'] for s in report.steps), default=0))}"
-        parts = [figure_div(figures.tile_map(report, tiles), f"{key}-tile-map"),
+        parts = [figure_div(figures.tile_map(report, tiles, width=420), f"{key}-tile-map"),
                  figure_div(figures.liveness(report, live), f"{key}-liveness"),
                  figure_div(figures.time_split(report), f"{key}-time-split")]
         columns.append(f'<div class="col"><h3>{title}</h3>{"".join(parts)}</div>')
@@ -108,7 +111,8 @@ def compare_sections(before: ProfileReport, after: ProfileReport,
          figure_div(figures.category_diff(before, after, names), "diff-categories")),
         ("view-diff-operations", "Operations",
          figure_div(figures.cycles_diff(diff), "diff-cycles")
-         + f'<p class="hint">{len(diff)} operations, {changed} with a change of cycles; '
-           f"matched by name. Click a heading to sort.</p>"
+         + f'<p class="hint">{len(diff)} operations, {changed} with a change of cycles '
+           f"per run ({before.steps_per_run} steps per run before, {after.steps_per_run} "
+           f"after); matched by name. Click a heading to sort.</p>"
          + table("diff-ops-table", DIFF_COLUMNS, diff)),
     ]

@@ -47,10 +47,11 @@ def _text(name: str) -> str:
     return html.escape(str(name), quote=True)
 
 
-def tile_map(report: ProfileReport, title: str | None = None) -> Figure:
+def tile_map(report: ProfileReport, title: str | None = None, width: int = 900) -> Figure:
     """Every tile as one square, coloured by its peak bytes; tiles over capacity outlined red.
     The colour scale runs to the fullest tile (or the capacity, whichever is less) and the
-    title gives the capacity and the fullest tile's share of it."""
+    title gives the capacity and the fullest tile's share of it. Squares are sized for a map
+    about ``width`` pixels wide."""
     tiles = report.model.tiles
     peak = report.peak
     capacity = report.model.memory_bytes_per_tile
@@ -69,7 +70,7 @@ def tile_map(report: ProfileReport, title: str | None = None) -> Figure:
                      f"always-live:<br>{parts}<br>"
                      f"not-always-live peak: {int(report.not_always_live_peak[t]):,} B")
     over = peak > capacity
-    size = max(6, min(40, int(900 / cols) - 2))
+    size = max(4, min(40, int(width / cols) - 2))
     ticks = np.linspace(0, top, 5)
     marker = {"symbol": "square", "size": size, "color": peak.tolist(), "cmin": 0, "cmax": top,
               "colorscale": "Viridis",
@@ -173,7 +174,7 @@ def time_split(report: ProfileReport) -> Figure:
              "hovertext": [f"{name}: {seconds * 1e6:,.2f} us per run "
                            f"({100 * seconds / total:.1f}%)"]}
             for (name, seconds), colour in zip(parts, colours)]
-    note = "" if measured else " (host side not measured: no runs before the report)"
+    note = "" if measured else " (host side not measured: no runs yet)"
     return {"data": data,
             "layout": _layout(f"Time per run: {total * 1e6:,.1f} us{note}", 230,
                               barmode="stack", legend={"orientation": "h", "y": -0.5},
