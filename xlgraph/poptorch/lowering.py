@@ -78,7 +78,8 @@ class Lowered:
         params: ``{graph input: state_dict key}`` of the parameters and buffers it reads.
         outputs: the flattened forward outputs are graph outputs ``0..len(outputs)-1``.
         out_spec: the pytree spec that rebuilds ``forward``'s return structure.
-        output_dtypes: torch's dtype of each output (int64 stays int64 for the user).
+        output_dtypes: the dtype each output comes back in: torch's, 64-bit types as 32-bit
+            (PopTorch returns int64 results as int32 and float64 as float32).
         loss_index: the graph output holding the loss (None in inference).
         seed: the seed input of the random ops, if any.
         buffer_updates: ``{graph output index: state_dict key}`` of updated buffers.
@@ -224,11 +225,16 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
     return lowered
 
 
+_DEVICE_DTYPES = {torch.int64: torch.int32, torch.float64: torch.float32}
+
+
 def _output_dtype(torch_dtype: torch.dtype, value: Tensor) -> torch.dtype:
-    """torch's dtype of an output, float16 where ``FloatDowncastToHalf`` computed it so."""
+    """The dtype an output comes back in: torch's, float16 where ``FloatDowncastToHalf``
+    computed it so, and 64-bit types as the 32-bit ones the device computed them in (PopTorch
+    returns an ``argmax`` or an int64 input as int32)."""
     if torch_dtype == torch.float32 and value.dtype == dtypes.float16:
         return torch.float16
-    return torch_dtype
+    return _DEVICE_DTYPES.get(torch_dtype, torch_dtype)
 
 
 def _loss_output(model: torch.nn.Module, graph: torch.fx.Graph, env: Mapping[Any, Any],
