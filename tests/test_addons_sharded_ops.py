@@ -145,10 +145,17 @@ def test_within_replica_sharded_cross_entropy():
     want = seed[:, None] * (softmax - np.eye(sum(widths))[labels])
     np.testing.assert_allclose(np.concatenate([d[0] for d in dzs], 1), want, atol=1e-12)
     ir = xlgraph.Ir()
-    with ir.main_graph, pytest.raises(ValueError, match="2 ipus for 3 logits"):
+    with ir.main_graph:
         t = xlgraph.constant(np.zeros((2, 2), np.float32))
         i = xlgraph.constant(np.zeros(2, np.int32))
-        cross_entropy_sharded_wr_loss([t, t, t], [i, i, i], ipus=[0, 1])
+        with pytest.raises(ValueError, match="2 ipus for 3 logits"):
+            cross_entropy_sharded_wr_loss([t, t, t], [i, i, i], ipus=[0, 1])
+        with xlgraph.ipu(1):
+            t1, i1 = t * 1.0, i + 0
+        loss = cross_entropy_sharded_wr_loss([t, t1], [i, i1])  # ipus from the placement
+        assert loss.ipu == 0 and loss.shape == (2,)
+        with pytest.raises(ValueError, match=r"shard 1 .* IPU \[1, 1\], not on ipus\[1\] = 2"):
+            cross_entropy_sharded_wr_loss([t, t1], [i, i1], ipus=[0, 2])
 
 
 def _full_ln(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float):

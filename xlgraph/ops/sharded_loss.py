@@ -256,11 +256,16 @@ _SHARDED_WR = OpDef("cross_entropy_sharded_wr", _wr_infer, _wr_kernel, _wr_grad,
 def cross_entropy_sharded_wr(logits: list[Tensor], indices: list[Tensor]) -> tuple[Tensor, ...]:
     """popxl-addons' native within-replica sharded cross-entropy: ``(loss, *nll)``, the
     per-sample loss and each shard's ``-log_softmax``; ``indices`` are global class ids."""
+    return _apply_wr(logits, indices, None)
+
+
+def _apply_wr(logits: list[Tensor], indices: list[Tensor],
+              ipu: int | None) -> tuple[Tensor, ...]:
     if len(logits) != len(indices) or not logits:
         raise ValueError(f"give one indices tensor per logits shard, got {len(logits)} logits "
                          f"and {len(indices)} indices")
     widths = tuple(int(z.shape[-1]) if z.rank else 0 for z in logits)
-    return apply(_SHARDED_WR, [*logits, *indices], {"widths": widths})
+    return apply(_SHARDED_WR, [*logits, *indices], {"widths": widths}, hints={"ipu": ipu})
 
 
 @explained("cross_entropy_sharded_wr_loss")
@@ -268,8 +273,16 @@ def cross_entropy_sharded_wr_loss(logits: list[Tensor], indices: list[Tensor],
                                   ipus: list[int] | None = None) -> Tensor:
     """The per-sample cross-entropy ``(n,)`` of logits split by class into ``logits`` (one
     ``(n, c_s)`` tensor per IPU of this replica, in class order) against global class
-    ``indices`` (one copy per shard); unreduced, no ignore index."""
-    if ipus is not None and len(ipus) != len(logits):
+    ``indices`` (one copy per shard); unreduced, no ignore index. ``ipus`` (default: where
+    the shards are) must match the shards' placement; the loss is on the first."""
+    if ipus is None:
+        ipus = [z.ipu for z in logits]
+    if len(ipus) != len(logits):
         raise ValueError(f"cross_entropy_sharded_wr_loss: {len(ipus)} ipus for "
                          f"{len(logits)} logits shards")
-    return cross_entropy_sharded_wr(list(logits), list(indices))[0]
+    for k, (z, t) in enumerate(zip(logits, indices)):
+        placed = [x for x in (z, t) if x.producer is not None and "ipu" in x.producer.hints]
+        if any(x.ipu != ipus[k] for x in placed):
+            raise ValueError(f"cross_entropy_sharded_wr_loss: shard {k} ({z.id}, {t.id}) is on "
+                             f"IPU {[x.ipu for x in placed]}, not on ipus[{k}] = {ipus[k]}")
+    return _apply_wr(list(logits), list(indices), int(ipus[0]))[0]
