@@ -2,7 +2,8 @@
 system chromedriver (nothing is downloaded). The page loads without console errors, the tile
 map draws one element per tile of a 1,472-tile chip, sorting by cycles orders the operation
 table, clicking an operation highlights its steps on the liveness chart, every view's
-screenshot shows a picture, and the compare page shows both reports and their differences.
+screenshot shows a picture, hovering a tile shows its bytes, and the compare page shows both
+reports and their differences.
 
 .ci/run installs chromium and chromedriver, so under CI this test fails rather than skips when
 they are missing; elsewhere it skips and says what to install.
@@ -129,6 +130,15 @@ def test_the_report_page_in_a_browser(browser, pages):
     assert points == report.model.tiles == 1472
     for view in VIEWS:
         _not_blank(browser, view)
+
+    from selenium.webdriver import ActionChains
+
+    tile = browser.find_element(By.CSS_SELECTOR, "#tile-map .scatterlayer .point")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", tile)
+    ActionChains(browser).move_to_element(tile).perform()
+    hover = browser.execute_script(
+        "return document.querySelector('#tile-map .hoverlayer').textContent")
+    assert f"tile 0: {int(report.peak[0]):,} B at peak" in hover, hover
 
     rows = len(report.cycles.rows)
     before = _cycles(browser)  # program order: not sorted by cycles

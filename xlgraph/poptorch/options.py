@@ -653,7 +653,8 @@ class Options(OptionsDict):
         return self._set("use_ipu_model", use_model)
 
     def enableProfiling(self, profile_dir: str | None = None) -> Options:  # noqa: N802
-        """Run on the ipu_model and write its report to ``profile_dir`` after each call."""
+        """Run on the ipu_model and write its report to ``profile_dir``/profile.json when the
+        model compiles and at ``detachFromDevice`` (``xlgraph-report`` renders it)."""
         self.checkIsFrozen()
         self._values["profile_dir"] = profile_dir or os.environ.get("POPLAR_ENGINE_OPTIONS_DIR",
                                                                     ".")
