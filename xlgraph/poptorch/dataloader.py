@@ -92,7 +92,8 @@ class DataLoader(torch.utils.data.DataLoader):
             dataset = torch.utils.data.Subset(
                 dataset, range(rank, len(dataset) - len(dataset) % processes, processes))
         if batch_sampler is not None:
-            super().__init__(dataset, batch_sampler=batch_sampler, num_workers=workers,
+            combined = _CombinedBatches(batch_sampler, self._combined // batch_size, drop_last)
+            super().__init__(dataset, batch_sampler=combined, num_workers=workers,
                              persistent_workers=persistent_workers and workers > 0, **kwargs)
             return
         super().__init__(dataset, batch_size=self._combined, shuffle=bool(shuffle),
@@ -119,6 +120,31 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def terminate(self) -> None:
         """Stop loading ahead (the worker thread ends with its iterator)."""
+
+
+class _CombinedBatches:
+    """A user's ``batch_sampler`` as PopTorch combines it: each ``count`` consecutive batches
+    (device iterations x replicas x accumulation) make one batch of indices, so one batch feeds
+    one call; a short last group is dropped with ``drop_last``, else yielded short."""
+
+    def __init__(self, batches: Any, count: int, drop_last: bool) -> None:
+        self.batches, self.count, self.drop_last = batches, count, drop_last
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        group: list[Any] = []
+        taken = 0
+        for indices in self.batches:
+            group.extend(indices)
+            taken += 1
+            if taken == self.count:
+                yield group
+                group, taken = [], 0
+        if taken and not self.drop_last:
+            yield group
+
+    def __len__(self) -> int:
+        whole, rest = divmod(len(self.batches), self.count)
+        return whole + (1 if rest and not self.drop_last else 0)
 
 
 class _Batches:
