@@ -89,8 +89,8 @@ _CUSTOM_OPS = {
     "grad_reduce_square_add": {"grad_reduce_square_add": "t, loss_scaling"},
     "group_quantize_decompress": {
         "group_quantize_decompress": "t, group_scale, group_bias, dim=-1",
-        "group_quantize_decompress_numpy": "t, group_scale, group_bias, dim=-1",
-        "group_quantize_compress_numpy": "t, group_size=64, dim=-1"},
+        "group_quantize_decompress_numpy": "t, scale, bias, dim",
+        "group_quantize_compress_numpy": "t, group_size, dim"},
     "layer_norm_distributed": {
         "layer_norm_distributed": "t, w, b, epsilon=1e-05, group=None"},
     "linear_layout": {"linear_layout": "t, bs=1"},

@@ -122,13 +122,13 @@ def test_decompress_reads_the_most_significant_nibble_first():
 def test_compress_then_decompress_round_trips(backend):
     rng = np.random.default_rng(2)
     w = rng.normal(size=(3, 64)).astype(np.float32)
-    packed, scale, bias = group_quantize_compress_numpy(w, group_size=16)
+    packed, scale, bias = group_quantize_compress_numpy(w, 16, -1)
     assert packed.shape == (3, 4, 4) and packed.dtype == np.uint16
     assert scale.shape == bias.shape == (3, 4, 1) and scale.dtype == np.float16
     (got, transposed), _ = _one(lambda a, s, b: [group_quantize_decompress(a, s, b),
                                                  group_quantize_decompress(a, s[:, :, 0], b, 0)],
                                 [packed, scale, bias], backend)
-    np.testing.assert_array_equal(got, group_quantize_decompress_numpy(packed, scale, bias))
+    np.testing.assert_array_equal(got, group_quantize_decompress_numpy(packed, scale, bias, -1))
     np.testing.assert_array_equal(transposed, got.T)
     # float16 arithmetic: each code times its scale, then plus the bias, rounded each time
     codes = np.stack([(packed >> s) & 15 for s in (12, 8, 4, 0)], -1).reshape(3, 4, 16)
@@ -140,7 +140,7 @@ def test_compress_then_decompress_round_trips(backend):
 
 
 def test_compress_packs_codes_first_most_significant():
-    packed, scale, bias = group_quantize_compress_numpy(np.array([[0.0, 1.0, 2.0, 3.0]]), 4)
+    packed, scale, bias = group_quantize_compress_numpy(np.array([[0.0, 1.0, 2.0, 3.0]]), 4, -1)
     # bias 0, scale 3/15 = 0.2: codes 0, 5, 10, 15 -> 0*4096 + 5*256 + 10*16 + 15
     assert packed.tolist() == [[[1455]]]
     assert scale.tolist() == [[[np.float16(0.2)]]] and bias.tolist() == [[[0.0]]]
@@ -151,7 +151,7 @@ def test_compress_packs_codes_first_most_significant():
 
 def test_group_quantize_errors():
     with pytest.raises(ValueError, match="non-finite"):
-        group_quantize_compress_numpy(np.array([[np.nan, 1, 2, 3]]), 4)
+        group_quantize_compress_numpy(np.array([[np.nan, 1, 2, 3]]), 4, -1)
     ir = xlgraph.Ir()
     with ir.main_graph:
         t = xlgraph.constant(np.zeros((2, 3, 4), np.uint16), xlgraph.uint16)
@@ -314,7 +314,7 @@ def test_local_ops_run_each_replica_on_its_own_data(backend):
         np.testing.assert_allclose(outs[0][r], _rotary_reference(x[r], angles[r], 4),
                                    atol=1e-12)
         np.testing.assert_array_equal(
-            outs[1][r], group_quantize_decompress_numpy(packed[r], scale[r], scale[r]))
+            outs[1][r], group_quantize_decompress_numpy(packed[r], scale[r], scale[r], -1))
         np.testing.assert_allclose(outs[2][r], lhs[r] @ rhs.toarray(), rtol=1e-5, atol=1e-6)
         assert outs[3][r] == pytest.approx(float(np.sum(lhs[r].astype(np.float64) ** 2) / 4),
                                            rel=1e-6)

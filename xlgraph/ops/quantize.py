@@ -27,20 +27,20 @@ def _codes(t: np.ndarray) -> np.ndarray:
     return (t[..., None] >> _SHIFTS) & np.uint16(15)
 
 
-def group_quantize_decompress_numpy(t: np.ndarray, group_scale: np.ndarray,
-                                    group_bias: np.ndarray, dim: int = -1) -> np.ndarray:
-    """Decompress packed codes ``t`` ``(*lead, groups, P)`` with ``group_scale`` and
-    ``group_bias`` ``(*lead, groups, 1)`` into ``(*lead, groups * P * 4)`` (in the scale's
-    dtype), the last axis moved to ``dim``."""
+def group_quantize_decompress_numpy(t: np.ndarray, scale: np.ndarray, bias: np.ndarray,
+                                    dim: int) -> np.ndarray:
+    """Decompress packed codes ``t`` ``(*lead, groups, P)`` with ``scale`` and ``bias``
+    ``(*lead, groups, 1)`` (or ``(*lead, groups)``) into ``(*lead, groups * P * 4)`` (in the
+    scale's dtype), the last axis moved to ``dim``."""
     scale, bias = (np.asarray(x) if np.ndim(x) == t.ndim else np.asarray(x)[..., None]
-                   for x in (group_scale, group_bias))
+                   for x in (scale, bias))
     codes = _codes(np.asarray(t, np.uint16)).astype(scale.dtype)
     out = codes * scale[..., None] + bias[..., None]
     out = out.reshape(*out.shape[:-3], -1)
     return np.moveaxis(out, -1, dim)
 
 
-def group_quantize_compress_numpy(t: np.ndarray, group_size: int = 64, dim: int = -1
+def group_quantize_compress_numpy(t: np.ndarray, group_size: int, dim: int
                                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compress ``t`` along ``dim`` in groups of ``group_size`` (a multiple of 4): per group
     ``bias = min``, ``scale = (max - min) / 15``, codes ``round((x - bias) / scale)`` (in
@@ -79,7 +79,7 @@ def _infer(t: TensorSpec, scale: TensorSpec, bias: TensorSpec, dim: int) -> Tens
 
 def _kernel(t: np.ndarray, scale: np.ndarray, bias: np.ndarray, dim: int) -> np.ndarray:
     """Any leading axes (the replica axis too); ``dim=0`` swaps the last two axes."""
-    out = group_quantize_decompress_numpy(t, scale, bias)
+    out = group_quantize_decompress_numpy(t, scale, bias, -1)
     return np.ascontiguousarray(np.swapaxes(out, -1, -2) if dim == 0 else out)
 
 
