@@ -32,6 +32,7 @@ MODULES = [
     "xlgraph.ipu",
     "xlgraph.dist",
     "xlgraph.dist.run",
+    "xlgraph.dist.poprun",
     "xlgraph.progress",
     "xlgraph.nn",
     "xlgraph.optim",

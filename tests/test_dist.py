@@ -48,12 +48,14 @@ def test_launcher_passes_unknown_options_to_mpiexec():
         mpiexec_command(["--num-instances", "2", "--num-replicas", "3", "python"])
 
 
-def _launcher() -> list[str]:
-    script = shutil.which("xlgraph-run", path=str(Path(sys.executable).parent))
+def console_script(name: str = "xlgraph-run", module: str = "xlgraph.dist.run") -> list[str]:
+    """The installed console script ``name``, or ``python -m module`` in a checkout."""
+    script = shutil.which(name, path=str(Path(sys.executable).parent))
     if script is None:
-        assert not os.environ.get("CI"), "CI installs the package: xlgraph-run must exist"
-        return [sys.executable, "-m", "xlgraph.dist.run"]  # a checkout that is not installed
+        assert not os.environ.get("CI"), f"CI installs the package: {name} must exist"
+        return [sys.executable, "-m", module]  # a checkout that is not installed
     return [script]
+
 
 
 def _run(cmd: list[str], timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
@@ -70,7 +72,7 @@ def mpi():
 
 
 def _job(instances: int, *args: str) -> list[str]:
-    return [*_launcher(), "--num-instances", str(instances), "--num-replicas", "2",
+    return [*console_script(), "--num-instances", str(instances), "--num-replicas", "2",
             "--timeout", "3", sys.executable, str(PROGRAM), *args]
 
 
@@ -112,7 +114,7 @@ MISMATCH = ROOT / "tests" / "programs" / "dist_mismatch.py"
 
 
 def _mismatch(mode: str) -> tuple[subprocess.CompletedProcess, float]:
-    return _run([*_launcher(), "--num-instances", "2", "--num-replicas", "2", "--timeout", "5",
+    return _run([*console_script(), "--num-instances", "2", "--num-replicas", "2", "--timeout", "5",
                  sys.executable, str(MISMATCH), mode], timeout=60)
 
 

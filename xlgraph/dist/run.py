@@ -33,7 +33,7 @@ _VALUES = {"-genv": 2, "-env": 2, "-hosts": 1, "-host": 1, "-f": 1, "-hostfile":
            "-map-by": 1, "-iface": 1, "-wdir": 1, "-genvlist": 1, "-envlist": 1, "-rmk": 1}
 
 
-def _at_least_one(text: str) -> int:
+def at_least_one(text: str) -> int:
     """An argparse type: a whole number >= 1 (the error names the valid range)."""
     if not text.strip().isdecimal() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
@@ -45,11 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="xlgraph-run", description="Run COMMAND as instances of an xlgraph job via MPI.",
         add_help=False, allow_abbrev=False)
     parser.add_argument("--help", action="help", help="show this help and exit")
-    parser.add_argument("--num-instances", type=_at_least_one, required=True,
+    parser.add_argument("--num-instances", type=at_least_one, required=True,
                         help="processes to start (>= 1)")
-    parser.add_argument("--num-replicas", type=_at_least_one, required=True,
+    parser.add_argument("--num-replicas", type=at_least_one, required=True,
                         help="replicas over all instances (a multiple of --num-instances)")
-    parser.add_argument("--timeout", type=_at_least_one, default=60,
+    parser.add_argument("--timeout", type=at_least_one, default=60,
                         help="seconds a collective waits for the other instances (default 60)")
     parser.add_argument("--mpiexec", default=None, help="the mpiexec to use (default: found)")
     return parser
@@ -92,8 +92,9 @@ def _find_mpiexec() -> str:
     return found
 
 
-def mpiexec_command(argv: Sequence[str]) -> list[str]:
-    """The ``mpiexec`` command line that ``xlgraph-run argv`` runs."""
+def mpiexec_command(argv: Sequence[str], mpiexec_options: Sequence[str] = ()) -> list[str]:
+    """The ``mpiexec`` command line that ``xlgraph-run argv`` runs (``mpiexec_options`` go to
+    ``mpiexec`` before those in ``argv``)."""
     n = _own_options(argv)
     args = _parser().parse_args(argv[:n])
     options, command = _split(argv[n:])
@@ -105,7 +106,8 @@ def mpiexec_command(argv: Sequence[str]) -> list[str]:
     env = {NUM_INSTANCES: args.num_instances, NUM_REPLICAS: args.num_replicas,
            TIMEOUT: args.timeout}
     genv = [x for name, value in env.items() for x in ("-genv", name, str(value))]
-    return [args.mpiexec or _find_mpiexec(), "-n", str(args.num_instances), *genv, *options,
+    return [args.mpiexec or _find_mpiexec(), "-n", str(args.num_instances), *genv,
+            *mpiexec_options, *options,
             sys.executable, "-m", "xlgraph.dist.guard", *command]
 
 
