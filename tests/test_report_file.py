@@ -202,6 +202,13 @@ def test_the_command_refuses_a_bad_file_in_one_line(tmp_path, capsys):
     assert main([str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "version 9" in err
+    good = tmp_path / "good.json"
+    _session().report().save(good)
+    assert main([str(good), "-o", str(tmp_path / "no" / "such" / "dir.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the page" in err
+    with pytest.raises(SystemExit):
+        main([str(good)] * 3)  # one profile or two
 
 
 def test_the_page_is_self_contained_and_shows_user_text_as_text(tmp_path):

@@ -43,13 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, ProfileFormatError, OSError) as exc:
         print(f"xlgraph-report: {exc}", file=sys.stderr)
         return 2
-    if len(reports) == 1:
-        out = write_report(reports[0], args.output or Path("report.html"))
-    else:
-        first, second = args.profiles
-        names = (first.name, second.name) if first.name != second.name else (str(first),
-                                                                               str(second))
-        out = write_compare(reports[0], reports[1], args.output or Path("diff.html"), names)
+    try:
+        if len(reports) == 1:
+            out = write_report(reports[0], args.output or Path("report.html"))
+        else:
+            first, second = args.profiles
+            names = (first.name, second.name) if first.name != second.name else (
+                str(first), str(second))
+            out = write_compare(reports[0], reports[1], args.output or Path("diff.html"), names)
+    except OSError as exc:
+        print(f"xlgraph-report: cannot write the page: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {out}")
     return 0
 
