@@ -6,6 +6,7 @@ import functools
 import numbers
 import os
 import sys
+from typing import Any
 
 __all__ = [
     "XlgraphError",
@@ -147,12 +148,22 @@ def _user_file(filename: str) -> str | None:
     return os.path.basename(path)
 
 
+_SKIPPED_CODE: set[Any] = set()  # code of user functions that build ops (op_debug_context)
+
+
+def skip_in_source_lines(fn: Any) -> None:
+    """Frames of ``fn`` count as xlgraph's own in ``user_source_line`` (for functions a user
+    writes to build ops, so errors name the line that called them)."""
+    _SKIPPED_CODE.add(fn.__code__)
+
+
 def user_source_line() -> str:
-    """``file:line`` of the innermost stack frame outside the xlgraph package."""
+    """``file:line`` of the innermost stack frame outside the xlgraph package (and outside
+    functions marked by ``skip_in_source_lines``)."""
     frame = sys._getframe(1)
     while frame is not None:
         name = _user_file(frame.f_code.co_filename)
-        if name is not None:
+        if name is not None and frame.f_code not in _SKIPPED_CODE:
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"

@@ -4,12 +4,13 @@ of stacks per thread, so threads can build graphs of different Irs at the same t
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from xlgraph.errors import user_source_line
+from xlgraph.errors import skip_in_source_lines, user_source_line
 
 if TYPE_CHECKING:
     from xlgraph.core.graph import Graph
@@ -27,6 +28,9 @@ __all__ = [
     "io_tiles",
     "ipu",
     "op_hints",
+    "Context",
+    "get_current_context",
+    "op_debug_context",
 ]
 
 
@@ -164,3 +168,65 @@ def ipu(ipu: int) -> contextlib.AbstractContextManager[None]:
     if not isinstance(ipu, int) or ipu < 0:
         raise ValueError(f"ipu expects a non-negative int, got {ipu!r}")
     return op_hints(ipu=ipu)
+
+
+class Context:
+    """What PopXL's ``get_current_context()`` answers about where ops go now (read-only)."""
+
+    @property
+    def graph(self) -> Graph:
+        """The current graph (``get_current_graph()``)."""
+        return get_current_graph()
+
+    @property
+    def main_graph(self) -> Graph:
+        return get_main_graph()
+
+    @property
+    def ipu_id(self) -> int:
+        """The IPU of the innermost ``ipu(...)`` block (0 outside any)."""
+        return int(current_hints().get("ipu", 0))
+
+    @property
+    def io_tile_set(self) -> bool:
+        """Whether ops go on the IO tiles (inside ``io_tiles()``)."""
+        return current_hints().get("tile_set") == "io"
+
+    @property
+    def name_scopes(self) -> list[str]:
+        return list(_ctx.scopes)
+
+    @property
+    def in_sequence(self) -> bool:
+        return sequence_region() is not None
+
+
+_CONTEXT = Context()
+_F = TypeVar("_F")
+
+
+def get_current_context() -> Context:
+    """PopXL's context object: ``.graph``, ``.main_graph``, ``.ipu_id``, ``.io_tile_set``,
+    ``.name_scopes``, ``.in_sequence``, all read from this thread's stacks."""
+    return _CONTEXT
+
+
+def op_debug_context(name: Any) -> Any:
+    """PopXL's decorator for functions that build ops (``@op_debug_context`` or
+    ``@op_debug_context("name")``): errors raised while the function builds name the line
+    that called it, as for xlgraph's own ops, not a line inside it."""
+    def decorate(fn: _F) -> _F:
+        skip_in_source_lines(fn)  # type: ignore[arg-type]
+
+        @functools.wraps(fn)  # type: ignore[arg-type]
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)  # type: ignore[operator]
+
+        skip_in_source_lines(wrapper)
+        return wrapper  # type: ignore[return-value]
+
+    if callable(name):
+        return decorate(name)
+    if not isinstance(name, str):
+        raise TypeError(f"op_debug_context expects a function or a name, got {name!r}")
+    return decorate
