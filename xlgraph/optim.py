@@ -170,10 +170,12 @@ class Adam(Optimizer):
     decoupled = False
 
     def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, name: str | None = None) -> None:
+                 eps: float = 1e-8, weight_decay: float = 0.0, name: str | None = None,
+                 bias_correction: bool = True) -> None:
         super().__init__(lr, weight_decay, name)
         self.beta1, self.beta2 = float(betas[0]), float(betas[1])
         self.eps = float(eps)
+        self.bias_correction = bool(bias_correction)
 
     def _moments(self, g: Tensor, slots: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Update both moving averages; return their new values ``(m, v)``."""
@@ -182,7 +184,11 @@ class Adam(Optimizer):
         return m, v
 
     def _bias_corrections(self, step: Tensor) -> tuple[Tensor, Tensor]:
-        """``(1 - beta1^t, sqrt(1 - beta2^t))`` at step ``t``."""
+        """``(1 - beta1^t, sqrt(1 - beta2^t))`` at step ``t``; ``(1, 1)`` without
+        ``bias_correction`` (PopTorch's AdamW and LAMB option)."""
+        if not self.bias_correction:
+            one = constant(1.0, step.dtype)
+            return one, one
         bc1 = 1.0 - ops.pow(constant(self.beta1, step.dtype), step)
         bc2 = 1.0 - ops.pow(constant(self.beta2, step.dtype), step)
         return bc1, ops.sqrt(bc2)
@@ -204,8 +210,9 @@ class AdamW(Adam):
     decoupled = True
 
     def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, name: str | None = None) -> None:
-        super().__init__(lr, betas, eps, weight_decay, name)
+                 eps: float = 1e-8, weight_decay: float = 1e-2, name: str | None = None,
+                 bias_correction: bool = True) -> None:
+        super().__init__(lr, betas, eps, weight_decay, name, bias_correction)
 
 
 class RMSprop(Optimizer):
@@ -244,8 +251,9 @@ class LAMB(Adam):
 
     def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0,
-                 max_weight_norm: float | None = None, name: str | None = None) -> None:
-        super().__init__(lr, betas, eps, weight_decay, name)
+                 max_weight_norm: float | None = None, name: str | None = None,
+                 bias_correction: bool = True) -> None:
+        super().__init__(lr, betas, eps, weight_decay, name, bias_correction)
         self.max_weight_norm = max_weight_norm
 
     def _step_param(self, p, g, slots, lr, step):

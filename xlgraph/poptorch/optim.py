@@ -24,7 +24,8 @@ __all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LAMB", "Optimizer", "VariableAttr
 
 _EXTRAS = ("loss_scaling", "velocity_scaling", "use_combined_accum", "accum_type",
            "velocity_accum_type", "first_order_momentum_accum_type",
-           "second_order_momentum_accum_type", "max_grad_norm", "use_tf_variant")
+           "second_order_momentum_accum_type", "max_grad_norm", "use_tf_variant",
+           "bias_correction")
 
 
 def _extras(opt: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -36,33 +37,36 @@ def _extras(opt: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 class VariableAttributes:
     """Which optimiser attributes may change after compilation (``markAsConstant``/
-    ``markAsVariable``); ``lr`` is always variable."""
+    ``markAsVariable``); ``lr`` is always variable. ``_variable_attributes`` and
+    ``_allowed_attributes`` hold the names, as PopTorch's do."""
 
     def __init__(self, variable_attributes: list[str], allowed_attributes: list[str]) -> None:
-        self._variable = set(variable_attributes) | {"lr"}
-        self._allowed = set(allowed_attributes) | {"lr"}
+        self._allowed_attributes = list(dict.fromkeys(["lr", *allowed_attributes]))
+        self._variable_attributes = list(dict.fromkeys(["lr", *variable_attributes]))
 
     def _check(self, attr: str) -> None:
-        if attr not in self._allowed:
-            raise ValueError(f"{attr!r} is not an attribute of this optimizer "
-                             f"({sorted(self._allowed)})")
+        if attr not in self._allowed_attributes:
+            raise ValueError(f"Unknown attribute {attr!r}: this optimizer's attributes are "
+                             f"{sorted(self._allowed_attributes)}")
 
     def isConstant(self, attr: str) -> bool:  # noqa: N802
         """Whether ``attr`` is fixed at compilation."""
         self._check(attr)
-        return attr not in self._variable
+        return attr not in self._variable_attributes
 
     def markAsConstant(self, attr: str) -> None:  # noqa: N802
         """Fix ``attr`` at compilation (changing it later is an error)."""
         self._check(attr)
         if attr == "lr":
             raise ValueError("lr is always variable")
-        self._variable.discard(attr)
+        if attr in self._variable_attributes:
+            self._variable_attributes.remove(attr)
 
     def markAsVariable(self, attr: str) -> None:  # noqa: N802
         """Let ``attr`` change after compilation (through ``setOptimizer``)."""
         self._check(attr)
-        self._variable.add(attr)
+        if attr not in self._variable_attributes:
+            self._variable_attributes.append(attr)
 
 
 class Optimizer:
@@ -172,10 +176,7 @@ class AdamW(Optimizer, torch.optim.AdamW):
                  max_grad_norm: float | None = None) -> None:
         if amsgrad:
             raise ValueError("poptorch.optim.AdamW does not support amsgrad")
-        if bias_correction is False:
-            raise ValueError("xlgraph's AdamW always applies bias correction")
         given = _given(locals())
-        given.pop("bias_correction")
         torch.optim.AdamW.__init__(self, params, **_extras(self, given))
         self._poptorch_init(given)
 
@@ -208,10 +209,7 @@ class LAMB(Optimizer, torch.optim.Optimizer):
                  max_weight_norm: float | None = None, accum_type: Any = None,
                  first_order_momentum_accum_type: Any = None,
                  second_order_momentum_accum_type: Any = None) -> None:
-        if bias_correction is False:
-            raise ValueError("xlgraph's LAMB always applies bias correction")
         given = _given(locals())
-        given.pop("bias_correction")
         _extras(self, dict(given))
         defaults = {"lr": 1e-3 if lr is None else lr,
                     "betas": (0.9, 0.999) if betas is None else betas,
@@ -307,13 +305,16 @@ class PopTorchUpdate:
     def __init__(self, optimizer: torch.optim.Optimizer, keys: dict[int, str],
                  name: str = "optimizer") -> None:
         kind = _kind(optimizer)
+        extras = _extras_of(optimizer)
+        # AdamW's and LAMB's (PopTorch's own classes only; torch's AdamW always corrects)
+        correction = {"bias_correction": bool(extras.get("bias_correction", True))} \
+            if issubclass(kind, xl_optim.Adam) else {}
         self.groups: list[tuple[xl_optim.Optimizer, set[str]]] = []
         for i, (group, settings) in enumerate(zip(optimizer.param_groups,
                                                   hyperparameters(optimizer))):
             opt = kind(name=name if i == 0 else f"{name}.group{i}",
-                       **{k: _float(v) for k, v in settings.items()})
+                       **{k: _float(v) for k, v in settings.items()}, **correction)
             self.groups.append((opt, {keys[id(p)] for p in group["params"] if id(p) in keys}))
-        extras = _extras_of(optimizer)
         self.loss_scaling = loss_scaling(optimizer)
         self.max_grad_norm = extras.get("max_grad_norm")
         self.half_grads = extras.get("accum_type") == torch.float16
