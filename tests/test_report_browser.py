@@ -132,12 +132,13 @@ def test_the_report_page_in_a_browser(browser, pages):
         _not_blank(browser, view)
 
     from selenium.webdriver import ActionChains
+    from selenium.webdriver.support.ui import WebDriverWait
 
     tile = browser.find_element(By.CSS_SELECTOR, "#tile-map .scatterlayer .point")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", tile)
     ActionChains(browser).move_to_element(tile).perform()
-    hover = browser.execute_script(
-        "return document.querySelector('#tile-map .hoverlayer').textContent")
+    hover = WebDriverWait(browser, 10).until(lambda b: b.execute_script(
+        "return document.querySelector('#tile-map .hoverlayer').textContent"))
     assert f"tile 0: {int(report.peak[0]):,} B at peak" in hover, hover
 
     rows = len(report.cycles.rows)
@@ -158,11 +159,13 @@ def test_the_report_page_in_a_browser(browser, pages):
     row.click()
     assert "selected" in row.get_attribute("class")
     shapes = browser.execute_script(
-        "return document.getElementById('liveness').layout.shapes"
+        "return (document.getElementById('liveness').layout.shapes || [])"
         ".map(s => [s.x0, s.x1]);")
     assert shapes == [[p - 0.5, p + 0.5] for p in positions]
-    rect = browser.find_elements(By.CSS_SELECTOR, "#liveness .shapelayer path")
-    assert len(rect) >= len(positions)  # drawn on the chart, not only in its layout
+    drawn = WebDriverWait(browser, 10).until(  # on the chart, not only in its layout
+        lambda b: len(b.find_elements(By.CSS_SELECTOR, "#liveness .shapelayer path"))
+        >= len(positions))
+    assert drawn
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
