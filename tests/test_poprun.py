@@ -40,6 +40,9 @@ def test_hardware_options_are_accepted_and_change_nothing():
                                 *hardware, "python", "p.py"])
     assert busy == plain
     assert env["XLGRAPH_IPUS_PER_REPLICA"] == "2"
+    _, env = poprun_command(["--num-instances", "2", "--num-replicas", "2",
+                             "--only-output-from-instance=1", "python", "p.py"])
+    assert env["XLGRAPH_OUTPUT_INSTANCE"] == "1"  # the guards of the other instances silence them
 
 
 def test_openmpi_arguments_are_translated_for_mpich():
@@ -59,6 +62,8 @@ def test_openmpi_arguments_are_translated_for_mpich():
     (["--num-replicas", "0", "python", "p.py"], "must be a whole number >= 1, got '0'"),
     (["--num-replicas", "2"], "poprun: no COMMAND given"),
     (["--num-replicas", "2", "--no-such-flag", "python"], "--no-such-flag"),
+    (["--num-replicas", "2", "--only-output-from-instance", "1", "python"],
+     "poprun: --only-output-from-instance 1 is not an instance index (0 to 0)"),
 ])
 def test_bad_command_lines_are_refused_with_the_reason(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -106,9 +111,11 @@ def test_two_instances_of_two_replicas_match_one_instance_of_four(mpi, tmp_path)
                    str(PROGRAM), str(tmp_path / "one"), "--replicas", "4"])
     assert single.returncode == 0, single.stderr
     job = _run([*_poprun(), "--num-instances", "2", "--num-replicas", "4",
-                sys.executable, str(PROGRAM), str(tmp_path / "two")])
+                "--only-output-from-instance", "1", sys.executable, str(PROGRAM),
+                str(tmp_path / "two")])
     assert job.returncode == 0, job.stderr
     assert "instance 1 of 2: replicas 2-3 of 4" in job.stdout
+    assert "instance 0 of 2" not in job.stdout  # its output is not shown
     one = np.load(tmp_path / "one.0.npz")
     assert one["loss"].shape == (3, 4) and np.isfinite(one["loss"]).all()
     assert not np.allclose(one["b"], 0) and one["loss"][0, 0] != one["loss"][-1, 0]

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 from xlgraph.core.instances import TIMEOUT, int_env
 
+OUTPUT_INSTANCE = "XLGRAPH_OUTPUT_INSTANCE"  # set by poprun --only-output-from-instance
+
 __all__ = ["main"]
 
 _GRACE_SECONDS = 2.0  # time the other instances get to report a failure themselves
@@ -46,11 +48,21 @@ def _abort_job(fds: tuple[int, ...], code: int) -> None:
             pass
 
 
+def _silenced() -> int | None:
+    """``subprocess.DEVNULL`` when the job shows only another instance's output (``poprun
+    --only-output-from-instance``); the guard's own messages are still printed."""
+    shown = os.environ.get(OUTPUT_INSTANCE)
+    rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))
+    return subprocess.DEVNULL if shown is not None and rank is not None and shown != rank else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run COMMAND (``argv``); returns its exit status (128 + signal when a signal ended it)."""
     command = list(sys.argv[1:] if argv is None else argv)
     fds = tuple(int(os.environ[k]) for k in ("PMI_FD",) if os.environ.get(k, "").isdigit())
-    child = subprocess.Popen(command, pass_fds=fds, preexec_fn=_die_with_parent)
+    quiet = _silenced()
+    child = subprocess.Popen(command, pass_fds=fds, preexec_fn=_die_with_parent,
+                             stdout=quiet, stderr=quiet)
 
     def stop(signum: int, frame: object) -> None:
         child.send_signal(signum)

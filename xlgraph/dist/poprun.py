@@ -30,6 +30,7 @@ import sys
 from collections.abc import Sequence
 
 from xlgraph.dist import IPUS_PER_REPLICA, TIMEOUT
+from xlgraph.dist.guard import OUTPUT_INSTANCE
 from xlgraph.dist.run import at_least_one, mpiexec_command
 
 __all__ = ["main", "poprun_command", "HARDWARE_ONLY"]
@@ -59,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--mpi-global-args", default="", help="options for mpiexec")
     parser.add_argument("--mpi-local-args", default="", help="options for each instance")
     parser.add_argument("--host", "-H", default=None, help="hosts (mpiexec -hosts)")
+    parser.add_argument("--only-output-from-instance", type=int, default=None,
+                        help="show only this instance's output (the others' goes to /dev/null)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="print the mpiexec command before running it")
     for name in HARDWARE_ONLY:
@@ -104,6 +107,12 @@ def poprun_command(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
         options += ["-hosts", args.host]
     env = dict(os.environ)
     env[IPUS_PER_REPLICA] = str(args.ipus_per_replica)
+    if args.only_output_from_instance is not None:
+        if not 0 <= args.only_output_from_instance < args.num_instances:
+            raise SystemExit(f"poprun: --only-output-from-instance "
+                             f"{args.only_output_from_instance} is not an instance index (0 to "
+                             f"{args.num_instances - 1})")
+        env[OUTPUT_INSTANCE] = str(args.only_output_from_instance)
     reach_children(env, device="ipu_model")
     launcher = ["--num-instances", str(args.num_instances),
                 "--num-replicas", str(args.num_replicas),
