@@ -31,6 +31,14 @@ def test_popdist_queries_read_the_launcher_environment(monkeypatch):
             dist.getNumLocalReplicas(), dist.getReplicaIndexOffset()) == (2, 1, 6, 3, 3)
     ir = xlgraph.Ir(replication="popdist")
     assert (ir.replication_factor, ir.instance_replication_factor, ir.replica_offset) == (6, 3, 3)
+    opts = ir._pb_ir.getSessionOptions()  # as PopXL's Ir sets them (popdist's configuration)
+    assert (opts.enableReplicatedGraphs, opts.replicatedGraphCount,
+            opts.enableDistributedReplicatedGraphs, opts.globalReplicationFactor,
+            opts.globalReplicaOffset) == (True, 3, True, 6, 3)
+    assert not opts.changed  # the Ir set them, not the program
+    plain = xlgraph.Ir(replication=2)._pb_ir.getSessionOptions()
+    assert (plain.enableReplicatedGraphs, plain.replicatedGraphCount,
+            plain.enableDistributedReplicatedGraphs) == (True, 2, False)
 
 
 def test_launcher_passes_unknown_options_to_mpiexec():

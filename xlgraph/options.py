@@ -133,6 +133,13 @@ class SessionOptions:
         self._values[name] = value
         self._changed.add(name)
 
+    def record(self, values: dict[str, Any]) -> None:
+        """Set options on the Ir's behalf (its replication): not counted in ``changed``."""
+        for name in values:
+            if name not in self._values:
+                raise AttributeError(_unknown(name))
+        self._values.update(values)
+
     def __repr__(self) -> str:
         changed = ", ".join(f"{k}={self._values[k]!r}" for k in sorted(self._changed))
         return f"SessionOptions({changed})"

@@ -51,15 +51,16 @@ class Ir:
         self.remote_buffers: list[Any] = []
         self.num_host_transfers = 1
         self.frozen = False
+        self._pb_ir = PbIr(self)
+        self._popdist = replication == "popdist"
         self.instance_index = 0
         self.num_instances = 1
-        if replication == "popdist":
-            self.replication_factor = instances.getNumTotalReplicas()
+        if self._popdist:
             self.instance_index = instances.getInstanceIndex()
             self.num_instances = instances.getNumInstances()
+            self.replication_factor = instances.getNumTotalReplicas()
         else:
             self.replication_factor = replication  # type: ignore[assignment] - checked there
-        self._pb_ir = PbIr(self)
 
     def __repr__(self) -> str:
         return f"Ir[id={self.id}]"
@@ -93,6 +94,20 @@ class Ir:
         if self.frozen:
             raise RuntimeError("replication_factor cannot change once a Session owns the Ir")
         self._replication_factor = whole_number(value, "replication_factor")
+        self._record_replication()
+
+    def _record_replication(self) -> None:
+        """PopART's replication options, as PopXL sets them for the Ir: ``replicatedGraphCount``
+        is this instance's replicas; a ``"popdist"`` Ir also sets the distributed ones."""
+        total, per = self._replication_factor, self.num_instances
+        local = total // per if total % per == 0 else total
+        values: dict[str, Any] = {"enableReplicatedGraphs": total > 1,
+                                  "replicatedGraphCount": local}
+        if self._popdist:
+            values.update(enableDistributedReplicatedGraphs=True,
+                          globalReplicationFactor=total,
+                          globalReplicaOffset=self.instance_index * local)
+        self._pb_ir.getSessionOptions().record(values)
 
     @property
     def instance_replication_factor(self) -> int:
