@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from addons_replicas import BACKENDS, CASES, case_id, members, run
 
 import xlgraph
+from tests.addons.replicas import BACKENDS, CASES, case_id, members, run
 from xlgraph.addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
 from xlgraph.addons.ops.cross_entropy_sharded_wr_loss import cross_entropy_sharded_wr_loss
 from xlgraph.addons.ops.layer_norm_distributed import layer_norm_distributed

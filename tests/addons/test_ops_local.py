@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from addons_replicas import BACKENDS, run
 
 import xlgraph
+from tests.addons.replicas import BACKENDS, run
 from xlgraph.addons import ops as addons_ops
 from xlgraph.addons.ops.fp8_mse_scale import fp8_mse_scale
 from xlgraph.addons.ops.grad_reduce_square_add import grad_reduce_square_add

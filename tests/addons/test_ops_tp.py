@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from addons_replicas import BACKENDS, CASES, case_id, grouping, members, run
 
 import xlgraph
+from tests.addons.replicas import BACKENDS, CASES, case_id, grouping, members, run
 from xlgraph.addons.ops import replicated_all_reduce_TP as tp
 from xlgraph.addons.ops import replicated_strided_collectives as strided
 

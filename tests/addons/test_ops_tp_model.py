@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from addons_replicas import BACKENDS, members, run
 
 import xlgraph
+from tests.addons.replicas import BACKENDS, members, run
 from xlgraph import ops
 from xlgraph.addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
 from xlgraph.addons.ops.layer_norm_distributed import layer_norm_distributed
