@@ -1,0 +1,88 @@
+"""GPT-2/GPT-3 and GPT-J decoder blocks (application style, tests/apps/gpt.py) against
+``transformers`` 4.25.1 at the tiny config, over 1, 2 and 4 tensor-parallel replicas: outputs,
+input gradients and every variable's gradient (per replica shard) to 3 decimals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import xlgraph as popxl
+from apps.gpt import GPT2Block, GPTJBlock
+from apps.harness import Result, TinyConfig, compare
+
+transformers = pytest.importorskip("transformers")
+
+from transformers import GPT2Config, GPTJConfig  # noqa: E402
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block as HFGPT2Block  # noqa: E402
+from transformers.models.gptj.modeling_gptj import GPTJBlock as HFGPTJBlock  # noqa: E402
+
+TP = [1, 2, 4]
+
+
+def gpt2_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
+    cfg = TinyConfig(tensor_parallel=tp, dtype=dtype)
+    torch.manual_seed(0)
+    hf = HFGPT2Block(GPT2Config(n_embd=cfg.hidden_size, n_head=cfg.heads,
+                                n_positions=cfg.sequence_length, vocab_size=cfg.vocab_size,
+                                n_inner=cfg.ffn_size, activation_function="gelu_new",
+                                layer_norm_epsilon=cfg.eps, resid_pdrop=0.0, attn_pdrop=0.0,
+                                embd_pdrop=0.0)).eval()
+    _randomise(hf)
+    x = np.random.default_rng(1).normal(size=(cfg.micro_batch_size * cfg.sequence_length,
+                                              cfg.hidden_size)).astype(np.float32)
+
+    def forward(t: torch.Tensor) -> list[torch.Tensor]:
+        shaped = t.reshape(cfg.micro_batch_size, cfg.sequence_length, cfg.hidden_size)
+        return [hf(shaped)[0].reshape(t.shape)]
+
+    return compare(cfg, lambda: GPT2Block(cfg), GPT2Block.hf_mapping, hf, forward, [x])
+
+
+def gptj_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
+    cfg = TinyConfig(tensor_parallel=tp, dtype=dtype)
+    torch.manual_seed(0)
+    hf = HFGPTJBlock(GPTJConfig(n_embd=cfg.hidden_size, n_head=cfg.heads,
+                                n_positions=cfg.sequence_length, vocab_size=cfg.vocab_size,
+                                n_inner=cfg.ffn_size, rotary_dim=cfg.rotary_dim,
+                                activation_function="gelu_new", layer_norm_epsilon=cfg.eps,
+                                resid_pdrop=0.0, attn_pdrop=0.0, embd_pdrop=0.0)).eval()
+    _randomise(hf)
+    x = np.random.default_rng(1).normal(size=(cfg.micro_batch_size * cfg.sequence_length,
+                                              cfg.hidden_size)).astype(np.float32)
+
+    def forward(t: torch.Tensor) -> list[torch.Tensor]:
+        shaped = t.reshape(cfg.micro_batch_size, cfg.sequence_length, cfg.hidden_size)
+        return [hf(shaped)[0].reshape(t.shape)]
+
+    return compare(cfg, lambda: GPTJBlock(cfg), GPTJBlock.hf_mapping, hf, forward, [x])
+
+
+def _randomise(module: torch.nn.Module) -> None:
+    """Every parameter random (HF initialises biases and norms to constants)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * (0.2 if p.dim() > 1 else 0.5))
+
+
+@pytest.mark.parametrize("tp", TP)
+def test_gpt2_block_matches_huggingface(tp: int) -> None:
+    errors = gpt2_case(tp).errors()
+    assert max(errors.values()) < 1e-3, errors
+
+
+@pytest.mark.parametrize("tp", TP)
+def test_gptj_block_matches_huggingface(tp: int) -> None:
+    errors = gptj_case(tp).errors()
+    assert max(errors.values()) < 1e-3, errors
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_gpt2_block_float16(tp: int) -> None:
+    """float16 weights and activations (softmax in float32, as the applications do) against
+    HF in float32: float16 keeps 11 significant bits (unit roundoff 4.9e-4) and each value
+    passes through a few roundings (matmul results, norm statistics, the 16-row sums of the
+    weight gradients), so errors are held to 1% of each quantity's largest magnitude."""
+    errors = gpt2_case(tp, popxl.float16).errors(relative=True)
+    assert max(errors.values()) < 1e-2, errors
