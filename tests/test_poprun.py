@@ -119,6 +119,7 @@ def test_two_instances_of_two_replicas_match_one_instance_of_four(mpi, tmp_path)
     one = np.load(tmp_path / "one.0.npz")
     assert one["loss"].shape == (3, 4) and np.isfinite(one["loss"]).all()
     assert not np.allclose(one["b"], 0) and one["loss"][0, 0] != one["loss"][-1, 0]
+    assert one["m"].shape == (6,) and not np.allclose(one["m"], np.arange(6))
     for instance in (0, 1):
         part = np.load(tmp_path / f"two.{instance}.npz")
         mine = slice(2 * instance, 2 * instance + 2)
@@ -127,5 +128,5 @@ def test_two_instances_of_two_replicas_match_one_instance_of_four(mpi, tmp_path)
         np.testing.assert_allclose(part["loss"], one["loss"][:, mine], **close)
         np.testing.assert_allclose(part["gathered"], one["gathered"][:, mine], **close)
         np.testing.assert_allclose(part["running"], one["running"][mine], **close)
-        for name in ("w", "b"):
+        for name in ("w", "b", "m"):
             np.testing.assert_allclose(part[name], one[name], **close)

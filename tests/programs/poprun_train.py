@@ -5,11 +5,13 @@ tests/test_poprun.py and docs/poprun.md.
     python -m xlgraph.popxl_compat --device ipu_model poprun_train.py OUT --replicas 4
 
 Data-parallel training of a linear classifier: the weight ``w`` is a variable, the bias ``b``
-lives in a remote buffer (loaded and stored each step), the gradients from ``autodiff`` are
-averaged with ``replicated_all_reduce``, every replica keeps its own running loss in a
-replica-grouped variable (one group per replica), and every replica gathers all replicas'
-losses. Each instance feeds its own replicas' slice of the same global batch and writes what
-its replicas output to ``OUT.<instance index>.npz``.
+lives in a remote buffer (loaded and stored each step), a running value ``m`` is sharded over
+the 4 replicas in a remote buffer (each replica updates its shard; reading it gathers the
+shards from both instances), the gradients from ``autodiff`` are averaged with
+``replicated_all_reduce``, every replica keeps its own running loss in a replica-grouped
+variable (one group per replica), and every replica gathers all replicas' losses. Each instance
+feeds its own replicas' slice of the same global batch and writes what its replicas output to
+``OUT.<instance index>.npz``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ with ir.main_graph, popxl.in_sequence():
     w = popxl.variable(rng.normal(0, 0.5, (features, classes)).astype(np.float32), name="w")
     buffer = popxl.remote_buffer((classes,), popxl.float32, entries=1)
     b = popxl.remote_variable(np.zeros(classes, np.float32), buffer, 0, name="b")
+    moments = popxl.replica_sharded_buffer((6,), popxl.float32)  # 2 of 8 (6 + 2 padding) each
+    m = popxl.remote_replica_sharded_variable(np.arange(6, dtype=np.float32), moments, 0,
+                                              name="m")
     running = popxl.variable(np.zeros((replicas, 1), np.float32), name="running",
                              replica_grouping=ir.replica_grouping(group_size=1),
                              retrieval_mode="all_replicas")
@@ -63,6 +68,8 @@ with ir.main_graph, popxl.in_sequence():
     ops.scaled_add_(w, ops.collectives.replicated_all_reduce(d_w, "mean"), b=-0.5)
     new_bias = bias - ops.collectives.replicated_all_reduce(d_b, "mean") * 0.5
     ops.remote_store(buffer, 0, new_bias)
+    shard = ops.remote_load(moments, 0)
+    ops.remote_store(moments, 0, shard * 0.9 + ops.collectives.replicated_all_reduce(loss, "mean"))
     ops.var_updates.accumulate_(running, ops.reshape(loss, (1,)))
     ops.host_store(s_loss, loss)
     ops.host_store(s_all, ops.collectives.replicated_all_gather(loss))
@@ -80,7 +87,7 @@ with popxl.Session(ir, "ipu_hw") as session:
         out = session.run({s_x: xs, s_y: ys})
         losses.append(out[s_loss].reshape(local))
         gathered.append(out[s_all].reshape(local, replicas))
-    got = {name: session.get_tensor_data(t) for name, t in (("w", w), ("b", b))}
+    got = {name: session.get_tensor_data(t) for name, t in (("w", w), ("b", b), ("m", m))}
     got["running"] = np.asarray(session.get_tensor_data(running)).reshape(local, 1)
 np.savez(f"{args.out}.{popdist.getInstanceIndex()}.npz", loss=np.stack(losses),
          gathered=np.stack(gathered), first=first, instances=popdist.getNumInstances(), **got)

@@ -3,6 +3,8 @@ local replica, and the values of the remote variables kept there."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from xlgraph.errors import DistributedError, GraphMismatchError
@@ -26,8 +28,11 @@ class RemoteMemory:
     """Allocates ``buffer.storage`` (``(entries, ...)``, or ``(local replicas, entries, ...)``
     with replicas) and reads and writes remote variables there."""
 
-    def __init__(self, ir: Ir, layout: ReplicaLayout) -> None:
+    def __init__(self, ir: Ir, layout: ReplicaLayout, exchange: Any = None) -> None:
+        """``exchange``: the link to the other instances (``xlgraph.dist.exchange``), which
+        reads of variables sharded over several instances go through."""
         self.layout = layout
+        self.exchange = exchange
         self.buffers = _buffers(ir)
         lead = (layout.local,) if layout.replicated else ()
         for b in self.buffers:
@@ -83,15 +88,22 @@ class RemoteMemory:
         return self.layout.retrieve(v, entry, host)
 
     def _unshard(self, v: Variable, shards: np.ndarray) -> np.ndarray:
-        """Each local replica's full value, from the shards of its shard group."""
+        """Each local replica's full value, from the shards of its shard group. A group spread
+        over instances is gathered from them: every instance reads the variable (as every
+        instance of a PopXL job calls ``get_tensor_data``), or the read fails naming it."""
         n = v.remote.buffer.shard_over
         if not self.layout.replicated:
             return shards[: v.nelms].reshape(v.shape)
-        if self.layout.local % n or self.layout.offset % n:
-            raise DistributedError(
-                f"{v.id}: its shards are spread over instances; read it where a whole shard "
-                f"group of {n} replicas runs"
-            )
-        groups = [shards[start:start + n].reshape(-1)[: v.nelms].reshape(v.shape)
-                  for start in range(0, self.layout.local, n)]
-        return np.stack([groups[i // n] for i in range(self.layout.local)])
+        first = self.layout.offset
+        if self.layout.local % n or first % n:
+            if self.exchange is None:
+                raise DistributedError(
+                    f"{v.id}: its shards are spread over instances; read it where a whole "
+                    f"shard group of {n} replicas runs"
+                )
+            shards = self.exchange.allgather(np.ascontiguousarray(shards),
+                                             f"read of sharded variable {v.id}")
+            first = 0
+        starts = [(r // n) * n - first for r in self.layout.mine]
+        return np.stack([shards[s:s + n].reshape(-1)[: v.nelms].reshape(v.shape)
+                         for s in starts])

@@ -144,7 +144,7 @@ class Session:
             ir.session_options.engineOptions)
         variables = self.executable.variables
         self._host = {v: self._host_copy(v) for v in variables}
-        self.remote = RemoteMemory(ir, self.layout)
+        self.remote = RemoteMemory(ir, self.layout, _exchange(ir))
         self._host_values = {v: v.initial_data for v in [*variables, *self.remote.variables]}
         device = self._device
         written = self.executable.written_variables
