@@ -114,11 +114,12 @@ def compare(config: TinyConfig, make_module: Callable[[], addons.Module],
             hf_mapping: Callable[[TinyConfig, NamedTensors, torch.nn.Module], Any],
             hf_layer: torch.nn.Module, hf_forward: Callable[..., Sequence[torch.Tensor]],
             inputs: Sequence[np.ndarray], grad_inputs: Sequence[bool] | None = None,
-            seed: int = 0) -> Result:
+            seed: int = 0, untrained: Sequence[str] = ()) -> Result:
     """Run the module ``make_module()`` on ``inputs`` over ``config.tensor_parallel``
     replicas with the weights of ``hf_layer``; ``hf_forward(*torch_inputs)`` gives the HF
     outputs. Floating inputs (or those marked in ``grad_inputs``) get gradients; the output
-    gradient seed is random."""
+    gradient seed is random. Variables named in ``untrained`` (constants held per replica
+    group) are not compared."""
     tp = config.tensor_parallel
     floating = [np.issubdtype(a.dtype, np.floating) for a in inputs]
     grad_inputs = list(grad_inputs) if grad_inputs is not None else floating
@@ -150,7 +151,7 @@ def compare(config: TinyConfig, make_module: Callable[[], addons.Module],
         to_grad = info.fwd_graph_ins_to_grad_parent_outs(call)
         in_grads = [to_grad[graph.graph.inputs[i]] for i, g in enumerate(grad_inputs) if g]
         var_grads = {name: to_grad[t] for name, t in graph.args.to_dict().items()
-                     if t in to_grad}
+                     if t in to_grad and name not in untrained}
         out_streams = [addons.host_store(t) for t in outs + in_grads]
         var_streams = {name: addons.host_store(t) for name, t in var_grads.items()}
 
