@@ -116,7 +116,10 @@ def test_named_tensors_sorted_by_tensor_name_and_streams_iterate():
         named = addons.NamedTensors(first=zb, second=za)
         assert named.tensors == (za, zb)  # by tensor name
         assert list(named.named_tensors) == ["first", "second"]  # by insertion
-        assert named.remap({za: zb}).second is zb
+        swapped = named.remap({za: zb, zb: za})
+        assert swapped.second is zb and swapped.first is za
+        with pytest.raises(KeyError, match="'first'"):  # 3.4 has no fallback for a missing tensor
+            named.remap({za: zb})
         ins = addons.InputStreams(x=((2,), popxl.float32), y=popxl.TensorSpec((3,), popxl.int32))
         assert [s.name for s in ins] == ["x", "y"] and len(ins) == 2
         assert ins[0] is ins.x is ins["x"] and ins[1:] == [ins.y]

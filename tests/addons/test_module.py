@@ -12,7 +12,6 @@ import pytest
 import xlgraph as popxl
 import xlgraph.addons as addons
 from tests.addons.helpers import fetch, run
-from xlgraph import ops
 
 SPEC = popxl.TensorSpec((2, 3), popxl.float32)
 
@@ -126,76 +125,65 @@ def test_constructor_arguments_and_inline_calls():
     assert Scale().implements_grad_graph and not Plain().implements_grad_graph
 
 
-class Outer(addons.Module):
-    def build(self, x):
-        (y,) = self.call_module(Scale(), name="inner")(x)
-        return y + 1.0
-
-
-def test_call_module_registers_the_custom_gradient_for_the_outer_autodiff():
+def test_build_grad_graphs_are_not_recursively_autodiffable():
+    """A graph built from a module with build_grad keeps its hand-written gradient: autodiff of
+    a graph that calls it without that gradient's info is refused (popxl-addons marks such graphs
+    as not recursively autodiff-able), and with the info it uses build_grad's graph."""
     ir = popxl.Ir()
     with ir.main_graph:
-        x = popxl.variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="x")
-        facts, fwd = Outer().create_graph(x)
-        assert facts.keys_flat() == ["inner.w"]
-        assert len(fwd.called_graphs_grad_info) == 1
-        grad = addons.autodiff(fwd)
-        variables = facts.init()
-        info = fwd.bind(variables).call_with_info(x)
-        assert len(info.outputs) == 1  # only the original output
+        _, scale = Scale().create_graph(SPEC)
+        _, plain = Plain().create_graph(SPEC)
+        assert not scale.graph.recursively_autodiffable and plain.graph.recursively_autodiffable
+
+        class Caller(addons.Module):
+            def build(self, x):
+                w = self.add_variable_input("w", lambda: np.full((2, 3), 2.0, np.float32))
+                return scale.bind(addons.NamedTensors(w=w)).call(x)[0]
+
+        _, caller = Caller().create_graph(SPEC)
+        with pytest.raises(popxl.errors.AutodiffError, match="not recursively autodiff-able"):
+            addons.autodiff(caller)
+        info = scale.autodiff().grad_graph_info
+        grad = addons.autodiff(caller, called_graphs_grad_info={scale.graph: info})
+        x = popxl.variable(np.ones((2, 3), np.float32), name="x")
+        w = popxl.variable(np.full((2, 3), 2.0, np.float32), name="w")
+        fwd_info = caller.bind(addons.NamedTensors(w=w)).call_with_info(x)
         dy = popxl.constant(np.ones((2, 3), np.float32))
-        dx, dw = grad.call(dy, args=grad.grad_graph_info.inputs_dict(info))
+        dx, dw = grad.call(dy, args=grad.grad_graph_info.inputs_dict(fwd_info))
         streams = fetch(dx, dw)
     got_dx, got_dw = run(ir, streams)
-    np.testing.assert_allclose(got_dx, np.full((2, 3), 3.0))  # build_grad's rule, not x*w's
-    np.testing.assert_allclose(got_dw, 10.0 * np.arange(6).reshape(2, 3))
+    np.testing.assert_allclose(got_dx, np.full((2, 3), 3.0))  # build_grad's, not 2.0
+    np.testing.assert_allclose(got_dw, np.full((2, 3), 10.0))
 
 
-class Block(addons.Module):
-    def __init__(self):
-        super().__init__()
-        self.ffn = addons.layers.Linear(3) if hasattr(addons, "layers") else None
-
-    def build(self, x):
-        return self.ffn(x)
-
-
-class Stack(addons.Module):
-    def build(self, x):
-        for layer in self:
-            x = layer(x)
-        return x
-
-
-def test_attribute_names_scope_and_from_list_iteration():
+def test_create_grad_graph_info_describes_a_hand_built_gradient_graph():
+    """``create_grad_graph_info``: inputs in ``fwd_tensors`` take forward values, the others
+    the gradients of the forward outputs; outputs are the gradients of the forward inputs."""
     ir = popxl.Ir()
     with ir.main_graph:
-        facts, fwd = Block().create_graph(SPEC)
-        assert facts.keys_flat() == ["ffn.weight", "ffn.bias"]
-        assert fwd.args.ffn.weight.id.endswith("ffn/weight")
-        stack = Stack.from_list([Block(), Block()])
-        assert isinstance(stack, Stack) and stack[1] is stack.get("1")
-        facts, _ = stack.create_graph(SPEC)
-        assert facts.keys_flat()[:2] == ["0.ffn.weight", "0.ffn.bias"]
-    with pytest.raises(AttributeError, match="iterable"):
-        iter(Plain())
-
-
-def test_graph_with_named_args_bind_copy_and_schedule():
-    ir = popxl.Ir()
-    with ir.main_graph:
-        facts, fwd = Scale().create_graph(SPEC)
-        variables = facts.init()
-        extra = addons.NamedTensors.from_dict({"w": variables.w, "unknown": variables.w})
-        bound = fwd.bind(extra)  # names only one side has are ignored
-        assert bound.args == {fwd.args.w: variables.w}
-        copy = fwd.copy()
-        assert copy.graph is fwd.graph and copy.from_module is None and copy.aux == {}
-        assert "mul" in fwd.print_schedule()
-        with pytest.raises(AttributeError, match="not a gradient graph"):
-            fwd.grad_graph_info  # noqa: B018
-    with ir.main_graph:
-        x = popxl.variable(np.ones((2, 3), np.float32))
-        (y,) = fwd.call(x, args=variables)
-        assert y.shape == (2, 3)
-        _ = ops.relu(y)
+        m = Plain()
+        _, fwd = m.create_graph(SPEC)
+        x_in, w_in = fwd.graph.inputs
+        grad = ir.create_empty_graph("plain_grad")
+        with grad:
+            w_val = popxl.graph_input((2, 3), popxl.float32, "w")
+            dy = popxl.graph_input((2, 3), popxl.float32, "dy")
+            popxl.graph_output(dy * w_val)
+        info = m.create_grad_graph_info(grad, fwd, {w_val: w_in}, grads_required=[x_in])
+        assert [c.connection_type.name for c in info.expected_inputs] == ["Fwd", "FwdGrad"]
+        assert info.expected_inputs[0].fwd_tensor is w_in
+        assert info.expected_inputs[1].fwd_tensor is fwd.graph.outputs[0]
+        assert [c.fwd_tensor for c in info.expected_outputs] == [x_in]
+        x = popxl.variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="x")
+        w = popxl.variable(np.full((2, 3), 5.0, np.float32), name="w")
+        fwd_info = fwd.bind(addons.NamedTensors(w=w)).call_with_info(x)
+        ones = popxl.constant(np.ones((2, 3), np.float32))
+        (dx,) = addons.GraphWithNamedArgs.from_grad_graph(info).call(
+            args={**info.inputs_dict(fwd_info), dy: ones})
+        streams = fetch(dx)
+        with pytest.raises(ValueError, match="1 outputs, grads_required has 2"):
+            m.create_grad_graph_info(grad, fwd, {w_val: w_in})
+        with pytest.raises(ValueError, match="2 gradient inputs"):
+            m.create_grad_graph_info(grad, fwd, {}, grads_required=[x_in])
+    (got,) = run(ir, streams)
+    np.testing.assert_allclose(got, np.full((2, 3), 5.0))

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import xlgraph as popxl
@@ -26,6 +26,7 @@ from xlgraph.addons.variable_factory import (
     add_replica_sharded_variable_input,
     add_variable_input,
 )
+from xlgraph.transforms import GradGraphInfo
 
 __all__ = ["Module", "NameScopeMeta", "Aux"]
 
@@ -173,6 +174,8 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
             graph = popxl.gir().create_graph(self, *args, **kwargs)
         finally:
             _building.stack.pop()
+        if self.implements_grad_graph:  # autodiff of a caller must use build_grad's graph
+            graph.recursively_autodiffable = False
         factories, named = self._state()
         result = GraphWithNamedArgs(graph, named, from_module=self, aux=dict(self.aux),
                                     called_graphs_grad_info=dict(self._called_graphs_grad_info))
@@ -195,6 +198,34 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         from xlgraph.addons.module_grad import create_grad_graph
 
         return create_grad_graph(self, fwd_graph, grads_provided, grads_required)
+
+    def create_grad_graph_info(self, grad_graph: popxl.Graph,
+                               fwd_graph: GraphWithNamedArgs | popxl.Graph,
+                               fwd_tensors: Mapping[popxl.Tensor, popxl.Tensor] | None = None,
+                               grads_provided: Iterable[popxl.Tensor] | None = None,
+                               grads_required: Iterable[popxl.Tensor] | None = None,
+                               ) -> GradGraphInfo:
+        """Describe a hand-built gradient graph of ``fwd_graph`` for autodiff and
+        ``GradGraphInfo``'s helpers.
+
+        Args:
+            grad_graph: the gradient graph.
+            fwd_graph: its forward graph.
+            fwd_tensors: ``{gradient-graph input: forward tensor}`` for the inputs that take a
+                forward value (the ``aux`` reads); every other input, in order, takes the
+                gradient of the next forward output of ``grads_provided``.
+            grads_provided: the forward outputs whose gradients feed in (default: all).
+            grads_required: the forward inputs whose gradients ``grad_graph`` outputs, in
+                output order (default: all).
+
+        Raises:
+            ValueError: the counts of gradient inputs or outputs do not match.
+        """
+        from xlgraph.addons.module_grad import grad_graph_info
+
+        fwd = fwd_graph.graph if isinstance(fwd_graph, GraphWithNamedArgs) else fwd_graph
+        return grad_graph_info(grad_graph, fwd, dict(fwd_tensors or {}), grads_provided,
+                               grads_required)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.implements_grad_graph:

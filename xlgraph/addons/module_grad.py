@@ -21,21 +21,21 @@ from xlgraph.transforms.autodiff import _add_forward_output  # call sites gain t
 if TYPE_CHECKING:
     from xlgraph.addons.module import Module
 
-__all__ = ["create_grad_graph"]
+__all__ = ["create_grad_graph", "grad_graph_info"]
 
 FWD, FWD_GRAD = ExpectedConnectionType.Fwd, ExpectedConnectionType.FwdGrad
 
 
 def _checked(fwd: popxl.Graph, tensors: Iterable[popxl.Tensor] | None, default: Any,
-             where: str, what: str) -> list[popxl.Tensor]:
+             where: str, what: str, caller: str = "create_grad_graph") -> list[popxl.Tensor]:
     out = list(default if tensors is None else tensors)
     twice = duplicate_items(out)
     if twice:
-        raise ValueError(f"create_grad_graph: {what} lists {[t.id for t in twice]} twice")
+        raise ValueError(f"{caller}: {what} lists {[t.id for t in twice]} twice")
     pool = set(getattr(fwd, where))
     stray = [t.id for t in out if t not in pool]
     if stray:
-        raise ValueError(f"create_grad_graph: {what} {stray} are not {where} of graph "
+        raise ValueError(f"{caller}: {what} {stray} are not {where} of graph "
                          f"{fwd.name!r}")
     return out
 
@@ -104,9 +104,31 @@ def create_grad_graph(module: Module, fwd_graph: GraphWithNamedArgs,
                 popxl.graph_output(g)
     finally:
         module._reset()
-    info = GradGraphInfo(
-        graph=graph, forward_graph=fwd,
-        expected_inputs=tuple(ExpectedConnection(t, FWD_GRAD) for t in provided)
-        + tuple(ExpectedConnection(t, FWD) for t, _ in read.values()),
-        expected_outputs=tuple(ExpectedConnection(t, FWD_GRAD) for t in plain + variables))
-    return GraphWithNamedArgs.from_grad_graph(info)
+    return GraphWithNamedArgs.from_grad_graph(grad_graph_info(
+        graph, fwd, {g: t for t, g in read.values()}, provided, plain + variables))
+
+
+def grad_graph_info(grad: popxl.Graph, fwd: popxl.Graph, fwd_tensors: dict[Any, popxl.Tensor],
+                    grads_provided: Iterable[popxl.Tensor] | None,
+                    grads_required: Iterable[popxl.Tensor] | None) -> GradGraphInfo:
+    """See ``Module.create_grad_graph_info``."""
+    where = "create_grad_graph_info"
+    provided = _checked(fwd, grads_provided, fwd.outputs, "outputs", "grads_provided", where)
+    required = _checked(fwd, grads_required, fwd.inputs, "inputs", "grads_required", where)
+    stray = [t.id for t in fwd_tensors if t not in grad.inputs]
+    if stray:
+        raise ValueError(f"{where}: fwd_tensors keys {stray} are not inputs of {grad.name!r}")
+    grad_ins = [t for t in grad.inputs if t not in fwd_tensors]
+    if len(grad_ins) != len(provided):
+        raise ValueError(f"{where}: {grad.name!r} has {len(grad_ins)} gradient inputs (inputs "
+                         f"not in fwd_tensors), grads_provided has {len(provided)}")
+    if len(grad.outputs) != len(required):
+        raise ValueError(f"{where}: {grad.name!r} has {len(grad.outputs)} outputs, "
+                         f"grads_required has {len(required)}")
+    seeds = iter(provided)
+    return GradGraphInfo(
+        graph=grad, forward_graph=fwd,
+        expected_inputs=tuple(ExpectedConnection(fwd_tensors[t], FWD) if t in fwd_tensors
+                              else ExpectedConnection(next(seeds), FWD_GRAD)
+                              for t in grad.inputs),
+        expected_outputs=tuple(ExpectedConnection(t, FWD_GRAD) for t in required))

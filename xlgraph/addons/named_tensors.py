@@ -30,10 +30,19 @@ class NamedTensors(DotTree[Tensor]):
         return self.to_dict()
 
     def remap(self, mapping: Mapping[Tensor, Tensor]) -> NamedTensors:
-        """The same names with every tensor replaced by ``mapping[tensor]`` (a tensor the
-        mapping lacks is kept)."""
-        return NamedTensors.from_dict({k: mapping.get(t, t) for k, t in self.to_dict().items()})
+        """The same names with every tensor replaced by ``mapping[tensor]``.
 
+        Raises:
+            KeyError: naming the key whose tensor the mapping lacks (as popxl-addons 3.4).
+        """
+        remapped = {}
+        for key, t in self.to_dict().items():
+            try:
+                remapped[key] = mapping[t]
+            except KeyError:
+                raise KeyError(f"NamedTensors.remap: the mapping has no tensor for {key!r} "
+                               f"(tensor {t.name!r})") from None
+        return NamedTensors.from_dict(remapped)
 
 def print_named_tensors(named_tensors: NamedTensors) -> NamedTensors:
     """Print every tensor each time the graph runs, titled by its dotted name.

@@ -40,6 +40,9 @@ class Graph:
         self.call_sites: list[Op] = []
         # outputs the user declared, set when autodiff first adds activations as outputs
         self.declared_outputs: int | None = None
+        # False for a graph with a hand-written gradient (popxl-addons' ``build_grad``): autodiff
+        # of a graph calling it needs its GradGraphInfo in ``called_graphs_grad_info``
+        self.recursively_autodiffable = True
         self._op_created_hooks: dict[int, Callable[[Op], Any]] = {}
         self._next_hook = 0
 

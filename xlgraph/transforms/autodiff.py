@@ -75,6 +75,12 @@ class _GradBuilder:
     def grad_info(self, callee: Graph) -> Nested[GradGraphInfo]:
         """The (cached) gradient graph of a called graph: float outputs to float inputs."""
         if callee not in self.cache:
+            if not callee.recursively_autodiffable:
+                raise AutodiffError(
+                    f"autodiff({self.fwd.name!r}): the called graph {callee.name!r} has its own "
+                    f"gradient (it is not recursively autodiff-able); pass its GradGraphInfo in "
+                    f"called_graphs_grad_info (popxl-addons' call_module does) "
+                    f"[at {user_source_line()}]")
             provided = [t for t in callee.outputs if t.dtype.is_floating_point]
             required = [t for t in callee.inputs if t.dtype.is_floating_point]
             self.cache[callee] = yield _differentiate(callee, provided, required, self.cache)
