@@ -130,3 +130,26 @@ def test_two_instances_of_two_replicas_match_one_instance_of_four(mpi, tmp_path)
         np.testing.assert_allclose(part["running"], one["running"][mine], **close)
         for name in ("w", "b", "m"):
             np.testing.assert_allclose(part[name], one[name], **close)
+
+
+ONE_READS = """
+import numpy as np, popdist, popxl, popxl.ops as ops
+ir = popxl.Ir(replication="popdist")
+with ir.main_graph:
+    buf = popxl.replica_sharded_buffer((6,), popxl.float32)
+    m = popxl.remote_replica_sharded_variable(np.arange(6, dtype=np.float32), buf, 0, name="m")
+    ops.remote_store(buf, 0, ops.remote_load(buf, 0) + 1.0)
+with popxl.Session(ir, "ipu_hw") as session:
+    session.run()
+if popdist.getInstanceIndex() == 0:  # the shards of m are on both instances
+    print(session.get_tensor_data(m))
+"""
+
+
+def test_a_sharded_read_on_one_instance_only_ends_the_job_naming_it(mpi):
+    done = _run([*_poprun(), "--num-instances", "2", "--num-replicas", "4",
+                 sys.executable, "-c", ONE_READS])
+    assert done.returncode != 0
+    assert ("instance 0: the instances disagree on collective #1: this instance runs '#1: read "
+            "of sharded variable m of float32[2]', instance 1 runs '#1: finish (the program "
+            "ended)'") in done.stderr
