@@ -114,12 +114,15 @@ def compare(config: TinyConfig, make_module: Callable[[], addons.Module],
             hf_mapping: Callable[[TinyConfig, NamedTensors, torch.nn.Module], Any],
             hf_layer: torch.nn.Module, hf_forward: Callable[..., Sequence[torch.Tensor]],
             inputs: Sequence[np.ndarray], grad_inputs: Sequence[bool] | None = None,
-            seed: int = 0, untrained: Sequence[str] = ()) -> Result:
+            seed: int = 0, untrained: Sequence[str] = (),
+            replica_inputs: dict[int, np.ndarray] | None = None) -> Result:
     """Run the module ``make_module()`` on ``inputs`` over ``config.tensor_parallel``
     replicas with the weights of ``hf_layer``; ``hf_forward(*torch_inputs)`` gives the HF
     outputs. Floating inputs (or those marked in ``grad_inputs``) get gradients; the output
     gradient seed is random. Variables named in ``untrained`` (constants held per replica
-    group) are not compared."""
+    group) are not compared. ``replica_inputs[i]`` (leading replica axis) replaces what
+    replicas are fed for input ``i`` (e.g. indices offset into each replica's vocabulary
+    shard); HF gets ``inputs[i]``."""
     tp = config.tensor_parallel
     floating = [np.issubdtype(a.dtype, np.floating) for a in inputs]
     grad_inputs = list(grad_inputs) if grad_inputs is not None else floating
@@ -139,6 +142,8 @@ def compare(config: TinyConfig, make_module: Callable[[], addons.Module],
             tensors.append(t)
             streams.append(stream)
             feeds[stream] = np.broadcast_to(data, (tp, *data.shape)) if tp > 1 else data
+            if replica_inputs and i in replica_inputs:
+                feeds[stream] = replica_inputs[i].astype(data.dtype)
         facts, graph = make_module().create_graph(*tensors)
         variables = facts.init()
         grad_graph = addons.autodiff(graph)
