@@ -320,3 +320,58 @@ def test_local_ops_run_each_replica_on_its_own_data(backend):
                                            rel=1e-6)
         assert outs[4][r] == np.floor(np.log2(240 / np.abs(lhs[r]).max()))
         np.testing.assert_array_equal(outs[5][r], x[r])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("replicas", [1, 2, 4, 8])
+def test_fp8_scales_and_sparse_matmul_per_replica(backend, replicas):
+    """The fp8 scale ops and the dense-sparse product on 1..8 replicas (their replicated forms):
+    each replica's scale comes from its own elements (magnitudes differ per replica, so the
+    scales do), and a constant held once gives every replica the same scale."""
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(replicas)
+    mags = 2.0 ** rng.integers(-12, 12, replicas)
+    x = (rng.normal(size=(replicas, 5, 4)) * mags[:, None, None]).astype(np.float32)
+    rhs = sp.csr_matrix(random_sparse(rng.normal(size=(4, 3)), 0.5))
+    held = rng.normal(size=(6,)).astype(np.float32) * 100
+
+    def fwd(t):
+        c = xlgraph.constant(held)
+        return [addons_ops.fp8_amax_scale(t), addons_ops.fp8_amax_scale(t, xlgraph.float8_152),
+                fp8_mse_scale(t), fp8_mse_scale(t, xlgraph.float8_152),
+                addons_ops.fp8_amax_scale(c), fp8_mse_scale(c),
+                dense_const_sparse_matmul(t, rhs, 3)]
+
+    outs, _ = run(replicas, fwd, [x], backend=backend)
+    for r in range(replicas):
+        amax = np.abs(x[r].astype(np.float64)).max()
+        assert outs[0][r] == np.clip(np.floor(np.log2(240 / amax)), -31, 31)
+        assert outs[1][r] == np.clip(np.floor(np.log2(57344 / amax)), -31, 31)
+        assert outs[2][r] == _mse_scale_loop(x[r], 3, -10, 7)
+        assert outs[3][r] == _mse_scale_loop(x[r], 2, -17, 15)
+        assert outs[4][r] == np.floor(np.log2(240 / np.abs(held).max()))
+        assert outs[5][r] == _mse_scale_loop(held, 3, -10, 7)
+        want = x[r].astype(np.float64) @ rhs.toarray().astype(np.float32)
+        np.testing.assert_allclose(outs[6][r], want, rtol=1e-5, atol=1e-6 * mags[r])
+    if replicas > 1:
+        assert len(set(outs[0].tolist())) > 1  # the replicas' scales differ
+
+
+def _mse_scale_loop(x: np.ndarray, mantissa: int, min_exp: int, max_exp: int) -> int:
+    """fp8_mse_scale written out term by term from the formula (float32 input)."""
+    levels = [2.0 ** (k - 126) for k in range(254)]
+    h = [0.0] * 254
+    for v in np.abs(x.astype(np.float64)).ravel():
+        k = next((j for j in range(253, -1, -1) if v >= levels[j]), None)
+        if k is not None:
+            h[k] += 1 / x.size
+    m, span, q = min_exp - 31 + 126, max_exp - min_exp + 1, 2.0 ** (-2 * (10 - mantissa))
+    costs = []
+    for c in range(62):
+        lo, hi = m + c, m + c + span
+        costs.append(sum(h[j] * levels[j] ** 2 for j in range(1, lo))
+                     + q * sum(h[j] * levels[j] ** 2 for j in range(lo, hi))
+                     + sum(h[j] * (levels[hi - 1] - levels[j]) ** 2 for j in range(hi, 254)))
+    best = min(costs)
+    first = costs.index(best)
+    return 31 - (first + sum(1 for c in costs if c == best) // 2)

@@ -8,6 +8,7 @@ underflow, in-range quantisation and clipping terms; the middle of a plateau of 
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -49,10 +50,15 @@ def _infer(src: TensorSpec, fmt: str) -> TensorSpec:
 
 
 def _amax(x: np.ndarray, fmt: str) -> np.ndarray:
-    amax = np.max(np.abs(x)) if x.size else x.dtype.type(0)
+    return _amax_rows(x.reshape(1, -1), fmt)[0]
+
+
+def _amax_rows(rows: np.ndarray, fmt: str) -> np.ndarray:
+    """The scale of each row of ``rows`` (one replica's elements per row)."""
+    amax = np.max(np.abs(rows), axis=1) if rows.shape[1] else np.zeros(len(rows), rows.dtype)
     with np.errstate(divide="ignore"):
-        ratio = np.log2(x.dtype.type(FP8_FORMATS[fmt].max) / amax)
-    return np.asarray(np.clip(np.floor(ratio), -31, 31), np.int32)
+        ratio = np.log2(rows.dtype.type(FP8_FORMATS[fmt].max) / amax)
+    return np.clip(np.floor(ratio), -31, 31).astype(np.int32)
 
 
 def _amax_ref(x: np.ndarray, fmt: str) -> np.ndarray:
@@ -64,28 +70,51 @@ def _amax_ref(x: np.ndarray, fmt: str) -> np.ndarray:
 def mse_costs(x: np.ndarray, fmt: str) -> np.ndarray:
     """The 62 candidates' costs (float64) from the histogram of ``|x|`` (levels in ``x``'s
     dtype: float16 collapses most of them)."""
+    return _mse_costs_rows(x.reshape(1, -1), fmt)[0]
+
+
+def _mse_costs_rows(rows: np.ndarray, fmt: str) -> np.ndarray:
+    """``mse_costs`` of each row of ``rows``: ``(rows, 62)``. Each term is a correctly rounded
+    sum (``math.fsum``) over the occupied levels, so candidates whose windows hold the same
+    mass cost exactly the same: a plateau's width does not depend on summation order."""
     f = FP8_FORMATS[fmt]
     with np.errstate(over="ignore"):  # float16: the levels past 65504 become inf
-        levels = _LEVELS.astype(x.dtype)
-    bins = np.searchsorted(levels, np.abs(x).ravel(), side="right") - 1  # -1: below E_0
-    h = np.bincount(bins[bins >= 0], minlength=254) / max(x.size, 1)
-    e = _LEVELS
+        levels = _LEVELS.astype(rows.dtype)
+    n, size = rows.shape
+    bins = np.searchsorted(levels, np.abs(rows), side="right") - 1  # -1: below E_0
     m = f.min_exp - 31 + 126
     span = f.max_exp - f.min_exp + 1
     q = 2.0 ** (-2 * (10 - f.mantissa_bits))
-    costs = np.empty(62)
-    for c in range(62):
-        lo, hi = m + c, m + c + span
-        costs[c] = (np.sum(h[1:lo] * e[1:lo] ** 2) + q * np.sum(h[lo:hi] * e[lo:hi] ** 2)
-                    + np.sum(h[hi:] * (e[hi - 1] - e[hi:]) ** 2))
+    costs = np.empty((n, 62))
+    for r in range(n):
+        h = np.bincount(bins[r][bins[r] >= 0], minlength=254) / max(size, 1)
+        occupied = np.flatnonzero(h)
+        occupied = occupied[occupied >= 1].tolist()  # the bucket below E_1 is dropped
+        mass = {j: h[j] * _LEVELS[j] ** 2 for j in occupied}
+        for c in range(62):
+            lo, hi = m + c, m + c + span
+            top = _LEVELS[hi - 1]
+            costs[r, c] = (math.fsum(mass[j] for j in occupied if j < lo)
+                           + q * math.fsum(mass[j] for j in occupied if lo <= j < hi)
+                           + math.fsum(h[j] * (top - _LEVELS[j]) ** 2
+                                       for j in occupied if j >= hi))
     return costs
 
 
 def _mse(x: np.ndarray, fmt: str) -> np.ndarray:
-    costs = mse_costs(x, fmt)
-    first = int(np.argmin(costs))
-    ties = int(np.sum(costs == costs[first]))
-    return np.asarray(31 - (first + ties // 2), np.int32)
+    return _mse_rows(x.reshape(1, -1), fmt)[0]
+
+
+def _mse_rows(rows: np.ndarray, fmt: str) -> np.ndarray:
+    costs = _mse_costs_rows(rows, fmt)
+    first = np.argmin(costs, axis=1)
+    ties = np.sum(costs == costs[np.arange(len(costs)), first][:, None], axis=1)
+    return (31 - (first + ties // 2)).astype(np.int32)
+
+
+def _per_replica(rows_kernel: Any) -> Any:
+    """The replicated form: one scale per replica from its own elements, in one call."""
+    return lambda ctx, x, **attrs: rows_kernel(x.reshape(x.shape[0], -1), **attrs)
 
 
 def _samples(rng: np.random.Generator) -> list[Sample]:
@@ -95,8 +124,9 @@ def _samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _AMAX = OpDef("fp8_amax_scale", _infer, _amax, ref=_amax_ref, samples=_samples,
-              cost=per_input(2))
-_MSE = OpDef("fp8_mse_scale", _infer, _mse, samples=_samples, cost=per_input(4))
+              cost=per_input(2), replicated=_per_replica(_amax_rows))
+_MSE = OpDef("fp8_mse_scale", _infer, _mse, samples=_samples, cost=per_input(4),
+             replicated=_per_replica(_mse_rows))
 
 
 def _check(src: Tensor, name: str) -> None:

@@ -13,6 +13,7 @@ from xlgraph import dtypes
 from xlgraph.cost import Cost, traffic
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register
+from xlgraph.ops.replicas import unchanged
 from xlgraph.tensor import Tensor, TensorSpec
 
 __all__ = ["SparseConstant", "dense_const_sparse_matmul", "random_sparse"]
@@ -108,8 +109,9 @@ def _samples(rng: np.random.Generator) -> list[Sample]:
             Sample((rng.normal(size=(1, 2, 6)), sparse(6, 3), 3))]
 
 
+# the kernel's product broadcasts over leading axes: the replica axis too
 _DENSE_SPARSE = OpDef("dense_const_sparse_matmul", _infer, _kernel, ref=_reference,
-                      samples=_samples, cost=_cost, tol=1e-5)
+                      samples=_samples, cost=_cost, tol=1e-5, replicated=unchanged(_kernel))
 
 
 @register(_DENSE_SPARSE)
