@@ -116,3 +116,43 @@ def test_accumulators_zip_with_the_variables_by_tensor_name():
     assert len(accum.tensors) == len(variables.tensors) + 1
     assert accum.tensors[-1].name == "mean_accum_counter"
     assert all(g.name == f"accum.{v.name}" and g.shape == v.shape for v, g in pairs)
+
+
+class _Double(addons.Module):
+    def build(self, x):
+        return x * 2.0
+
+
+@pytest.mark.parametrize("io_mode,steps", [("compute", 3), ("io", 3), ("io_overlapped", 3),
+                                           ("io_overlapped", 1)])
+def test_batch_serialise_io_mode_places_the_transfers(io_mode, steps):
+    """``io_mode``: "compute" transfers on the compute tiles; "io" (and "io_overlapped") on
+    the IO tiles with a copy to the compute tiles after each load and to the IO tiles before
+    each store; values are the same in every mode."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        _, graph = _Double().create_graph(popxl.TensorSpec((2,), popxl.float32))
+        x_in, y_out = graph.graph.inputs[0], graph.graph.outputs[0]
+        stream = popxl.h2d_stream((2,), popxl.float32, "x")
+        out = popxl.d2h_stream((2,), popxl.float32, "y")
+        buffer = addons.batch_serial_buffer(y_out, steps=steps)
+        result = addons.batch_serialise(graph, steps, {x_in: stream}, {y_out: out},
+                                        {y_out: addons.RemoteHandle(buffer)}, io_mode=io_mode)
+        result.graph.call()
+        entries = [popxl.remote_variable(np.zeros(2, np.float32), buffer, i)
+                   for i in range(steps)]
+    body = next(g for g in ir.graphs if "batch_serial_step" in g.name)
+    placed = {op.defn.name: op.hints.get("tile_set", "compute") for op in body.ops
+              if op.defn.name in ("host_load", "host_store", "remote_store")}
+    copies = sum(op.defn.name == "io_tile_copy" for op in body.ops)
+    on_io = io_mode != "compute"
+    assert placed == dict.fromkeys(["host_load", "host_store", "remote_store"],
+                                   "io" if on_io else "compute")
+    assert copies == (3 if on_io else 0)  # after the load, before each of the two stores
+    ir.num_host_transfers = steps
+    data = np.arange(2 * steps, dtype=np.float32).reshape(steps, 2)
+    with popxl.Session(ir, "cpu") as s:
+        outs = s.run({stream: data if steps > 1 else data[0]})
+        stored = [s.get_tensor_data(e) for e in entries]
+    np.testing.assert_array_equal(outs[out].reshape(steps, 2), data * 2)
+    np.testing.assert_array_equal(np.stack(stored), data * 2)

@@ -78,12 +78,18 @@ def batch_serialise(graph: GraphWithNamedArgs, steps: int, load_handles: Loads,
     are inputs of the result (its named args keep their names; inputs passed by reference,
     such as accumulators, stay so). With ``seed_input``, each step gets its own seed split
     from the one passed in. The result takes an int32 ``row`` input first when ``rows > 1``.
-    ``io_mode`` ("io", "compute", "io_overlapped") is a placement choice that does not change
-    values; "io" and "io_overlapped" record the transfers on the IO tiles.
+    ``io_mode`` places the transfers and does not change values: ``"compute"`` loads and
+    stores on the compute tiles; ``"io"`` on the IO tiles, with an ``io_tile_copy`` to the
+    compute tiles after each load and to the IO tiles before each store; ``"io_overlapped"``
+    places them as ``"io"`` (with fewer than 2 steps it is ``"io"``, as in popxl-addons): the
+    overlap of one step's transfers with the previous step's compute is a schedule the
+    simulator and its cycle model do not represent.
     """
     inner = graph.graph
     if io_mode not in ("io", "compute", "io_overlapped"):
         raise ValueError(f"io_mode must be 'io', 'compute' or 'io_overlapped', got {io_mode!r}")
+    if io_mode == "io_overlapped" and steps < 2:
+        io_mode = "io"
     _check(inner, load_handles, "load_handles", "inputs")
     _check(inner, [*store_streams, *store_buffers], "the stores", "outputs", "inputs")
     kept = [t for t in inner.inputs if t not in load_handles and t is not seed_input]
@@ -103,10 +109,12 @@ def batch_serialise(graph: GraphWithNamedArgs, steps: int, load_handles: Loads,
         info = ops.call_with_info(inner, inputs_dict=feeds)
         _mark_by_ref(info, {p: t for t, p in passed.items()})
         for t, stream in store_streams.items():
-            ops.host_store(stream, info.graph_to_parent(t))
+            with _tiles(io_mode):
+                ops.host_store(stream, _to_tiles(info.graph_to_parent(t), io_mode))
         for t, handle in store_buffers.items():
-            ops.remote_store(handle.buffer, handle.entry(row, step, steps),
-                             info.graph_to_parent(t))
+            with _tiles(io_mode):
+                ops.remote_store(handle.buffer, handle.entry(row, step, steps),
+                                 _to_tiles(info.graph_to_parent(t), io_mode))
         popxl.graph_output(step + 1)
         popxl.graph_output(row)
         if seed is not None:
@@ -137,8 +145,7 @@ def _like(t: popxl.Tensor) -> popxl.Tensor:
 
 def _load(handle: Any, row: popxl.Tensor, step: popxl.Tensor, steps: int, t: popxl.Tensor,
           io_mode: str) -> popxl.Tensor:
-    tiles = popxl.io_tiles() if io_mode != "compute" else contextlib.nullcontext()
-    with tiles:
+    with _tiles(io_mode):
         if isinstance(handle, RemoteHandle):
             loaded = ops.remote_load(handle.buffer, handle.entry(row, step, steps), t.name)
         elif isinstance(handle, popxl.HostToDeviceStream):
@@ -148,7 +155,18 @@ def _load(handle: Any, row: popxl.Tensor, step: popxl.Tensor, steps: int, t: pop
                             f"HostToDeviceStream or a RemoteHandle, got {type(handle).__name__}")
     if loaded.shape != t.shape and loaded.nelms == t.nelms:
         loaded = loaded.reshape(t.shape)
-    return loaded
+    return _to_tiles(loaded, io_mode)  # to the compute tiles
+
+
+def _tiles(io_mode: str) -> contextlib.AbstractContextManager[None]:
+    """The transfers' tile set: the IO tiles unless ``io_mode`` is "compute"."""
+    return popxl.io_tiles() if io_mode != "compute" else contextlib.nullcontext()
+
+
+def _to_tiles(t: popxl.Tensor, io_mode: str) -> popxl.Tensor:
+    """``t`` copied to the tile set of the current scope when the transfers are on the IO
+    tiles (the copy between the transfer and the compute)."""
+    return ops.io_tile_copy(t) if io_mode != "compute" else t
 
 
 def _mark_by_ref(site: Any, tensors: Mapping[popxl.Tensor, popxl.Tensor]) -> None:
