@@ -50,6 +50,7 @@ from xlgraph.poptorch.blocks import (
     registerGeometricCustomArgParsers,
     removeBlocks,
 )
+from xlgraph.poptorch.capture import capturing
 from xlgraph.poptorch.dataloader import AsynchronousDataAccessor, DataLoader
 from xlgraph.poptorch.enums import (
     AnchorMode,
@@ -102,7 +103,8 @@ __all__ = [
     "TensorLocationSettings", "UnsupportedOpError", "VariableRetrievalMode", "cond",
     "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update", "for_loop", "fps",
     "identity_loss", "inferenceModel", "ipuHardwareIsAvailable", "ipuHardwareVersion",
-    "ipu_print_tensor", "isRunningOnIpu", "load", "nearest", "nop", "optim", "poptorchAtExit",
+    "ipu_print_tensor", "isCompilingWithDispatcher", "isRunningOnIpu", "load", "module_repr",
+    "nearest", "nop", "optim", "poptorchAtExit",
     "recomputationCheckpoint", "registerCustomArgParser", "registerPostCompileHook",
     "registerGeometricCustomArgParsers",
     "removeBlocks", "serializedMatMul", "set_available_memory", "set_overlap_for_input",
@@ -113,8 +115,21 @@ _LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERR", "OFF")
 
 
 def isRunningOnIpu() -> bool:  # noqa: N802
-    """False: torch code runs on the host (PopTorch returns True inside a captured model)."""
-    return False
+    """True while a model's ``forward`` is captured for the device, False when torch runs it
+    on the host (as PopTorch: ``forward`` may take an IPU-only path)."""
+    return capturing()
+
+
+def isCompilingWithDispatcher() -> bool:  # noqa: N802
+    """True while a model is captured: xlgraph always captures at the ATen dispatcher level,
+    as PopTorch's dispatcher-based compiler does."""
+    return capturing()
+
+
+def module_repr(m: Any) -> str:
+    """torch's ``repr`` of the module ``m`` with the user's class names: a module wrapped by
+    ``trainingModel`` prints as it did before wrapping."""
+    return repr(m)
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:  # noqa: N802

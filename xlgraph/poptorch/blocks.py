@@ -24,7 +24,7 @@ __all__ = [
     "Block", "BeginBlock", "BlockFunction", "LegacyBeginBlockFn", "removeBlocks", "MultiConv",
     "NameScope", "CPU", "ICustomArgParser", "registerCustomArgParser",
     "registerGeometricCustomArgParsers", "recorded_blocks", "static_blocks",
-    "custom_arg_parser",
+    "custom_arg_parser", "custom_structures",
 ]
 
 _ACTIVE: list[dict[str, int | None]] = []  # one dict per capture in progress
@@ -251,13 +251,39 @@ def registerCustomArgParser(arg_data_type: type, arg_parser: ICustomArgParser) -
     _PARSERS[arg_data_type] = arg_parser
 
 
+class _Skeleton:
+    """A custom argument without its tensors: the pytree context of its type. Two are equal
+    when their types and non-tensor attributes are (torch compares the contexts of a traced
+    output with the one it returns, and of each call's inputs with the compiled ones)."""
+
+    def __init__(self, struct: Any) -> None:
+        self.struct = copy.copy(struct)
+        for key, value in _attributes(self.struct).items():
+            if isinstance(value, torch.Tensor):
+                setattr(self.struct, key, None)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Skeleton) or type(other.struct) is not type(self.struct):
+            return False
+        try:
+            return bool(_attributes(self.struct) == _attributes(other.struct))
+        except Exception:  # noqa: BLE001 - attributes without a plain ==
+            return self.struct is other.struct
+
+    def __hash__(self) -> int:
+        return hash(type(self.struct))
+
+    def __repr__(self) -> str:
+        return f"{type(self.struct).__name__}{_attributes(self.struct)}"
+
+
+def _attributes(struct: Any) -> dict[str, Any]:
+    return dict(vars(struct)) if hasattr(struct, "__dict__") else {}
+
+
 def _flatten(struct: Any) -> tuple[list[Any], Any]:
-    """The parser's tensors, and the structure without them (capture copies the context)."""
-    skeleton = copy.copy(struct)
-    for key, value in vars(skeleton).items() if hasattr(skeleton, "__dict__") else ():
-        if isinstance(value, torch.Tensor):
-            setattr(skeleton, key, None)
-    return list(_PARSERS[type(struct)].yieldTensors(struct)), skeleton
+    """The parser's tensors, and the structure without them."""
+    return list(_PARSERS[type(struct)].yieldTensors(struct)), _Skeleton(struct)
 
 
 def _flatten_with_keys(struct: Any) -> tuple[list[tuple[Any, Any]], Any]:
@@ -265,12 +291,25 @@ def _flatten_with_keys(struct: Any) -> tuple[list[tuple[Any, Any]], Any]:
     return [(pytree.SequenceKey(i), leaf) for i, leaf in enumerate(leaves)], context
 
 
-def _unflatten(leaves: Any, struct: Any) -> Any:
-    return _PARSERS[type(struct)].reconstruct(struct, iter(leaves))
+def _unflatten(leaves: Any, skeleton: _Skeleton) -> Any:
+    return _PARSERS[type(skeleton.struct)].reconstruct(skeleton.struct, iter(leaves))
 
 
 def registerGeometricCustomArgParsers() -> None:  # noqa: N802
     """Accepted: torch_geometric's Data/Batch are not converted by xlgraph."""
+
+
+def custom_structures(values: Any) -> list[Any]:
+    """The non-tensor parts of the custom arguments (registered types) inside ``values``: a
+    call whose parts differ from the compiled ones compiles again, as other Python values do."""
+    found: list[Any] = []
+    pending = [pytree.tree_flatten(values)[1]]
+    while pending:
+        spec = pending.pop()
+        if isinstance(spec.context, _Skeleton):
+            found.append(spec.context)
+        pending.extend(spec.children())
+    return found
 
 
 def custom_arg_parser(value: Any) -> ICustomArgParser | None:

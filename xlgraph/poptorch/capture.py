@@ -10,6 +10,7 @@ sweep) are captured with ``make_fx`` and the same decompositions.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import re
@@ -23,8 +24,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from xlgraph.errors import XlgraphError
 
-__all__ = ["DataDependentError", "decompositions", "export_module", "module_path",
-           "source_line", "trace_function"]
+__all__ = ["DataDependentError", "capturing", "decompositions", "export_module",
+           "module_path", "source_line", "trace_function"]
 
 aten = torch.ops.aten
 
@@ -96,6 +97,15 @@ def _cumulative_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     return forward
 
 
+_CAPTURING: contextvars.ContextVar[bool] = contextvars.ContextVar("capturing", default=False)
+
+
+def capturing() -> bool:
+    """Whether the code running is being captured for the device (PopTorch's
+    ``isRunningOnIpu()`` inside a model's ``forward``)."""
+    return _CAPTURING.get()
+
+
 @contextlib.contextmanager
 def _capturing() -> Iterator[None]:
     """What capture changes while it runs: oneDNN off (LSTM decomposes into matmuls),
@@ -116,6 +126,7 @@ def _capturing() -> Iterator[None]:
     Distribution.set_default_validate_args(False)
     torch.nn.functional.ctc_loss = ctc_loss_op
     torch.bincount = torch.Tensor.bincount = bincount_op
+    token = _CAPTURING.set(True)
     try:
         with warnings.catch_warnings():
             # torch 2.13 warns about its own internals here (export's pytree, oneDNN's TF32 on
@@ -130,6 +141,7 @@ def _capturing() -> Iterator[None]:
         Distribution.set_default_validate_args(validate)
         torch.nn.functional.ctc_loss = ctc
         torch.bincount, torch.Tensor.bincount = bincount, tensor_bincount
+        _CAPTURING.reset(token)
 
 
 def _module_path(model: torch.nn.Module, tb: Any) -> str:

@@ -28,7 +28,7 @@ from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
 from xlgraph.poptorch import optim as pt_optim
 from xlgraph.poptorch import weights
-from xlgraph.poptorch.blocks import recorded_blocks, static_blocks
+from xlgraph.poptorch.blocks import custom_structures, recorded_blocks, static_blocks
 from xlgraph.poptorch.enums import (
     CommGroupType,
     HalfFloatCastingBehavior,
@@ -138,8 +138,11 @@ def _apply_output_mode(array: np.ndarray, steps: int, replicas: int, mode: Outpu
 
 
 def _concrete(bound: dict[str, Any]) -> list[Any]:
-    """The non-tensor leaves of ``forward``'s arguments (baked into the compiled graph)."""
-    return [v for v in pytree.tree_leaves(list(bound.values())) if not isinstance(v, torch.Tensor)]
+    """The non-tensor leaves of ``forward``'s arguments and of its custom-class arguments
+    (baked into the compiled graph)."""
+    values = list(bound.values())
+    return [v for v in pytree.tree_leaves(values) if not isinstance(v, torch.Tensor)] + \
+        custom_structures(values)
 
 
 def _anchor_key(long_name: str) -> str:

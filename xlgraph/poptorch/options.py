@@ -52,6 +52,11 @@ class OptionsDict:
         object.__setattr__(self, "_values", dict(default_values))
         object.__setattr__(self, "_frozen", False)
 
+    def __repr__(self) -> str:
+        """``ClassName(option=value, ...)``, values by their ``repr`` (PopTorch's form)."""
+        return f"{type(self).__name__}(" + ", ".join(
+            f"{k}={v!r}" for k, v in self._values.items()) + ")"
+
     def __getattr__(self, name: str) -> Any:
         values = self.__dict__.get("_values", {})
         if name in values:
@@ -821,7 +826,11 @@ class Options(OptionsDict):
         return out
 
     def __repr__(self) -> str:
-        return (f"Options(device_iterations={self.device_iterations}, replication_factor="
-                f"{self.replication_factor}, gradient_accumulation="
-                f"{self.Training.gradient_accumulation}, output_mode={self.output_mode.name}, "
-                f"random_seed={self.random_seed})")
+        """``Options(option=value, ..., Training=_TrainingOptions(...), ...)``: every option
+        and sub-object, as PopTorch prints them."""
+        subs = {k: v for k, v in self.toDict().items() if isinstance(v, dict)}
+        parts = [f"{k}={v!r}" for k, v in self._values.items()]
+        for name in subs:
+            obj = getattr(self, name, None) if name != "Popart" else self._Popart
+            parts.append(f"{name}={obj!r}")
+        return f"{type(self).__name__}(" + ", ".join(parts) + ")"

@@ -126,6 +126,10 @@ class _SyncOnRead:
         self._xlgraph_sync()
         return super().__getattr__(name)
 
+    def _get_name(self) -> str:
+        """The user's class name, which ``repr`` prints (wrapping changes no printout)."""
+        return type(self)._xlgraph_original.__name__
+
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         self._xlgraph_sync()
         return super().state_dict(*args, **kwargs)

@@ -1,0 +1,116 @@
+"""Structured inputs and outputs and the small helpers of PopTorch's top level, as a PopTorch
+user meets them: ``OrderedDict`` and custom classes (through ``ICustomArgParser``) in and out of
+``forward``, ``isRunningOnIpu``/``isCompilingWithDispatcher`` inside ``forward``,
+``module_repr`` and ``repr`` of wrapped modules, ``Options``' repr, and ``destroy``."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+poptorch = pytest.importorskip("xlgraph.poptorch")
+
+
+class Pair:
+    def __init__(self, first, second, tag="pair"):
+        self.first, self.second, self.tag = first, second, tag
+
+
+class PairParser(poptorch.ICustomArgParser):
+    def yieldTensors(self, struct):  # noqa: N802
+        yield struct.first
+        yield struct.second
+
+    def reconstruct(self, original_structure, tensor_iterator):
+        return Pair(next(tensor_iterator), next(tensor_iterator), original_structure.tag)
+
+
+poptorch.registerCustomArgParser(Pair, PairParser())
+
+
+class Structured(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, batch, pair):
+        y = self.fc(batch["x"]) + pair.first
+        out = collections.OrderedDict(z=y * 2, w=pair.second - 1)
+        return out, Pair(y.sum(1), pair.second * y[:, :1], pair.tag)
+
+
+def test_ordered_dict_and_custom_class_inputs_and_outputs_match_torch():
+    torch.manual_seed(0)
+    net = Structured()
+    model = poptorch.inferenceModel(net)
+    for tag in ("first", "first", "second"):  # a new tag (a non-tensor value) recompiles
+        batch = collections.OrderedDict(x=torch.randn(2, 3))
+        pair = Pair(torch.randn(2, 3), torch.randn(2, 3), tag)
+        got_dict, got_pair = model(batch, pair)
+        want_dict, want_pair = net(batch, pair)
+        assert type(got_dict) is collections.OrderedDict and list(got_dict) == ["z", "w"]
+        for key in want_dict:
+            torch.testing.assert_close(got_dict[key], want_dict[key].detach())
+        assert isinstance(got_pair, Pair) and got_pair.tag == tag
+        torch.testing.assert_close(got_pair.first, want_pair.first.detach())
+        torch.testing.assert_close(got_pair.second, want_pair.second.detach())
+
+
+class Trained(Structured):
+    def forward(self, batch, pair):
+        out, res = super().forward(batch, pair)
+        return res, nn.functional.mse_loss(out["z"], pair.second)
+
+
+def test_custom_class_trains_like_torch():
+    torch.manual_seed(0)
+    net, ref = Trained(), Trained()
+    ref.load_state_dict(net.state_dict())
+    batch, pair = {"x": torch.randn(4, 3)}, Pair(torch.randn(4, 3), torch.randn(4, 3))
+    model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    res, loss = model(batch, pair)
+    want, ref_loss = ref(batch, pair)
+    torch.testing.assert_close(loss, ref_loss.detach())
+    assert isinstance(res, Pair)
+    ref_loss.backward()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p -= 0.1 * p.grad
+    torch.testing.assert_close(net.fc.weight.detach(), ref.fc.weight.detach())
+
+
+def test_forward_sees_it_runs_on_the_ipu_only_when_compiled():
+    class Net(nn.Module):
+        def forward(self, x):
+            on_ipu = poptorch.isRunningOnIpu() and poptorch.isCompilingWithDispatcher()
+            return x + 1 if on_ipu else x - 1
+
+    x = torch.zeros(2)
+    assert Net()(x).tolist() == [-1.0, -1.0]
+    assert poptorch.inferenceModel(Net())(x).tolist() == [1.0, 1.0]
+    assert not poptorch.isRunningOnIpu() and not poptorch.isCompilingWithDispatcher()
+
+
+def test_module_repr_and_repr_are_the_users_after_wrapping_and_destroy():
+    net = Trained()
+    before = repr(net)
+    model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    assert poptorch.module_repr(net) == before == repr(net)
+    assert "Poptorch" not in before and before.startswith("Trained(")
+    model({"x": torch.randn(2, 3)}, Pair(torch.zeros(2, 3), torch.zeros(2, 3)))
+    model.destroy()
+    assert not model.isCompiled() and type(net) is Trained and repr(net) == before
+    poptorch.trainingModel(net)  # unwrapped by destroy: wrapping again is allowed
+
+
+def test_options_repr_lists_every_option_and_sub_object():
+    opts = poptorch.Options().deviceIterations(3).randomSeed(7)
+    opts.Training.gradientAccumulation(2)
+    text = repr(opts)
+    assert text.startswith("Options(device_iterations=3, replication_factor=1,")
+    assert "random_seed=7" in text and "log_dir='.'" in text
+    assert "Training=_TrainingOptions(gradient_accumulation=2," in text
+    assert repr(opts.Precision).startswith("_PrecisionOptions(")
