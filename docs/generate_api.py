@@ -127,10 +127,18 @@ def _value_text(value: Any) -> str:
     return f"<{type(value).__name__}{size}>"
 
 
+def _split_off(cls: type, base: type) -> bool:
+    """``base`` is a part of ``cls`` moved to a module below it (a private base defined in
+    another module, as ``ProfileReport``'s ``_ReportFacts``): documented as ``cls``'s own."""
+    return base.__name__.startswith("_") and base.__module__ != cls.__module__
+
+
 def _members(cls: type) -> list[str]:
-    """The public methods and properties ``cls`` defines itself, one line each."""
+    """The public methods and properties ``cls`` defines itself, one line each (its split-off
+    private bases' first)."""
     lines = []
-    for name, attr in vars(cls).items():
+    parts = [c for c in reversed(cls.__mro__) if c is cls or _split_off(cls, c)]
+    for name, attr in [item for c in parts for item in vars(c).items()]:
         if name.startswith("_"):
             continue
         if isinstance(attr, property):
@@ -191,7 +199,8 @@ def entry(module: ModuleType, name: str, comments: dict[str, str]) -> str:
         members = ", ".join(f"`{m.name}`" for m in obj)
         return f"- `{name}` (enum: {members}): {_purpose(obj)}"
     if inspect.isclass(obj):
-        bases = [b.__name__ for b in obj.__bases__ if b is not object]
+        bases = [b.__name__ for b in obj.__bases__
+                 if b is not object and not _split_off(obj, b)]
         kind = f"class, subclass of `{'`, `'.join(bases)}`" if bases else "class"
         try:
             shown = signature(obj, name)

@@ -10,6 +10,7 @@ from xlgraph import (
     dtypes,
     errors,
     fp8_utils,
+    listing,  # noqa: F401 - lends the core Graph and Ir printing (core.dispatch)
     nn,
     ops,
     optim,

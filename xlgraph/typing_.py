@@ -1,40 +1,19 @@
-"""Type annotations with a meaning to ``Ir.create_graph``: ``TensorByRef``."""
+"""Type annotations with a meaning to ``Ir.create_graph``: ``TensorByRef``.
+
+PopXL's path; ``TensorByRef`` lives in ``xlgraph.core.by_ref``, beside the ``Ir`` that reads it.
+"""
 
 from __future__ import annotations
 
 import typing
 from typing import Any
 
-from xlgraph.core.tensor import Tensor
+from xlgraph.core.by_ref import TensorByRef, is_by_ref_annotation
 
 __all__ = ["TensorByRef", "NewAliasAnnotation", "is_by_ref_annotation"]
-
-
-class TensorByRef(Tensor):
-    """Annotate a ``create_graph`` parameter with ``TensorByRef`` (or ``List[TensorByRef]``)
-    to make its graph input pass-by-reference: in-place changes the graph makes to it are seen
-    by the caller at every call site (as ``graph_input(..., by_ref=True)``).
-
-    Example:
-        >>> def increment(x: TensorByRef):
-        ...     ops.add_(x, 1.0)
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("TensorByRef is an annotation for create_graph parameters, not a tensor")
 
 
 def NewAliasAnnotation(name: str, tp: type) -> Any:  # noqa: N802 - PopXL's public name
     """A new annotation type ``name`` that stands for ``tp`` (``TensorByRef`` is one for
     ``Tensor``); only ``TensorByRef`` changes how ``create_graph`` builds inputs."""
     return typing.NewType(name, tp)
-
-
-def is_by_ref_annotation(annotation: Any) -> bool:
-    """True when ``annotation`` is ``TensorByRef`` or a container of it (strings too, as
-    written under ``from __future__ import annotations``)."""
-    if isinstance(annotation, str):
-        return "TensorByRef" in annotation
-    if annotation is TensorByRef:
-        return True
-    return any(is_by_ref_annotation(a) for a in typing.get_args(annotation))

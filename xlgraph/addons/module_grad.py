@@ -10,7 +10,7 @@ returns the gradients of the non-variable inputs in ``grads_required`` and sets
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import xlgraph as popxl
 from xlgraph.addons.graph import GraphWithNamedArgs
@@ -18,12 +18,21 @@ from xlgraph.addons.utils import duplicate_items, suffix_graph_name
 from xlgraph.transforms import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
 from xlgraph.transforms.autodiff import _add_forward_output  # call sites gain the output
 
-if TYPE_CHECKING:
-    from xlgraph.addons.module import Module
-
 __all__ = ["create_grad_graph", "grad_graph_info"]
 
 FWD, FWD_GRAD = ExpectedConnectionType.Fwd, ExpectedConnectionType.FwdGrad
+
+
+class GradBuilder(Protocol):
+    """What ``create_grad_graph`` uses of an ``xlgraph.addons.Module`` (which imports this
+    module, so it is named by its parts here)."""
+
+    aux: Any
+    var_grad: dict[str, popxl.Tensor]
+
+    def _reset(self) -> None: ...
+
+    def build_grad(self, *grads: popxl.Tensor) -> Any: ...
 
 
 def _checked(fwd: popxl.Graph, tensors: Iterable[popxl.Tensor] | None, default: Any,
@@ -57,7 +66,7 @@ def _check_grad(g: Any, t: popxl.Tensor, what: str) -> None:
                          f"{t.meta_shape})")
 
 
-def create_grad_graph(module: Module, fwd_graph: GraphWithNamedArgs,
+def create_grad_graph(module: GradBuilder, fwd_graph: GraphWithNamedArgs,
                       grads_provided: Iterable[popxl.Tensor] | None,
                       grads_required: Iterable[popxl.Tensor] | None) -> GraphWithNamedArgs:
     """See ``Module.create_grad_graph``."""

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from xlgraph.errors import skip_in_source_lines, user_source_line
 
-if TYPE_CHECKING:
-    from xlgraph.core.graph import Graph
-    from xlgraph.core.ir import Ir
+if TYPE_CHECKING:  # records above this module, by the members it reads (kinds.py)
+    from xlgraph.core.kinds import GraphLike as Graph
+    from xlgraph.core.kinds import IrLike as Ir
 
 __all__ = [
     "get_current_graph",

@@ -14,9 +14,9 @@ from xlgraph.core.pb_views import PbGraph
 from xlgraph.core.tensor import Constant, Tensor, TensorSpec, Variable
 from xlgraph.errors import GraphMismatchError, IrFrozenError, user_source_line
 
-if TYPE_CHECKING:
-    from xlgraph.core.ir import Ir
-    from xlgraph.core.op import Op
+if TYPE_CHECKING:  # records above this module, by the members it reads (kinds.py)
+    from xlgraph.core.kinds import IrLike as Ir
+    from xlgraph.core.kinds import OpLike as Op
 
 __all__ = ["Graph"]
 

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from xlgraph.core import instances
+from xlgraph.core.by_ref import is_by_ref_annotation
 from xlgraph.core.collector import collector_paused
+from xlgraph.core.dispatch import provided
 from xlgraph.core.graph import Graph
-from xlgraph.core.listing import format_ir, ir_dot, write_dot
 from xlgraph.core.tensor import Tensor, TensorSpec, graph_input, graph_output
 from xlgraph.errors import whole_number
 from xlgraph.options import PbIr, SessionOptions
 from xlgraph.replica_grouping import ReplicaGrouping
-from xlgraph.typing_ import is_by_ref_annotation
 
 __all__ = ["Ir"]
 
@@ -139,7 +139,7 @@ class Ir:
 
     def __str__(self) -> str:
         """Every graph's listing, the main graph first (see ``xlgraph.listing``)."""
-        return format_ir(self)
+        return provided("format_ir")(self)  # xlgraph.core.listing
 
     def dot_checkpoint(self, check: str, save_dir: str | Path | None = None) -> Path | None:
         """Write the Ir's DOT text to ``<save_dir>/<check>.dot`` when the session option
@@ -161,7 +161,7 @@ class Ir:
     def to_dot(self, path: str | Path | None = None) -> str:
         """Graphviz DOT text of every graph, a cluster each, with dashed edges from call sites
         to their callees; ``path`` is handled as by ``Graph.to_dot``."""
-        return write_dot(ir_dot(self), path)
+        return provided("write_dot")(provided("ir_dot")(self), path)  # core.listing
 
     def _unique_graph_name(self, base: str, suffix: bool) -> str:
         n = self._graph_names.get(base, 0)

@@ -234,6 +234,7 @@ def write_dot(dot: str, path: str | Path | None) -> str:
     return dot
 
 
-# ``str(graph)`` and ``graph.to_dot`` print through these (the graph module cannot import this
-# one, which imports it); ``xlgraph.core.ir`` imports this module, so they are there with any Ir.
-provide(format_listing=format_listing, graph_dot=graph_dot, write_dot=write_dot)
+# ``str(graph)``, ``str(ir)`` and their ``to_dot`` print through these (the graph and ir modules
+# cannot import this one, which imports them); ``import xlgraph`` loads it.
+provide(format_listing=format_listing, graph_dot=graph_dot, write_dot=write_dot,
+        format_ir=format_ir, ir_dot=ir_dot)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from xlgraph.core.graph import Graph
-    from xlgraph.core.ir import Ir
-    from xlgraph.core.op import Op
-    from xlgraph.core.tensor import Tensor
+if TYPE_CHECKING:  # records above this module, by the members it reads (kinds.py)
+    from xlgraph.core.kinds import GraphLike as Graph
+    from xlgraph.core.kinds import IrLike as Ir
+    from xlgraph.core.kinds import OpLike as Op
+    from xlgraph.core.kinds import TensorLike as Tensor
 
 __all__ = ["PopartViewError", "op_type", "op_class", "PbIrGraphs", "PbGraph", "PbOp",
            "PbTensor", "PbSession", "SUPPORT_PAGE"]

@@ -16,9 +16,9 @@ from xlgraph.dtypes import dtype
 from xlgraph.errors import ShapeError
 from xlgraph.utils import to_numpy
 
-if TYPE_CHECKING:
-    from xlgraph.core.graph import Graph
-    from xlgraph.core.op import Op
+if TYPE_CHECKING:  # records above this module, by the members it reads (kinds.py)
+    from xlgraph.core.kinds import GraphLike as Graph
+    from xlgraph.core.kinds import OpLike as Op
     from xlgraph.replica_grouping import ReplicaGrouping
     from xlgraph.tensorlocation import TensorLocationInfo
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from xlgraph.ipu.cycles import CycleEstimate, OpRow
 from xlgraph.ipu.hardware import IPUModel
 
 if TYPE_CHECKING:
-    from xlgraph.ipu.report import ProfileReport
+    from xlgraph.ipu.report_data import _ReportFacts
 
 __all__ = ["SCHEMA", "VERSION", "READS", "NOTE", "to_dict", "from_dict", "read"]
 
@@ -33,8 +33,10 @@ SCHEMA = "xlgraph-profile"
 VERSION = 1
 READS = (0, 1)  # the schema versions ``from_dict`` reads
 
+R = TypeVar("R", bound="_ReportFacts")  # the report class ``from_dict`` makes
 
-def to_dict(report: ProfileReport) -> dict[str, Any]:
+
+def to_dict(report: _ReportFacts) -> dict[str, Any]:
     """``report`` as schema ``VERSION``: plain JSON data."""
     model = report.model
     split = report.end_to_end()
@@ -76,7 +78,7 @@ def _rows(ops: list[dict[str, Any]]) -> list[OpRow]:
     return [OpRow(**{k: v for k, v in op.items() if k in fields}) for op in ops]
 
 
-def _from_v1(data: dict[str, Any], cls: type[ProfileReport]) -> ProfileReport:
+def _from_v1(data: dict[str, Any], cls: type[R]) -> R:
     model = _model(data["model"])
     memory, liveness, time = data["memory"], data["liveness"], data["time"]
     cycles = CycleEstimate(_rows(data["operations"]), time["device_cycles_per_run"],
@@ -118,7 +120,7 @@ def _upgrade_v0(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def from_dict(data: Any, cls: type[ProfileReport], source: str = "the data") -> ProfileReport:
+def from_dict(data: Any, cls: type[R], source: str = "the data") -> R:
     """The report (a ``cls``) in ``data`` (schema version 0 or 1) read from ``source``.
 
     Raises:

@@ -15,7 +15,7 @@ from xlgraph.ipu.cycles import OpRow
 from xlgraph.listing import printable
 
 if TYPE_CHECKING:
-    from xlgraph.ipu.report import ProfileReport
+    from xlgraph.ipu.report_data import _ReportFacts
 
 __all__ = ["figure", "byte_unit", "format_bytes", "user_label", "context_of"]
 
@@ -25,7 +25,7 @@ def _label(name: str) -> str:
     return printable(name).replace("$", r"\$")
 
 
-def figure(report: ProfileReport) -> Any:
+def figure(report: _ReportFacts) -> Any:
     """The matplotlib figure of ``report``: memory per tile, liveness, cycles by op.
 
     Raises:
@@ -56,7 +56,7 @@ def figure(report: ProfileReport) -> Any:
     return fig
 
 
-def _plot_memory(report: ProfileReport, ax: Any) -> None:
+def _plot_memory(report: _ReportFacts, ax: Any) -> None:
     """Stacked bars per tile, the y axis fitted to the fullest tile (capacity noted)."""
     tiles = np.arange(report.model.tiles)
     peak = report.peak

@@ -11,16 +11,12 @@ from declared facts (``OpDef.layout``), never from running kernels.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from xlgraph.core.trampoline import Nested, run
 from xlgraph.lower.program import Step
+from xlgraph.lower.storage import Plan
 from xlgraph.tensor import TensorSpec
-
-if TYPE_CHECKING:
-    from xlgraph.lower.plan import Plan
 
 
 def pure_view(s: Step) -> bool:

@@ -17,7 +17,6 @@ For one body of steps (the main program or a compiled function), from its livene
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from xlgraph.errors import DeviceMemoryError
 from xlgraph.lower.layouts import decide_layouts
 from xlgraph.lower.liveness import Liveness
 from xlgraph.lower.program import Step, walk
+from xlgraph.lower.storage import Plan
 from xlgraph.op import Op
 from xlgraph.tensor import TensorSpec
 
@@ -69,34 +69,6 @@ def new_buffer(shape: tuple[int, ...], dtype: np.dtype, what: str,
         size = np.prod(shape, dtype=float) * np.dtype(dtype).itemsize
         raise DeviceMemoryError(f"cannot allocate {size / 2**30:.4g} GiB for a {np.dtype(dtype)} "
                                 f"buffer of shape {tuple(shape)}, {what}") from None
-
-
-@dataclass(eq=False)
-class Plan:
-    """Where the values of one body live (step tables are keyed by ``Step``)."""
-
-    live: Liveness
-    root: dict[int, int] = field(default_factory=dict)  # slot -> storage root slot
-    defined: dict[int, int] = field(default_factory=dict)  # root -> position of its step
-    last_use: dict[int, int] = field(default_factory=dict)  # root -> position of last read
-    escaping: set[int] = field(default_factory=set)  # roots that must be fresh arrays
-    layout: dict[int, str] = field(default_factory=dict)
-    viewish: set[int] = field(default_factory=set)  # slots that may hold a view
-    use_out: set[Step] = field(default_factory=set)  # steps run through kernel_out
-    densify: dict[Step, set[int]] = field(default_factory=dict)  # step -> inputs made dense
-    copies: dict[Step, set[int]] = field(default_factory=dict)  # step -> inputs always copied
-    buffer_of: dict[int, int] = field(default_factory=dict)  # root -> pool buffer
-    scratch: dict[Step, list[int]] = field(default_factory=dict)  # step -> scratch buffers
-    fused_into: dict[int, int] = field(default_factory=dict)  # dying root -> root fused into it
-
-    @property
-    def positions(self) -> dict[Step, int]:
-        return self.live.positions
-
-    @property
-    def fused(self) -> int:
-        """Number of elementwise ops that write into their dying input's buffer."""
-        return len(self.fused_into)
 
 
 def _storage(plan: Plan, results: list[int]) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from xlgraph.ipu.report_plot import context_of, format_bytes
 
 if TYPE_CHECKING:
-    from xlgraph.ipu.report import ProfileReport
+    from xlgraph.ipu.report_data import _ReportFacts
 
 __all__ = ["require_plotly", "write_report", "write_compare", "OPERATION_COLUMNS"]
 
@@ -36,7 +36,7 @@ def require_plotly() -> None:
                           "pip install 'xlgraph[report]'") from None
 
 
-def _operation_rows(report: ProfileReport) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def _operation_rows(report: _ReportFacts) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The operation table's rows in program order, and each row's step positions."""
     total = report.cycles.total or 1.0
     order = sorted(report.cycles.rows, key=lambda r: (min(r.positions, default=1 << 60)))
@@ -51,7 +51,7 @@ def _operation_rows(report: ProfileReport) -> tuple[list[dict[str, Any]], list[d
     return rows, attrs
 
 
-def _summary(report: ProfileReport) -> str:
+def _summary(report: _ReportFacts) -> str:
     from xlgraph.ipu.page.html import escape
 
     peak = report.peak
@@ -73,7 +73,7 @@ def _tensor_table(table_id: str, tensors: list[dict[str, Any]], caption: str) ->
                  filter_box=False, caption=caption)
 
 
-def report_sections(report: ProfileReport, prefix: str = "") -> list[tuple[str, str, str]]:
+def report_sections(report: _ReportFacts, prefix: str = "") -> list[tuple[str, str, str]]:
     """The five views of one report as page sections (ids prefixed with ``prefix``)."""
     from xlgraph.ipu.page import figures
     from xlgraph.ipu.page.html import figure_div, table
@@ -102,7 +102,7 @@ def report_sections(report: ProfileReport, prefix: str = "") -> list[tuple[str, 
     ]
 
 
-def write_report(report: ProfileReport, path: str | Path) -> Path:
+def write_report(report: _ReportFacts, path: str | Path) -> Path:
     """Write ``report`` as a self-contained HTML page at ``path``.
 
     Raises:
@@ -117,7 +117,7 @@ def write_report(report: ProfileReport, path: str | Path) -> Path:
     return path
 
 
-def write_compare(before: ProfileReport, after: ProfileReport, path: str | Path,
+def write_compare(before: _ReportFacts, after: _ReportFacts, path: str | Path,
                   names: tuple[str, str] = ("before", "after")) -> Path:
     """Write a page comparing ``before`` and ``after`` at ``path``: both reports side by side,
     memory by category and cycles per operation with their differences.

@@ -12,7 +12,7 @@ import numpy as np
 from xlgraph.ipu.report_plot import format_bytes
 
 if TYPE_CHECKING:
-    from xlgraph.ipu.report import ProfileReport
+    from xlgraph.ipu.report_data import _ReportFacts
 
 __all__ = ["operation_diff", "compare_sections"]
 
@@ -25,7 +25,7 @@ DIFF_COLUMNS = (
     ("where", "user line", False))
 
 
-def operation_diff(before: ProfileReport, after: ProfileReport,
+def operation_diff(before: _ReportFacts, after: _ReportFacts,
                    names: tuple[str, str] = ("before", "after")) -> list[dict[str, Any]]:
     """Per operation (matched by name): cycles, bytes and FLOPs before and after and the
     change of cycles, largest change first."""
@@ -50,7 +50,7 @@ def operation_diff(before: ProfileReport, after: ProfileReport,
     return rows
 
 
-def _metrics(r: ProfileReport) -> dict[str, float]:
+def _metrics(r: _ReportFacts) -> dict[str, float]:
     peak = r.peak
     out: dict[str, float] = {
         "peak bytes, all tiles": float(peak.sum()),
@@ -68,7 +68,7 @@ def _metrics(r: ProfileReport) -> dict[str, float]:
     return out
 
 
-def _summary_table(before: ProfileReport, after: ProfileReport, names: tuple[str, str]) -> str:
+def _summary_table(before: _ReportFacts, after: _ReportFacts, names: tuple[str, str]) -> str:
     from xlgraph.ipu.page.html import table
 
     a, b = _metrics(before), _metrics(after)
@@ -83,7 +83,7 @@ def _summary_table(before: ProfileReport, after: ProfileReport, names: tuple[str
     return table("diff-summary-table", columns, rows, filter_box=False)
 
 
-def compare_sections(before: ProfileReport, after: ProfileReport,
+def compare_sections(before: _ReportFacts, after: _ReportFacts,
                      names: tuple[str, str]) -> list[tuple[str, str, str]]:
     """The compare page's sections: summary, side by side, categories, operations."""
     from xlgraph.ipu.page import figures

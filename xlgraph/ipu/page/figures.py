@@ -16,7 +16,7 @@ import numpy as np
 from xlgraph.ipu.report_plot import byte_unit, format_bytes
 
 if TYPE_CHECKING:
-    from xlgraph.ipu.report import ProfileReport
+    from xlgraph.ipu.report_data import _ReportFacts
 
 __all__ = ["tile_map", "categories", "liveness", "time_split", "category_diff", "cycles_diff"]
 
@@ -47,7 +47,7 @@ def _text(name: str) -> str:
     return html.escape(str(name), quote=True)
 
 
-def tile_map(report: ProfileReport, title: str | None = None, width: int = 900) -> Figure:
+def tile_map(report: _ReportFacts, title: str | None = None, width: int = 900) -> Figure:
     """Every tile as one square, coloured by its peak bytes; tiles over capacity outlined red.
     The colour scale runs to the fullest tile (or the capacity, whichever is less) and the
     title gives the capacity and the fullest tile's share of it. Squares are sized for a map
@@ -106,7 +106,7 @@ def _bars(names: list[str], values: list[int], total: int,
                           for n, v in zip(names, values)], "hoverinfo": "text"}, unit
 
 
-def categories(report: ProfileReport) -> Figure:
+def categories(report: _ReportFacts) -> Figure:
     """Bytes by category over all tiles and on the fullest tile: always-live categories and
     the not-always-live peak."""
     names = [_text(k) for k in report.always_live] + ["not-always-live peak"]
@@ -130,7 +130,7 @@ def categories(report: ProfileReport) -> Figure:
                               yaxis={"anchor": "x"}, yaxis2={"anchor": "x2"})}
 
 
-def liveness(report: ProfileReport, title: str | None = None) -> Figure:
+def liveness(report: _ReportFacts, title: str | None = None) -> Figure:
     """Not-always-live bytes of all tiles per program step, the peak marked."""
     steps = report.steps
     unit, size = byte_unit(max((s["bytes"] for s in steps), default=0))
@@ -159,7 +159,7 @@ def liveness(report: ProfileReport, title: str | None = None) -> Figure:
                               yaxis={"title": {"text": unit}})}
 
 
-def time_split(report: ProfileReport) -> Figure:
+def time_split(report: _ReportFacts) -> Figure:
     """Microseconds per run: host side (measured, when runs were), host link and device."""
     split = report.end_to_end()
     measured = report.host_side_s_per_run is not None
@@ -181,12 +181,12 @@ def time_split(report: ProfileReport) -> Figure:
                               xaxis={"title": {"text": "microseconds per run"}})}
 
 
-def category_diff(before: ProfileReport, after: ProfileReport,
+def category_diff(before: _ReportFacts, after: _ReportFacts,
                   names: tuple[str, str] = ("before", "after")) -> Figure:
     """Bytes by category (all tiles) of both reports, side by side."""
     keys = list(dict.fromkeys([*before.always_live, *after.always_live]))
 
-    def values(r: ProfileReport) -> list[int]:
+    def values(r: _ReportFacts) -> list[int]:
         zero = np.zeros(1, np.int64)
         return ([int(r.always_live.get(k, zero).sum()) for k in keys]
                 + [max((s["bytes"] for s in r.steps), default=0)])
