@@ -94,7 +94,7 @@ def named_variable_buffers(factories: NamedVariableFactories, entries: int = 1,
             if not 1 <= shard <= group:
                 raise ValueError(f"named_variable_buffers: shard_over_dict={shard} must be "
                                  f"between 1 and the group size {group} ({name!r})")
-        spec = popxl.TensorSpec(f.shape, f.dtype)
+        spec = popxl.TensorSpec(f.meta_shape or f.shape, f.dtype)  # the whole variable
         out[name] = create_remote_buffer(spec, entries, f.replica_grouping, shard)
     return NamedRemoteBuffers.from_dict(out)
 

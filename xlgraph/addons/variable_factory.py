@@ -68,7 +68,7 @@ class VariableFactory:
             first = self._pending = self._probe(self._source, "taking its first element")
         self.data_iter = data_iter
         self.dtype = dtype or popxl.dtypes.of_array(to_numpy(first, None, True))
-        self.shape = tuple(np.shape(first))
+        self._data_shape = tuple(np.shape(first))
 
     def _probe(self, source: Callable[[], Any], how: str) -> np.ndarray:
         try:
@@ -89,15 +89,22 @@ class VariableFactory:
         return to_numpy(data, dtype, True)
 
     @property
+    def shape(self) -> tuple[int, ...]:
+        """The variable's shape on a replica: the data's shape, or one flat shard
+        ``(ceil(nelms / shard_over),)`` when sharded (as popxl-addons; the whole shape is
+        then ``meta_shape``)."""
+        if self.shard_over > 1:
+            return (math.ceil(math.prod(self._data_shape) / self.shard_over),)
+        return self._data_shape
+
+    @property
     def meta_shape(self) -> tuple[int, ...]:
         """The whole tensor's shape when sharded, else ``()``."""
-        return self.shape if self.shard_over > 1 else ()
+        return self._data_shape if self.shard_over > 1 else ()
 
     @property
     def shape_on_replica(self) -> tuple[int, ...]:
-        """A replica's shape: one flat shard when sharded."""
-        if self.shard_over > 1:
-            return (math.ceil(math.prod(self.shape) / self.shard_over),)
+        """A replica's shape (``shape``)."""
         return self.shape
 
     @property
@@ -112,13 +119,13 @@ class VariableFactory:
         zeros of the right shape when ``empty``."""
         groups = self._groups()
         if empty:
-            shape = self.shape if groups == 1 else (groups, *self.shape)
+            shape = self._data_shape if groups == 1 else (groups, *self._data_shape)
             return np.zeros(shape, self.dtype.as_numpy())
         draws = [self._draw(self.dtype) for _ in range(groups)]
         for d in draws:
-            if d.shape != self.shape:
+            if d.shape != self._data_shape:
                 raise ValueError(f"variable factory {self.name!r}: data of shape {d.shape}, "
-                                 f"expected {self.shape} like its first data")
+                                 f"expected {self._data_shape} like its first data")
         return draws[0] if groups == 1 else np.stack(draws)
 
     def create_input(self, prefix: str | None = None) -> popxl.Tensor:
@@ -151,7 +158,7 @@ class VariableFactory:
 
     def _memmap(self, path: Path, empty: bool, read_only: bool) -> np.ndarray:
         groups = self._groups()
-        shape = self.shape if groups == 1 else (groups, *self.shape)
+        shape = self._data_shape if groups == 1 else (groups, *self._data_shape)
         if path.exists():
             return np.memmap(path, self.dtype.as_numpy(), "r" if read_only else "r+",
                              shape=shape)
@@ -173,7 +180,7 @@ class VariableFactory:
                                      replica_grouping=self.replica_grouping)
 
     def __repr__(self) -> str:
-        return (f"VariableFactory({self.name!r}, {self.dtype.name}{list(self.shape)}"
+        return (f"VariableFactory({self.name!r}, {self.dtype.name}{list(self._data_shape)}"
                 f"{', by_ref' if self.by_ref else ''}"
                 f"{f', shard_over={self.shard_over}' if self.shard_over > 1 else ''})")
 
