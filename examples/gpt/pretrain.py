@@ -1,0 +1,115 @@
+"""Pretrain the small GPT on the shipped corpus (character level), application style: Adam,
+gradient accumulation, data parallelism over replicas, TaskSession checkpoints.
+
+    python examples/gpt/pretrain.py --config tiny --checkpoint /tmp/gpt-ckpt
+    python examples/gpt/pretrain.py --steps 300 --checkpoint /tmp/gpt-ckpt
+    python examples/gpt/pretrain.py --resume /tmp/gpt-ckpt --steps 100 --checkpoint /tmp/gpt-ckpt
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import data  # noqa: E402
+from config import GPTConfig, parse  # noqa: E402
+from model import GPTLoss  # noqa: E402
+
+import xlgraph as popxl  # noqa: E402
+import xlgraph.addons as addons  # noqa: E402
+from xlgraph import ops  # noqa: E402
+from xlgraph.addons import NamedTensors, TaskSession  # noqa: E402
+from xlgraph.addons.optimizers.adam import AdamOptimizerStep  # noqa: E402
+
+
+def build(cfg: GPTConfig, device: str) -> tuple[TaskSession, list, popxl.DeviceToHostStream]:
+    """The training step: ``gradient_accumulation`` micro-batches forward and backward, the
+    gradients summed (and averaged over the data-parallel replicas), one Adam update."""
+    np.random.seed(cfg.seed)  # the layers' initialisers draw from numpy's global generator
+    ir = popxl.Ir(replication=cfg.data_parallel)
+    ir.num_host_transfers = cfg.gradient_accumulation
+    rows = cfg.micro_batch_size * cfg.sequence_length
+    with ir.main_graph:
+        words_s = popxl.h2d_stream((rows,), popxl.int32, "words")
+        labels_s = popxl.h2d_stream((rows,), popxl.int32, "labels")
+        loss_s = popxl.d2h_stream((), popxl.float32, "loss")
+        spec = popxl.TensorSpec((rows,), popxl.int32)
+        facts, graph = GPTLoss(cfg).create_graph(spec, spec, spec)
+        variables = facts.init()
+        grad_graph = addons.autodiff(graph)
+        positions = popxl.constant(np.tile(np.arange(cfg.sequence_length, dtype=np.int32),
+                                           cfg.micro_batch_size), name="positions")
+        grads: dict[str, popxl.Tensor] = {}
+        for _ in range(cfg.gradient_accumulation):
+            words, labels = ops.host_load(words_s), ops.host_load(labels_s)
+            fwd = graph.bind(variables).call_with_info(words, positions, labels)
+            ops.host_store(loss_s, fwd.outputs[0])
+            seed = popxl.constant(1.0 / cfg.gradient_accumulation, popxl.float32)
+            info = grad_graph.grad_graph_info
+            call = grad_graph.call_with_info(seed, args=info.inputs_dict(fwd))
+            to_grad = info.fwd_graph_ins_to_grad_parent_outs(call)
+            for name, t in graph.args.to_dict().items():
+                g = to_grad[t]
+                grads[name] = grads[name] + g if name in grads else g
+        optimizer = AdamOptimizerStep(cache=True)
+        state = dict(variables.to_dict())
+        for name, var in variables.to_dict().items():
+            g = grads[name]
+            if cfg.data_parallel > 1:
+                g = ops.collectives.replicated_all_reduce(g, op="mean")
+            opt_facts, opt_graph = optimizer.create_graph(
+                var, g.spec, lr=cfg.lr, weight_decay=0.0, first_order_dtype=popxl.float32)
+            opt_vars = opt_facts.init(prefix=f"optimizer.{name}")
+            opt_graph.bind(opt_vars).call(var, g)
+            state.update({f"optimizer.{name}.{k}": t for k, t in opt_vars.to_dict().items()})
+    session = TaskSession([words_s, labels_s], [loss_s], NamedTensors.from_dict(state), 1, ir,
+                          device)
+    return session, [words_s, labels_s], loss_s
+
+
+def main(argv: list[str] | None = None) -> list[float]:
+    """Train; returns the loss of every step run."""
+    cfg, args = parse(argv, __doc__.splitlines()[0], {
+        "--checkpoint": dict(default=None, help="save the weights and state here at the end"),
+        "--resume": dict(default=None, help="continue from this checkpoint"),
+        "--device": dict(default="cpu", choices=["cpu", "ipu_model"]),
+        "--log_every": dict(type=int, default=10)})
+    chars, tokens = data.load()
+    cfg = replace(cfg, vocab_size=len(chars.chars))
+    session, (words_s, labels_s), loss_s = build(cfg, args.device)
+    rng = np.random.default_rng(cfg.seed)
+    per_step = cfg.gradient_accumulation * cfg.data_parallel * cfg.micro_batch_size
+    lead = tuple(n for n in (cfg.gradient_accumulation, cfg.data_parallel) if n > 1)
+    losses: list[float] = []
+    with session:
+        if args.resume:
+            session.load_checkpoint(args.resume, report_missing="error")
+            rng = np.random.default_rng([cfg.seed, session.session_state["steps"]])
+            print(f"resumed from {args.resume} at step {session.session_state['steps']}")
+        session.add_session_state_info({"config": asdict(cfg)})
+        start = time.perf_counter()
+        for _ in range(cfg.steps):
+            words, labels = data.windows(tokens, rng, per_step, cfg.sequence_length)
+            out = session.run({words_s: words.reshape(*lead, -1),
+                               labels_s: labels.reshape(*lead, -1)})
+            losses.append(float(np.mean(out[loss_s])))
+            step = session.session_state["steps"]
+            if step % args.log_every == 0 or step == 1:
+                print(f"step {step:4d}  loss {losses[-1]:.3f}")
+        seconds = time.perf_counter() - start
+        rate = per_step * cfg.sequence_length * cfg.steps / seconds
+        print(f"{cfg.steps} steps in {seconds:.1f} s ({rate:.0f} tokens/s)")
+        if args.checkpoint:
+            session.save_checkpoint(args.checkpoint)
+            print(f"checkpoint: {args.checkpoint}")
+    return losses
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Print the max abs error against HuggingFace of every layer family at 1, 2 and 4
+tensor-parallel replicas (the largest over outputs, input and variable gradients, and every
+replica). Run from the repository root: ``python tests/apps/report.py``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import xlgraph as popxl  # noqa: E402
+from apps import test_bert_pretraining as bert  # noqa: E402
+from apps import test_encoder_families as enc  # noqa: E402
+from apps import test_gpt_blocks as gpt  # noqa: E402
+from apps import test_lm_head as lm  # noqa: E402
+
+CASES = {
+    "GPT-2/GPT-3 block f32": lambda tp: gpt.gpt2_case(tp).errors(),
+    "GPT-2/GPT-3 block f16 (relative)": lambda tp: gpt.gpt2_case(tp, popxl.float16).errors(True),
+    "GPT-J block f32": lambda tp: gpt.gptj_case(tp).errors(),
+    "BERT layer f32": lambda tp: enc.bert_case(tp).errors(),
+    "T5 encoder attention f32": lambda tp: enc.t5_case(tp, False).errors(),
+    "T5 decoder attention f32": lambda tp: enc.t5_case(tp, True).errors(),
+    "Bloom ALiBi attention f32": lambda tp: enc.bloom_case(tp).errors(),
+    "GPT-2 LM, sharded CE f32": lambda tp: lm.lm_case(tp).errors(),
+    "BERT pretraining, sharded CE f32": lambda tp: bert.bert_pretraining_case(tp).errors(),
+}
+
+
+def main() -> None:
+    print(f"{'family':34} {'tp=1':>10} {'tp=2':>10} {'tp=4':>10}")
+    for name, case in CASES.items():
+        errs = [max(case(tp).values()) for tp in (1, 2, 4)]
+        print(f"{name:34} " + " ".join(f"{e:10.2e}" for e in errs))
+
+
+if __name__ == "__main__":
+    main()
