@@ -95,7 +95,7 @@ def test_written_constants_are_fresh_on_every_execution() -> None:
 
             def body(t: popxl.Tensor) -> popxl.Tensor:
                 acc = ops.init((4,), F32)
-                ops.var_updates.accumulate_(acc, t)
+                acc = ops.var_updates.accumulate_(acc, t)  # read its output: no ambiguity
                 return acc + 1.0
 
             (y,) = ops.repeat(ir.create_graph(body, x.spec), 3, x)
@@ -178,7 +178,7 @@ def test_host_transfers_loop_inside_the_generated_function() -> None:
 
             def body() -> None:
                 w = popxl.graph_input((3,), F32, "w", by_ref=True)
-                ops.var_updates.accumulate_(w, ops.host_load(x_s))
+                w = ops.var_updates.accumulate_(w, ops.host_load(x_s))
                 ops.host_store(out_s, w * 2.0)
 
             g = ir.create_graph(body)

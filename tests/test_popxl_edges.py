@@ -203,7 +203,7 @@ def test_tensor_data_of_constants_grouped_all_replicas_remote_and_sharded() -> N
         ops.var_updates.accumulate_(grouped, popxl.constant(np.ones(2, np.float32)))
         ops.var_updates.accumulate_(every, popxl.constant(np.ones(1, np.float32)))
         ops.remote_store(buffer, 1, ops.remote_load(buffer, 1) * 2.0)
-        ops.var_updates.accumulate_(shard, popxl.constant(np.ones(2, np.float32)))
+        shard = ops.var_updates.accumulate_(shard, popxl.constant(np.ones(2, np.float32)))
         ops.remote_store(sharded.remote.buffer, 0, shard)
     session = popxl.Session(ir)
     before = session.get_tensors_data([c, grouped, every, remote, sharded])

@@ -1,14 +1,18 @@
 """PopXL's behaviour at the edges, round three: the Ir and graph introspection PopXL's own tests
-read, ``subsample``'s int stride, replica-sharded variables' shapes and gathers. Each test
-names the PopXL behaviour it matches."""
+read, ``subsample``'s int stride, replica-sharded variables' shapes and gathers, and in-place
+ambiguity. Each test names the PopXL behaviour it matches."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 import xlgraph as popxl
 from xlgraph import ops
+from xlgraph.errors import SchedulingError
 
 
 def test_graph_repr_ids_names_and_by_ref_inputs() -> None:
@@ -88,3 +92,44 @@ def test_variable_location_info_answers_popart_queries() -> None:
     assert remote.location_info.getRemoteBufferInfo() == (buffer.remote_buffer_id, 2)
     assert sharded.location_info.isRemote() and sharded.location_info.isSharded()
     assert sharded.location_info.getRemoteBufferInfo()[1] == 0
+
+
+# -- in-place ambiguity ------------------------------------------------------------------------
+def _one(value: float = 1.0):
+    return popxl.constant(np.float32(value))
+
+
+# PopXL's patterns: (name, body given variable x returning the stored tensor, refused?)
+PATTERNS: list[tuple[str, Callable, bool]] = [
+    ("read_after_modify", lambda x: (ops.add_(x, _one()), x * 2.0)[1], True),
+    ("store_after_var_update",
+     lambda x: (ops.var_updates.accumulate_(x, _one()), ops.identity(x))[1], True),
+    ("read_through_a_view_made_before",
+     lambda x: (v := x.reshape_((2, 1)), ops.add_(x, _one()), v * 2.0)[2].reshape((2,)), True),
+    ("two_unordered_modifications",
+     lambda x: (ops.add_(x, _one()), ops.var_updates.accumulate_(x, _one()))[1], True),
+    ("read_the_in_place_output", lambda x: ops.add_(x, _one()) * 2.0, False),
+    ("read_before_modify", lambda x: (x * 2.0, ops.add_(x, _one()))[0], False),
+]
+
+
+@pytest.mark.parametrize("name, body, refused", PATTERNS, ids=[p[0] for p in PATTERNS])
+@pytest.mark.parametrize("sequenced", [False, True])
+def test_inplacing_ambiguity_is_refused_as_popxl(name, body, refused, sequenced) -> None:
+    """PopXL (ambiguity checking on) refuses "Inplacing ambiguity detected." when an in-place
+    op's input is read after it, or two in-place ops modify one tensor, with nothing ordering
+    them; ``in_sequence`` orders them, and reading the in-place op's output is ordered by data."""
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence() if sequenced else contextlib.nullcontext():
+        x = popxl.variable(np.ones(2, np.float32), name="x")
+        y = body(x)
+        out = popxl.d2h_stream(y.shape, y.dtype, "out")
+        ops.host_store(out, y)
+    if refused and not sequenced:
+        with pytest.raises(SchedulingError) as info:
+            popxl.Session(ir)
+        assert str(info.value).startswith("Inplacing ambiguity detected.")
+        assert "in_sequence" in str(info.value)
+        return
+    with popxl.Session(ir) as session:
+        assert np.isfinite(session.run()[out]).all()

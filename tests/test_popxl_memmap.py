@@ -60,7 +60,7 @@ def test_memmaps_of_remote_sharded_and_grouped_variables_come_back_through_the_m
         remote = popxl.remote_variable(remote_mm, buffer, 0, name="remote")
         ops.remote_store(buffer, 0, ops.remote_load(buffer, 0) * 2.0)
         sharded, shard = popxl.replica_sharded_variable(sharded_mm, name="sharded")
-        ops.var_updates.accumulate_(shard, popxl.constant(np.ones(2, np.float32)))
+        shard = ops.var_updates.accumulate_(shard, popxl.constant(np.ones(2, np.float32)))
         ops.remote_store(sharded.remote.buffer, 0, shard)
         grouped = popxl.variable(grouped_mm, name="grouped",
                                  replica_grouping=ir.replica_grouping(group_size=1))

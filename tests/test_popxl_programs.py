@@ -178,8 +178,8 @@ program("host_load_in_repeat", """
         total = popxl.variable(np.zeros(2, np.float32), name="total")
 
         def step(acc: popxl.TensorByRef):
-            ops.var_updates.accumulate_(acc, ops.host_load(x_h2d))
-            ops.host_store(y_d2h, acc)
+            acc = ops.var_updates.accumulate_(acc, ops.host_load(x_h2d))
+            ops.host_store(y_d2h, acc)  # the updated tensor: PopXL refuses a read of the old
 
         ops.repeat(ir.create_graph(step, total), 4, total)
     data = np.arange(8, dtype=np.float32).reshape(4, 2)

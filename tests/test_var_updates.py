@@ -82,9 +82,9 @@ def test_sparse_accumulate_adds_gathered_slices_back() -> None:
     with ir.main_graph:
         t = xlgraph.variable(np.ones((3, 4), np.float32), name="t")
         w = xlgraph.variable(np.zeros((3, 4), np.float32), name="w")
-        vu.sparse_accumulate_(t, xlgraph.constant(x), idx, axis=1, f=0.5, W=w)
         with pytest.raises(xlgraph.errors.ShapeError, match="W"):
             vu.sparse_accumulate_(t, xlgraph.constant(x), idx, axis=1, W=t[0])
+        vu.sparse_accumulate_(t, xlgraph.constant(x), idx, axis=1, f=0.5, W=w)
     session = xlgraph.Session(ir)
     with session:
         session.run()

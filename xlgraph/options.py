@@ -6,7 +6,8 @@ Every documented option name is accepted and recorded with PopART's default; unk
 - ``enableFloatingPointChecks`` (default False): a run raises ``ExecutionError`` at the first
   op producing an overflow, a division by zero or an invalid result (NaN), as the IPU traps.
 - ``enableInplaceAmbiguityChecking`` (default True): False skips the check for unordered
-  in-place ops at Session creation (ops then run in creation order).
+  in-place ops, and reads unordered with an earlier in-place op, at Session creation (ops then
+  run in creation order).
 
 The rest only describe hardware behaviour (tiles, engine, memory placement, rounding): they are
 honoured by the ipu_model (``numIOTiles`` reserves IO tiles), recorded for it
