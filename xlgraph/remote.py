@@ -23,7 +23,9 @@ from xlgraph.tensor import Tensor, Variable, variable
 from xlgraph.utils import to_numpy
 
 __all__ = ["RemoteBuffer", "remote_buffer", "remote_variable", "remote_replica_sharded_variable",
-           "replica_sharded_buffer", "replica_sharded_variable", "RemoteLocation"]
+           "replica_sharded_buffer", "replica_sharded_variable", "RemoteLocation",
+           "store_weight_shards"]
+
 
 def remote_buffer(tensor_shape: tuple[int, ...], tensor_dtype: dtype,
                   entries: int = 1) -> RemoteBuffer:
@@ -120,7 +122,27 @@ def replica_sharded_variable(data: Any, dtype: dtype | None = None, name: str | 
     v = remote_replica_sharded_variable(arr, buffer, 0, name=name,
                                         replica_grouping=replica_grouping,
                                         retrieval_mode=retrieval_mode)
-    return v, remote_load(buffer, 0, name)
+    shard = remote_load(buffer, 0, name)
+    get_ir().weight_shards.append((buffer, shard))
+    return v, shard
+
+
+def store_weight_shards(ir: Any) -> None:
+    """Store each ``replica_sharded_variable`` shard back in its buffer at the end of the main
+    program, as PopXL's WeightsToHost program does (it loads the shard in WeightsFromHost):
+    in-place updates of the shard (``copy_var_update_``, ``accumulate_``, ...) reach the
+    variable's data. The Session calls this once, before lowering."""
+    from xlgraph.ops.remote import remote_store
+
+    pending, ir.weight_shards = ir.weight_shards, []
+    for buffer, shard in pending:
+        latest = shard  # the output of the last in-place op that modified the whole shard
+        for op in ir.main_graph.ops:
+            if (op.defn.modifies_input and op.inputs[op.defn.inplace_of] is latest
+                    and op.outputs and op.outputs[0].shape == shard.shape):
+                latest = op.outputs[0]
+        with ir.main_graph:
+            remote_store(buffer, 0, latest)
 
 
 def _dtype_of(arr: np.ndarray) -> dtype:

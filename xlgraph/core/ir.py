@@ -49,6 +49,7 @@ class Ir:
         self.h2d_streams: list[Any] = []
         self.d2h_streams: list[Any] = []
         self.remote_buffers: list[Any] = []
+        self.weight_shards: list[Any] = []  # (buffer, shard) of replica_sharded_variable
         self.num_host_transfers = 1
         self.frozen = False
         self._pb_ir = PbIr(self)

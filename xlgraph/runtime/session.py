@@ -29,6 +29,7 @@ from xlgraph.ipu.autoreport import report_directory
 from xlgraph.ir import Ir
 from xlgraph.lower import lower
 from xlgraph.ops.window import chunks_on
+from xlgraph.remote import store_weight_shards
 from xlgraph.runtime import host_maps
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
@@ -129,6 +130,7 @@ class Session:
         self._pb_session = PbSession()  # PopART's session handle, as programs reach it
         self.device = make_device(device_desc, ipu_model)
         self.layout = ReplicaLayout(ir)  # checks that the replicas split over the instances
+        store_weight_shards(ir)
         ir.frozen = True
         ir.session_ref = weakref.ref(self)  # for Tensor.in_sync_with_ipu
         self.ir = ir
