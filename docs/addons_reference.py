@@ -29,6 +29,17 @@ BEYOND_TABLE: list[tuple[str, str, str]] = [
      T + "test_module.py"),
     ("module.Module.create_grad_graph", "aux tensors become forward outputs; input and output "
      "order as the library", T + "test_module.py"),
+    ("module.Module.create_grad_graph_info", "GradGraphInfo of a hand-built gradient graph: "
+     "inputs in fwd_tensors take forward values, the others output gradients",
+     T + "test_module.py"),
+    ("module.Module.create_graph", "graphs of build_grad modules are not recursively "
+     "autodiff-able: autodiff of a caller needs their GradGraphInfo", T + "test_module.py"),
+    *[(f"ops.{op}.{op}", "nested module path of the sub-package, as the library",
+       T + "test_programs.py") for op in (
+        "cross_entropy_sharded_loss", "cross_entropy_sharded_wr_loss", "fp8_mse_scale",
+        "grad_reduce_square_add", "group_quantize_decompress", "layer_norm_distributed",
+        "linear_layout", "replicated_all_reduce_TP", "replicated_strided_collectives",
+        "rotary_pos_embed", "static_sparse_ops")],
     ("module.Module.call_module", "creates, registers the gradient, calls; original outputs",
      T + "test_module.py"),
     ("module.Module.implements_grad_graph", "whether build_grad is overridden",

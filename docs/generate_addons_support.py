@@ -74,6 +74,15 @@ NOTES: dict[str, str] = {
         "reads `ipuLinkDomainSize` from `POPLAR_TARGET_OPTIONS`, else min(replicas, 64)"),
     "popxl_addons.route_tensor.route_tensor_into_graph": (
         "adds the graph input; the caller connects it at the call site"),
+    "popxl_addons.named_tensors.NamedTensors.remap": (
+        "a tensor the mapping lacks is a KeyError naming its key, as 3.4"),
+    "popxl_addons.transforms.batch_serialisation.batch_serialise": (
+        "`io_mode` places the transfers (IO tiles with copies for \"io\" and "
+        "\"io_overlapped\", compute tiles for \"compute\"); the overlap of \"io_overlapped\" "
+        "is a schedule the simulator does not time"),
+    "popxl_addons.variable_factory.VariableFactory": (
+        "`shape` is a replica's (one flat shard when `shard_over > 1`), `meta_shape` the "
+        "whole, as 3.4"),
 }
 
 

@@ -1,5 +1,6 @@
 """popxl-addons user program: trees, modules, aux, var_grad, call_module, factories."""
 import collections.abc
+import importlib
 
 import numpy as np
 import popxl
@@ -124,4 +125,37 @@ od = OrderedDict(a=1, b=2)
 check("5u idx", od.idx(1) == 2)
 check("5u suffix", suffix_graph_name("fwd_subgraph(3)", "grad") == "fwd_grad")
 check("5u dup", list(duplicate_items([1, 2, 1, 3, 2])) == [1, 2])
+# 2: every module path of the library, the native ops' sub-packages and their modules
+NATIVE = {"cross_entropy_sharded_loss": ["cross_entropy_sharded_loss"],
+          "cross_entropy_sharded_wr_loss": ["cross_entropy_sharded_wr_loss"],
+          "fp8_mse_scale": ["fp8_mse_scale"], "grad_reduce_square_add": ["grad_reduce_square_add"],
+          "group_quantize_decompress": ["group_quantize_decompress",
+                                        "group_quantize_decompress_numpy",
+                                        "group_quantize_compress_numpy"],
+          "layer_norm_distributed": ["layer_norm_distributed"], "linear_layout": ["linear_layout"],
+          "replicated_all_reduce_TP": ["replicated_all_reduce",
+                                       "replicated_all_reduce_identical_inputs",
+                                       "replicated_all_reduce_identical_grad_inputs"],
+          "replicated_strided_collectives": ["replicated_all_reduce_strided",
+                                             "replicated_all_gather_strided",
+                                             "replicated_reduce_scatter_strided"],
+          "rotary_pos_embed": ["rotary_pos_embed", "trig_tables", "trig_table_constants"],
+          "static_sparse_ops": ["dense_const_sparse_matmul", "random_sparse"]}
+for op, names in NATIVE.items():
+    package = importlib.import_module(f"popxl_addons.ops.{op}")
+    module = importlib.import_module(f"popxl_addons.ops.{op}.{op}")
+    for name in names:
+        check(f"2 {op}.{name}", getattr(module, name) is getattr(package, name))
+        check(f"2 {op}.{name} callable", callable(getattr(package, name)))
+for path in ("module", "graph", "graph_cache", "dot_tree", "named_tensors", "variable_factory",
+             "named_replica_grouping", "remote", "rts", "streams", "seed_variable",
+             "route_tensor", "task_session", "testing_utils", "patterns", "performance_utils",
+             "utils", "array_munging", "layers.linear", "layers.layer_norm", "layers.embedding",
+             "layers.conv", "layers.layer_norm_distributed", "layers.linear_fp8",
+             "layers.linear_gq", "optimizers.adam", "ops.cross_entropy", "ops.streams",
+             "transforms.autodiff", "transforms.batch_serialisation", "transforms.pipelining",
+             "transforms.recomputation", "transforms.repeat_graph", "transforms.use_fc_pass"):
+    importlib.import_module(f"popxl_addons.{path}")
+check("2 functions not modules", callable(addons.transforms.autodiff)
+      and callable(addons.ops.cross_entropy) and callable(addons.ops.fp8_amax_scale))
 done()
