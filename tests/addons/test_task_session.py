@@ -35,7 +35,7 @@ class Loader:
 
 def make_session(tmp_path=None):
     ir = popxl.Ir()
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():  # PopXL: the store must follow the update
         ins = addons.InputStreams(x=((2,), popxl.float32))
         w = popxl.variable(np.zeros(2, np.float32), name="w")
         sub = popxl.variable(np.ones(3, np.float32), name="layer.b")
