@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> list[float]:
         seconds = time.perf_counter() - start
         rate = per_step * cfg.sequence_length * cfg.steps / seconds
         print(f"{cfg.steps} steps in {seconds:.1f} s ({rate:.0f} tokens/s)")
+        if args.device == "ipu_model":
+            print(session.report())  # the modelled IPU's memory and cycles (estimates)
         if args.checkpoint:
             session.save_checkpoint(args.checkpoint)
             print(f"checkpoint: {args.checkpoint}")
