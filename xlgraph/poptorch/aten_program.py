@@ -60,6 +60,11 @@ class AtenProgram:
                  training: bool = True) -> None:
         self.gm: torch.fx.GraphModule = trace_function(_functional(fn), *example_inputs)
         self.specs = [(tuple(t.shape), t.dtype) for t in example_inputs]
+        given = getattr(fn, "graph", None)  # a GraphModule (dynamo's) names its inputs
+        names = [_user_name(n.name) for n in given.nodes if n.op == "placeholder"] \
+            if given else []
+        self.input_names = names if len(names) == len(self.specs) else \
+            [f"x{i}" for i in range(len(self.specs))]
         self.training = training
         out_node = self.gm.graph.output_node()
         self._flat, self.out_spec = pytree.tree_flatten(out_node.args[0])
@@ -125,7 +130,8 @@ class AtenProgram:
 
     # -- running -----------------------------------------------------------------------------
     def _feeds(self, built: _Built, inputs: Sequence[torch.Tensor], seed: Any) -> dict[Any, Any]:
-        feeds = {s: torch_to_numpy(t) for s, t in zip(built.inputs, inputs)}
+        feeds = {s: torch_to_numpy(t, f"input {i} ({name!r})")
+                 for i, (s, t, name) in enumerate(zip(built.inputs, inputs, self.input_names))}
         if built.seed is not None:
             feeds[built.seed] = seed
         return feeds
@@ -160,12 +166,17 @@ class AtenProgram:
         floats = iter(c for c, node in zip(cotangents, self._flat) if isinstance(
             node, torch.fx.Node) and node.meta["val"].dtype.is_floating_point)
         for (t, stream), c in zip(built.cotangents, floats):
-            feeds[stream] = torch_to_numpy(c) if c is not None else \
+            feeds[stream] = torch_to_numpy(c, "a gradient of an output") if c is not None else \
                 np.zeros(t.shape, t.dtype.as_numpy())
         with built.session:
             out = built.session.run(feeds)
         return [torch.from_numpy(np.array(out[s])).to(inputs[i].dtype)
                 for s, i in zip(built.grads, wrt)]
+
+
+def _user_name(name: str) -> str:
+    """The user's name of a dynamo placeholder (dynamo calls the argument ``a`` ``l_a_``)."""
+    return name[2:-1] if name.startswith("l_") and name.endswith("_") and len(name) > 3 else name
 
 
 def _store(t: Tensor, name: str) -> Any:

@@ -260,7 +260,8 @@ def convert_graph(gm: torch.fx.GraphModule, inputs: Iterable[Any], ctx: Context,
         if node.op == "placeholder":
             env[node] = next(values)
         elif node.op == "get_attr":
-            env[node] = constant(torch_to_numpy(getattr(gm, node.target)))
+            env[node] = constant(torch_to_numpy(getattr(gm, node.target),
+                                                f"constant {node.target!r}"))
         elif node.op == "call_function":
             env[node] = convert_node(node, env, ctx)
         elif node.op == "output":

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from xlgraph.errors import flag
+from xlgraph.poptorch.checks import whole
 from xlgraph.poptorch.enums import DataLoaderMode, SharingStrategy
 from xlgraph.poptorch.options import Options
 
@@ -115,8 +116,8 @@ class DataLoader(torch.utils.data.DataLoader):
         if self.mode == DataLoaderMode.Sync:
             batches = _collated(self) if _collates_itself(self) else super().__iter__()
             return _Ahead(batches) if self.prefetch and not self.num_workers else batches
-        return iter(AsynchronousDataAccessor(_Batches(self), load_indefinitely=False,
-                                             **self._async_options))
+        return _epoch(AsynchronousDataAccessor(_Batches(self), load_indefinitely=False,
+                                               **self._async_options))
 
     def terminate(self) -> None:
         """Stop loading ahead (the worker thread ends with its iterator)."""
@@ -145,6 +146,16 @@ class _CombinedBatches:
     def __len__(self) -> int:
         whole, rest = divmod(len(self.batches), self.count)
         return whole + (1 if rest and not self.drop_last else 0)
+
+
+def _epoch(accessor: AsynchronousDataAccessor) -> Iterator[Any]:
+    """One epoch of ``accessor``'s batches; its worker thread (and the worker processes of
+    the loader it reads) stop when the epoch ends, fails or is left early (``break``: the
+    generator is closed)."""
+    try:
+        yield from accessor
+    finally:
+        accessor.terminate()
 
 
 class _Batches:
@@ -293,16 +304,17 @@ class AsynchronousDataAccessor:
 
     A worker thread keeps up to ``buffer_size`` batches ready. With ``load_indefinitely`` the
     accessor restarts the dataset after each epoch so loading never stalls; each ``iter()``
-    still yields one epoch. ``terminate()`` stops the worker.
+    still yields one epoch. ``terminate()`` stops the worker, as does collecting the accessor
+    (the thread holds the dataset and the queue, never the accessor).
     """
 
     def __init__(self, dataset: Any, buffer_size: int = 3, miss_sleep_time_in_ms: float = 0.1,
                  load_indefinitely: bool = True, early_preload: bool = False,
                  sharing_strategy: SharingStrategy = SharingStrategy.ForkServer,
                  rebatched_size: int | None = None) -> None:
-        if buffer_size < 1:
-            raise ValueError(f"AsynchronousDataAccessor: buffer_size must be >= 1, got "
-                             f"{buffer_size}")
+        self._stop = threading.Event()  # first: __del__ runs even when a check below fails
+        self._worker: threading.Thread | None = None
+        buffer_size = whole("AsynchronousDataAccessor", "buffer_size", buffer_size)
         self.dataset = dataset
         self.buffer_size = buffer_size
         self.miss_sleep_time_in_ms = miss_sleep_time_in_ms
@@ -310,8 +322,6 @@ class AsynchronousDataAccessor:
         self.sharing_strategy = SharingStrategy(sharing_strategy)
         self.rebatched_size = rebatched_size
         self._queue: queue.Queue[Any] = queue.Queue(buffer_size)
-        self._stop = threading.Event()
-        self._worker: threading.Thread | None = None
         if early_preload:
             self._start()
 
@@ -320,29 +330,11 @@ class AsynchronousDataAccessor:
 
     def _start(self) -> None:
         if self._worker is None:
-            self._worker = threading.Thread(target=self._load, daemon=True,
-                                            name="poptorch-async-loader")
+            self._worker = threading.Thread(
+                target=_load, args=(self.dataset, self._queue, self._stop,
+                                    self.load_indefinitely),
+                daemon=True, name="poptorch-async-loader")
             self._worker.start()
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _load(self) -> None:
-        try:
-            while not self._stop.is_set():
-                for batch in self.dataset:
-                    if not self._put(batch):
-                        return
-                if not self._put(_DONE) or not self.load_indefinitely:
-                    return
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
-            self._put(exc)
 
     def __iter__(self) -> Iterator[Any]:
         self._start()
@@ -373,3 +365,30 @@ class AsynchronousDataAccessor:
 
     def __del__(self) -> None:
         self._stop.set()
+
+
+def _put(batches: queue.Queue[Any], stop: threading.Event, item: Any) -> bool:
+    """Queue ``item`` unless ``stop`` is set first (False then)."""
+    while not stop.is_set():
+        try:
+            batches.put(item, timeout=0.05)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _load(dataset: Any, batches: queue.Queue[Any], stop: threading.Event,
+          load_indefinitely: bool) -> None:
+    """The worker thread of an ``AsynchronousDataAccessor``: epochs of ``dataset`` into
+    ``batches`` until ``stop`` (leaving the loop drops the dataset's iterator, whose worker
+    processes then shut down)."""
+    try:
+        while not stop.is_set():
+            for batch in dataset:
+                if not _put(batches, stop, batch):
+                    return
+            if not _put(batches, stop, _DONE) or not load_indefinitely:
+                return
+    except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+        _put(batches, stop, exc)

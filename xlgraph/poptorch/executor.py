@@ -27,7 +27,7 @@ from tqdm import tqdm as raw_tqdm
 from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
 from xlgraph.poptorch import optim as pt_optim
-from xlgraph.poptorch import weights
+from xlgraph.poptorch import optim_state, weights
 from xlgraph.poptorch.blocks import custom_structures, recorded_blocks, static_blocks
 from xlgraph.poptorch.enums import (
     CommGroupType,
@@ -187,6 +187,8 @@ class PoplarExecutor:
         self._grad_streams: dict[str, Any] = {}
         self._grad_keys: list[str] = []
         self._optimizer_state: dict[str, Any] = {}
+        self._state_keys: dict[int, str] = {}  # id(parameter) -> its optimiser-state key
+        self._optimizer_steps = 0  # steps the device took (torch's optimiser state "step")
         if training:
             weights.hook_module(model, self)
 
@@ -250,8 +252,8 @@ class PoplarExecutor:
             return replicas % distinct
         return replicas // (self._replicas // distinct)
 
-    def _feed(self, stream: Any, t: torch.Tensor) -> np.ndarray:
-        array = torch_to_numpy(t)
+    def _feed(self, stream: Any, t: torch.Tensor, name: str) -> np.ndarray:
+        array = torch_to_numpy(t, f"input {name!r}")
         if self.options.synthetic_data:
             array = np.zeros_like(array)
         grid = array.reshape((self._steps, self._input_replicas) + stream.shape)
@@ -282,13 +284,13 @@ class PoplarExecutor:
         bar.update(40)
         tensors = named_tensors(self._traced)
         with ir.main_graph:
-            variables = {k: variable(torch_to_numpy(tensors[k]), name=k)
+            variables = {k: variable(torch_to_numpy(tensors[k], f"parameter {k!r}"), name=k)
                          for k in lowered.params.values()}
         params = {t: variables[k] for t, k in lowered.params.items()}
         specs = [TensorSpec(t.shape, t.dtype) for t in lowered.data_inputs]
         if self.training:
-            xl_optimizer = pt_optim.to_xlgraph(self._optimizer,
-                                               {id(t): k for k, t in tensors.items()})
+            self._state_keys = {id(t): k for k, t in tensors.items()}
+            xl_optimizer = pt_optim.to_xlgraph(self._optimizer, self._state_keys)
             trained = pt_optim.parameter_ids(self._optimizer)
             frozen = [k for k in variables if id(tensors[k]) not in trained
                       or not tensors[k].requires_grad]
@@ -368,6 +370,7 @@ class PoplarExecutor:
             out = compiled.session.run(feeds)
         if self.training:
             compiled.sync.host_stale = True
+            self._optimizer_steps += self.options.device_iterations
             # the device stepped the optimizer: flag it as optimizer.step() does, so torch's LR
             # schedulers know the step came before theirs
             self._optimizer._opt_called = True
@@ -399,13 +402,18 @@ class PoplarExecutor:
         got = [(tuple(t.shape), t.dtype) for t in tensors]
         if got != compiled.input_specs or _concrete(bound) != compiled.concrete:
             compiled.sync.download()
+            # the new program goes on from the optimiser state of the old one
+            carried, steps = self.read_optimizer_state(), self._optimizer_steps
             if compiled.session.is_attached:
                 compiled.session.__exit__(None, None, None)
             self._compiled = None
             self._compile(bound)
+            self.write_optimizer_state(carried)
+            self._optimizer_steps = steps
             compiled = self._compiled
-        return compiled, {stream: self._feed(stream, t)
-                          for stream, t in zip(compiled.streams, tensors)}
+        names = [t.name for t in compiled.lowered.data_inputs]
+        return compiled, {stream: self._feed(stream, t, name)
+                          for stream, t, name in zip(compiled.streams, tensors, names)}
 
     # -- weights and device ------------------------------------------------------------------
     @property
@@ -439,8 +447,8 @@ class PoplarExecutor:
         if not compiled.session.is_attached:
             raise Error("Device is not attached")
         compiled.sync.download()
-        if self.training and isinstance(self._optimizer, pt_optim.Optimizer):
-            self._optimizer._device_state = self.read_optimizer_state()  # kept while detached
+        if self.training:
+            self._optimizer_state_to_host()  # kept while detached
         compiled.session.__exit__(None, None, None)
         self._write_profile()  # now with the host-side time of the calls
 
@@ -458,6 +466,8 @@ class PoplarExecutor:
             raise Error("Device is already attached")
         compiled.session.__enter__()
         compiled.sync.upload_changed()
+        if self.training and not isinstance(self._optimizer, pt_optim.Optimizer):
+            self._torch_state_to_device()  # what it held (or loaded) while detached
 
     def isAttachedToDevice(self) -> bool:  # noqa: N802
         """Whether the compiled model holds the (simulated) device."""
@@ -474,6 +484,8 @@ class PoplarExecutor:
         if self._compiled is not None:
             self._compiled.sync.download()
             if self._compiled.session.is_attached:
+                if self.training:
+                    self._optimizer_state_to_host()
                 self._compiled.session.__exit__(None, None, None)
             self._compiled = None
         if self.training:
@@ -504,6 +516,33 @@ class PoplarExecutor:
             optimizer._device = weakref.ref(self)
             if optimizer._device_state:
                 self.write_optimizer_state(optimizer._device_state)
+        else:  # a torch.optim optimiser: its own ``state`` in torch's format
+            optim_state.install_hooks(optimizer, self._torch_state_to_host,
+                                      self._torch_state_to_device)
+            if optimizer.state:
+                self._torch_state_to_device()
+
+    def _optimizer_state_to_host(self) -> None:
+        """Keep the device's optimiser state in the optimiser (before the device goes)."""
+        if isinstance(self._optimizer, pt_optim.Optimizer):
+            self._optimizer._device_state = self.read_optimizer_state()
+        else:
+            self._torch_state_to_host()
+
+    def _torch_state_to_host(self) -> None:
+        """Copy the device's state into the torch optimiser's ``state`` (``state_dict``)."""
+        device = {k: v.numpy() for k, v in self.read_optimizer_state().items()}
+        if device:
+            optim_state.to_torch(self._compiled.optimizer, self._optimizer, self._state_keys,
+                                 device, self._optimizer_steps)
+
+    def _torch_state_to_device(self) -> None:
+        """Write the torch optimiser's ``state`` to the device (``load_state_dict``)."""
+        if self.isAttachedToDevice():
+            values, self._optimizer_steps = optim_state.to_device(
+                self._compiled.optimizer, self._optimizer, self._state_keys,
+                self._optimizer_state)
+            self.write_optimizer_state(values)
 
     def read_optimizer_state(self) -> dict[str, torch.Tensor]:
         """The optimiser's device state by variable name (empty when not attached)."""
@@ -533,8 +572,9 @@ class PoplarExecutor:
             k for k, _ in self._user_model.named_buffers()]
         for name in names:
             if name in compiled.sync.variables:
-                compiled.session.write_variable_data(compiled.sync.variables[name],
-                                                     torch_to_numpy(compiled.sync.tensors[name]))
+                compiled.session.write_variable_data(
+                    compiled.sync.variables[name],
+                    torch_to_numpy(compiled.sync.tensors[name], f"buffer {name!r}"))
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
         """Load into the torch module; the device gets the new values before the next call."""

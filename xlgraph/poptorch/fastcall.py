@@ -25,6 +25,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from xlgraph.poptorch.enums import OutputMode
+from xlgraph.poptorch.narrowing import fits
 
 __all__ = ["FastCall"]
 
@@ -110,7 +111,11 @@ class FastCall:
             # checked on the numpy view: each call into torch costs microseconds here
             if array.dtype != dtype or array.shape != shape:
                 return None
-            feeds[stream] = array if array.dtype == np_dtype else array.astype(np_dtype)
+            if array.dtype != np_dtype:
+                if not fits(array, np_dtype):
+                    return None  # the general path names the input that does not fit
+                array = array.astype(np_dtype)
+            feeds[stream] = array
         return feeds
 
     def output_arrays(self) -> tuple[dict[Any, np.ndarray], list[torch.Tensor]]:

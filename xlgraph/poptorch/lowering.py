@@ -107,10 +107,23 @@ class Lowered:
                 for i in range(count)]
 
 
-def _placeholders(program: torch.export.ExportedProgram, flat_args: list[Any]
-                  ) -> tuple[list[Any], list[Tensor], dict[Tensor, str]]:
+def _canonical_keys(model: torch.nn.Module) -> dict[str, str]:
+    """Every parameter and buffer name, tied ones included (``b.weight = a.weight``), mapped to
+    the ``named_tensors`` key of its tensor (the first name it has)."""
+    first: dict[int, str] = {}
+    keys: dict[str, str] = {}
+    named = list(model.named_parameters(remove_duplicate=False))
+    named += [(k, v) for k, v in model.named_buffers(remove_duplicate=False) if v is not None]
+    for name, tensor in named:
+        keys[name] = first.setdefault(id(tensor), name)
+    return keys
+
+
+def _placeholders(program: torch.export.ExportedProgram, flat_args: list[Any],
+                  keys: dict[str, str]) -> tuple[list[Any], list[Tensor], dict[Tensor, str]]:
     """One value per placeholder: data inputs first (graph inputs), then parameters, buffers
-    and lifted constants."""
+    and lifted constants. Tied parameters (one tensor under several names, ``keys``) share
+    one graph input, so their gradients add up."""
     specs = program.graph_signature.input_specs
     user = iter(flat_args)
     data: list[Tensor] = []
@@ -124,13 +137,18 @@ def _placeholders(program: torch.export.ExportedProgram, flat_args: list[Any]
                 data.append(value)
             values[i] = value
     params: dict[Tensor, str] = {}
+    shared: dict[str, Tensor] = {}
     for i, spec in enumerate(specs):
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
-            val = _placeholder_val(program, spec.arg.name)
-            values[i] = graph_input(tuple(val.shape), xlgraph_dtype(val.dtype), spec.target)
-            params[values[i]] = spec.target
+            key = keys.get(spec.target, spec.target)
+            if key not in shared:
+                val = _placeholder_val(program, spec.arg.name)
+                shared[key] = graph_input(tuple(val.shape), xlgraph_dtype(val.dtype), key)
+                params[shared[key]] = key
+            values[i] = shared[key]
         elif spec.kind != InputKind.USER_INPUT:
-            values[i] = constant(torch_to_numpy(program.constants[spec.target]))
+            values[i] = constant(torch_to_numpy(program.constants[spec.target],
+                                                 f"constant {spec.target!r}"))
     return [values[i] for i in range(len(specs))], data, params
 
 
@@ -196,7 +214,8 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
     graph = ir.create_empty_graph(name)
     seeds = SeedInput()
     with graph:
-        inputs, data, params = _placeholders(program, flat_args)
+        keys = _canonical_keys(model)
+        inputs, data, params = _placeholders(program, flat_args, keys)
         ctx = Context(training, seeds, downcast_half)
         outs, env = convert_graph(program.graph_module, inputs, ctx,
                                   f"{type(model).__name__}.forward")
@@ -220,7 +239,7 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
             lowered.loss_index = _loss_output(model, program.graph, env, outputs)
         for value, spec in zip(outs, specs):
             if spec.kind == OutputKind.BUFFER_MUTATION:
-                lowered.buffer_updates[len(graph.outputs)] = spec.target
+                lowered.buffer_updates[len(graph.outputs)] = keys.get(spec.target, spec.target)
                 graph_output(value)
     return lowered
 

@@ -8,6 +8,7 @@ them, or a plain ``torch.optim`` SGD/Adam/AdamW/RMSprop, into the matching xlgra
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ import torch
 
 from xlgraph import dtypes, ops
 from xlgraph import optim as xl_optim
-from xlgraph.errors import XlgraphError
+from xlgraph.errors import ArgumentError, XlgraphError
 from xlgraph.ops.var_updates import copy_var_update_
 from xlgraph.tensor import Tensor, Variable, constant
 
@@ -261,12 +262,34 @@ def _group_settings(kind: type[xl_optim.Optimizer], group: dict[str, Any]) -> di
     return {k: group[k] for k in ("lr",) + _KEYS[kind]}
 
 
+def _is_number(value: Any) -> bool:
+    """A real number (not a bool), or a one-element tensor of one (torch allows a tensor lr)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and not value.dtype.is_complex and value.dtype != torch.bool
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_settings(optimizer: torch.optim.Optimizer, index: int,
+                    settings: dict[str, Any]) -> None:
+    """Refuse a setting of param group ``index`` that is not a number (``betas`` a pair of
+    numbers, ``nesterov``/``centered`` anything torch takes as a flag), naming both."""
+    for key, value in settings.items():
+        if key in ("nesterov", "centered"):
+            continue
+        values = value if key == "betas" and isinstance(value, (tuple, list)) else [value]
+        if not all(_is_number(v) for v in values) or (key == "betas" and len(values) != 2):
+            raise ArgumentError(f"{type(optimizer).__name__}: param group {index}: {key} must "
+                                f"be {'a pair of numbers' if key == 'betas' else 'a number'}, "
+                                f"got {value!r}")
+
+
 def hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
     """The settings of each parameter group the xlgraph optimisers are built from.
 
     Raises:
         XlgraphError: settings xlgraph does not implement (amsgrad, maximize), or an
             accumulator type other than float16/float32.
+        ArgumentError: a setting of a group that is not a number (naming the group).
     """
     kind = _kind(optimizer)
     for g in optimizer.param_groups:
@@ -277,7 +300,10 @@ def hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
         if key.endswith("_type") and value not in (None, torch.float16, torch.float32):
             raise XlgraphError(f"{type(optimizer).__name__}: {key} must be torch.float16 or "
                                f"torch.float32, got {value}")
-    return [_group_settings(kind, g) for g in optimizer.param_groups]
+    settings = [_group_settings(kind, g) for g in optimizer.param_groups]
+    for index, group in enumerate(settings):
+        _check_settings(optimizer, index, group)
+    return settings
 
 
 def _extras_of(optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from xlgraph.poptorch.checks import OptionValueError, whole
 from xlgraph.poptorch.enums import (
     AutoStage,
     CommGroupType,
@@ -201,8 +202,9 @@ class _TrainingOptions(OptionsDict):
                          automatic_loss_scaling=False, convolution_dithering=False)
 
     def gradientAccumulation(self, gradient_accumulation: int) -> _TrainingOptions:  # noqa: N802
-        """Micro-batches per weight update."""
-        return self._set("gradient_accumulation", gradient_accumulation)
+        """Micro-batches per weight update (a whole number >= 1)."""
+        return self._set("gradient_accumulation", whole(
+            "Training.gradientAccumulation", "gradient_accumulation", gradient_accumulation))
 
     def accumulationAndReplicationReductionType(self, reduction_type: ReductionType,  # noqa: N802
                                                 ) -> _TrainingOptions:
@@ -248,6 +250,7 @@ class _PopartOptions(OptionsDict):
 
     def setPatterns(self, patterns: dict[str, bool], level: int = 2,  # noqa: N802
                     ) -> _PopartOptions:
+        level = whole("_Popart.setPatterns", "level", level, 0, 3)  # PopART's PatternsLevel
         self.checkIsFrozen()
         self.patterns.update(patterns)
         self._values["patterns_level"] = level
@@ -276,9 +279,9 @@ class _DistributedOptions(OptionsDict):
     def configureProcessId(self, process_id: int, num_processes: int,  # noqa: N802
                            ) -> _DistributedOptions:
         """Set this process's id and the process count explicitly."""
-        if not 0 <= process_id < num_processes:
-            raise ValueError(f"configureProcessId: process_id {process_id} must be in "
-                             f"[0, {num_processes})")
+        setter = "Distributed.configureProcessId"
+        num_processes = whole(setter, "num_processes", num_processes)
+        process_id = whole(setter, "process_id", process_id, 0, num_processes - 1)
         self.checkIsFrozen()
         self._values.update(process_id=process_id, num_processes=num_processes)
         return self
@@ -307,12 +310,16 @@ class TensorLocationSettings(OptionsDict):
 
     def minElementsForOffChip(self, min_elements: int) -> TensorLocationSettings:  # noqa: N802
         """Smallest tensor kept off chip (recorded)."""
-        return self._set("min_elements_for_off_chip", min_elements)
+        return self._set("min_elements_for_off_chip", whole(
+            "TensorLocationSettings.minElementsForOffChip", "min_elements", min_elements, 0,
+            2**63 - 1))
 
     def minElementsForReplicatedTensorSharding(  # noqa: N802
             self, min_elements: int) -> TensorLocationSettings:
         """Smallest tensor sharded over replicas (recorded)."""
-        return self._set("min_elements_for_rts", min_elements)
+        return self._set("min_elements_for_rts", whole(
+            "TensorLocationSettings.minElementsForReplicatedTensorSharding", "min_elements",
+            min_elements, 0, 2**63 - 1))
 
     def useOnChipStorage(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
         """Keep these tensors on chip (recorded; always on chip here)."""
@@ -341,9 +348,10 @@ class _TensorLocationOptions(OptionsDict):
 
     def numIOTiles(self, num_tiles: int) -> _TensorLocationOptions:  # noqa: N802
         """Tiles reserved for IO (the ipu_model spreads compute over the others)."""
+        num_tiles = whole("TensorLocations.numIOTiles", "num_tiles", num_tiles, 0, 192)
         if num_tiles and not 32 <= num_tiles <= 192 or num_tiles % 2:
-            raise ValueError(f"numIOTiles: {num_tiles} must be 0 or an even number in "
-                             f"[32, 192]")
+            raise OptionValueError(f"TensorLocations.numIOTiles: num_tiles must be 0 or an "
+                                   f"even number in [32, 192], got {num_tiles}")
         return self._set("num_io_tiles", num_tiles)
 
     def _location(self, key: str, location: TensorLocationSettings) -> _TensorLocationOptions:
@@ -386,7 +394,7 @@ class Stage:
 
     def ipu(self, ipu: int) -> Stage:
         """Place this stage on IPU ``ipu``."""
-        self._ipu = ipu
+        self._ipu = whole("Stage.ipu", "ipu", ipu, 0)
         return self
 
 
@@ -402,8 +410,10 @@ class Phase:
 
     def ipus(self, *ipus: int) -> Phase:
         """Place this phase's stages on these IPUs, in order."""
+        if len(ipus) > len(self.stages):
+            raise OptionValueError(f"Phase.ipus: {len(ipus)} IPUs for {len(self.stages)} stages")
         for stage, ipu in zip(self.stages, ipus):
-            stage.ipu(ipu)
+            stage.ipu(whole("Phase.ipus", "ipus", ipu, 0))
         return self
 
 
@@ -589,12 +599,14 @@ class Options(OptionsDict):
 
     # -- batching ------------------------------------------------------------------------------
     def deviceIterations(self, device_iterations: int) -> Options:  # noqa: N802
-        """Training or inference steps per call (``ir.num_host_transfers``)."""
-        return self._set("device_iterations", device_iterations)
+        """Training or inference steps per call (``ir.num_host_transfers``, >= 1)."""
+        return self._set("device_iterations", whole(
+            "Options.deviceIterations", "device_iterations", device_iterations))
 
     def replicationFactor(self, replication_factor: int) -> Options:  # noqa: N802
-        """Number of data-parallel model replicas (``Ir(replication=r)``)."""
-        return self._set("replication_factor", replication_factor)
+        """Number of data-parallel model replicas (``Ir(replication=r)``, >= 1)."""
+        return self._set("replication_factor", whole(
+            "Options.replicationFactor", "replication_factor", replication_factor))
 
     def inputReplicaGrouping(self, input_group_size: int,  # noqa: N802
                              input_group_type: CommGroupType) -> Options:
@@ -603,7 +615,8 @@ class Options(OptionsDict):
         if kind not in (CommGroupType.Consecutive, CommGroupType.Orthogonal,
                         CommGroupType.NoGrouping, CommGroupType.All):
             raise ValueError(f"inputReplicaGrouping: unknown group type {input_group_type}")
-        self._set("input_group_size", input_group_size)
+        self._set("input_group_size", whole("Options.inputReplicaGrouping", "input_group_size",
+                                            input_group_size))
         return self._set("input_group_type", kind)
 
     def outputMode(self, output_mode: OutputMode,  # noqa: N802
@@ -611,10 +624,12 @@ class Options(OptionsDict):
         """Which steps' outputs a call returns (``OutputMode``; ``EveryN`` needs a period)."""
         mode = OutputMode(output_mode)
         if mode == OutputMode.EveryN:
-            assert output_return_period is not None and output_return_period > 0, \
-                "OutputMode.EveryN needs output_return_period > 0"
-        elif output_return_period is not None and output_return_period != 1:
-            raise ValueError(f"output_return_period is only used with EveryN, not {mode.name}")
+            output_return_period = whole("Options.outputMode(OutputMode.EveryN)",
+                                         "output_return_period", output_return_period)
+        elif output_return_period is not None and whole(
+                "Options.outputMode", "output_return_period", output_return_period) != 1:
+            raise OptionValueError(f"Options.outputMode: output_return_period is only used "
+                                   f"with EveryN, not {mode.name}; got {output_return_period}")
         self._set("output_mode", mode)
         return self._set("output_return_period", output_return_period or 1)
 
@@ -632,6 +647,8 @@ class Options(OptionsDict):
                      ) -> Options:
         """Return the tensor named ``long_name`` from each call, read by
         ``getAnchoredTensor(short_name)``; names are ``getTensorNames()`` entries."""
+        output_return_period = whole("Options.anchorTensor", "output_return_period",
+                                     output_return_period)
         self.checkIsFrozen()
         if output_mode is not None:
             output_mode = OutputMode(output_mode)
@@ -646,8 +663,9 @@ class Options(OptionsDict):
 
     # -- device --------------------------------------------------------------------------------
     def randomSeed(self, random_seed: int) -> Options:  # noqa: N802
-        """Seed of the device's random ops (and of ``torch.manual_seed``)."""
-        assert isinstance(random_seed, int), "randomSeed needs an int"
+        """Seed of the device's random ops (and of ``torch.manual_seed``): a whole number in
+        [0, 2**64 - 1], PopTorch's 64-bit unsigned seed."""
+        random_seed = whole("Options.randomSeed", "random_seed", random_seed, 0, 2**64 - 1)
         self.checkIsFrozen()
         self._values["random_seed"] = random_seed
         torch.manual_seed(random_seed)
@@ -725,13 +743,17 @@ class Options(OptionsDict):
     def useIpuId(self, ipu_id: int) -> Options:  # noqa: N802
         """Which hardware IPU to use (recorded; no hardware)."""
         self.checkIsFrozen()
-        self._values["ipu_id"] = int(ipu_id)
+        self._values["ipu_id"] = whole("Options.useIpuId", "ipu_id", ipu_id, 0)
         return self
 
     def useOfflineIpuTarget(self, ipu_version: int = 2) -> Options:  # noqa: N802
         """Compile for IPU version 2 or 21 without a device (the ipu_model's version)."""
+        version = whole("Options.useOfflineIpuTarget", "ipu_version", ipu_version, 2, 21)
+        if version not in (2, 21):
+            raise OptionValueError(f"Options.useOfflineIpuTarget: ipu_version must be 2 or 21, "
+                                   f"got {version}")
         self.checkIsFrozen()
-        self._values["offline_ipu_version"] = int(ipu_version)
+        self._values["offline_ipu_version"] = version
         return self
 
     def broadcastBuffers(self, broadcast_buffers: bool = True) -> Options:  # noqa: N802
@@ -752,7 +774,8 @@ class Options(OptionsDict):
 
     def maxRepeatLogs(self, max_lines: int) -> Options:  # noqa: N802
         """Log repetition limit (recorded; xlgraph does not log)."""
-        return self._set("max_repeat_logs", max_lines)
+        return self._set("max_repeat_logs", whole("Options.maxRepeatLogs", "max_lines",
+                                                  max_lines, 0))
 
     def modelName(self, name: str) -> Options:  # noqa: N802
         """The model's name in logs (recorded)."""

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from xlgraph import dtypes
+from xlgraph.poptorch.narrowing import narrowed
 
 __all__ = ["Unsupported", "dims", "pair", "torch_to_numpy", "xlgraph_dtype"]
 
@@ -42,7 +43,8 @@ def xlgraph_dtype(torch_dtype: torch.dtype) -> dtypes.dtype:
     return getattr(dtypes, str(torch_dtype).removeprefix("torch."))
 
 
-def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A numpy array of ``t`` in the dtype xlgraph runs it as."""
+def torch_to_numpy(t: torch.Tensor, what: str = "a tensor") -> np.ndarray:
+    """A numpy array of ``t`` in the dtype xlgraph runs it as; a 64-bit value that does not
+    fit the 32-bit type raises ``StreamInputError`` naming ``what`` (``narrowing.narrowed``)."""
     array = t.detach().cpu().numpy()
-    return array.astype(xlgraph_dtype(t.dtype).as_numpy(), copy=False)
+    return narrowed(array, xlgraph_dtype(t.dtype).as_numpy(), what)

@@ -92,14 +92,16 @@ class WeightSync:
         """Write every torch tensor changed since the last sync into the session."""
         changed = self.changed()
         for k in changed:
-            self.session.write_variable_data(self.variables[k], self._to_numpy(self.tensors[k]))
+            self.session.write_variable_data(self.variables[k],
+                                             self._to_numpy(self.tensors[k], f"parameter {k!r}"))
             self._mark(k, self.tensors[k])
         return changed
 
     def upload_all(self) -> None:
         self.changed()
         for k, t in self.tensors.items():
-            self.session.write_variable_data(self.variables[k], self._to_numpy(t))
+            self.session.write_variable_data(self.variables[k],
+                                             self._to_numpy(t, f"parameter {k!r}"))
             self._mark(k, t)
 
     def download(self) -> None:
