@@ -24,6 +24,8 @@ _FORMATS = {"K": 3, "M": 6, "G": 9, "T": 12}
 
 
 def _op_flops(op: Any, kind: str) -> int | None:
+    if not op.outputs:  # host stores, remote stores, ...: not counted
+        return None
     out = op.outputs[0]
     if kind in _ELEMENTWISE:
         return int(out.nelms)
