@@ -66,8 +66,8 @@ class CachedAttention(Attention):
         v_cache = self.add_variable_input("v_cache", partial(np.zeros, shape), x.dtype,
                                           by_ref=True)
         q, k, v = (_heads(t, b, 1, cfg) for t in ops.split(self.qkv(x), 3, axis=-1))
-        ops.dynamic_update_(k_cache, position, k, axes=[2], sizes=[1])
-        ops.dynamic_update_(v_cache, position, v, axes=[2], sizes=[1])
+        k_cache = ops.dynamic_update_(k_cache, position, k, axes=[2], sizes=[1])
+        v_cache = ops.dynamic_update_(v_cache, position, v, axes=[2], sizes=[1])
         seen = ops.greater(popxl.constant(np.arange(s, dtype=np.int32)), position)
         mask = ops.cast(seen, x.dtype) * MASKED
         return self.output(_attend(q, k_cache, v_cache, mask, cfg))
