@@ -2,13 +2,16 @@
 ``torch_mapping`` loads a torch layer's weights, then the forward output and the input and
 weight gradients (``addons.autodiff``) are compared with torch (reference section 18)."""
 
+from functools import partial
+
 import numpy as np
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
 import torch
 from checks import check, done, raises
-from popxl_addons.layers import Conv2D, GroupNorm, LayerNorm, Linear
+from popxl_addons.layers import Conv2D, Embedding, GroupNorm, LayerNorm, Linear
+from popxl_addons.testing_utils import TensorInput, run_module
 
 torch.manual_seed(0)
 
@@ -58,6 +61,22 @@ x4 = np.random.default_rng(2).normal(size=(2, 4, 5, 5)).astype(np.float32)
 compare("GroupNorm", GroupNorm(2), torch.nn.GroupNorm(2, 4, eps=1e-5), x4)
 conv = torch.nn.Conv2d(4, 3, 3, stride=1, padding=1)
 compare("Conv2D", Conv2D(3, 3, 1, (1, 1, 1, 1), 1, 1, True), conv, x4)
+
+# the library's tests: run_module with a torch mapping as the weights
+torch_linear = torch.nn.Linear(6, 5)
+(out,) = run_module(Linear(5), TensorInput(x2),
+                    weights=partial(Linear.torch_mapping, nn_layer=torch_linear))
+check("14 run_module with weights", np.allclose(
+    out, torch_linear(torch.tensor(x2)).detach().numpy(), atol=1e-5))
+# 27: Embedding gathers rows (not sharded: no zeroing); vocab padded to a multiple of 16
+idx = np.array([[0, 3], [9, 1]], np.int32)
+emb = Embedding(popxl.float32, 10, 4)
+(rows,) = run_module(emb, TensorInput(idx), weights=lambda v: {
+    v.weight: np.arange(16 * 4, dtype=np.float32).reshape(16, 4)})
+check("27 padded vocab", emb.vocab_shard_size == 16
+      and Embedding.get_vocab_shard_size(40, 2) == 32
+      and list(Embedding.get_offsets(40, 2)) == [0, 32])
+check("27 gather", np.allclose(rows, np.arange(64, dtype=np.float32).reshape(16, 4)[idx]))
 
 ir = popxl.Ir()
 with ir.main_graph:
