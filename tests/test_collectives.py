@@ -81,7 +81,8 @@ def test_all_gather_reduce_scatter_and_slices_match_numpy(layout):
     layout = LAYOUTS[layout]
     members = _members(layout)
     x = np.random.default_rng(2).normal(size=(R, 3, 2)).astype(np.float32)
-    stacked = _run(lambda t, g: collectives.replicated_all_gather(t, 1, g), x, layout)
+    stacked = _run(lambda t, g: collectives.replicated_all_gather(t, 1, g, "new_axis"), x,
+                   layout)
     np.testing.assert_array_equal(stacked, np.stack([np.stack(x[list(m)], 1) for m in members]))
     joined = _run(lambda t, g: collectives.replicated_all_gather(t, 0, g, "concat"), x, layout)
     np.testing.assert_array_equal(joined, np.stack([np.concatenate(x[list(m)]) for m in members]))

@@ -94,6 +94,8 @@ def remote_replica_sharded_variable(data: Any, remote_buffer: RemoteBuffer, offs
     arr = to_numpy(data, dtype or remote_buffer.tensor_dtype, downcast,
                    copy=not isinstance(data, np.memmap), log2_scale=log2_scale,
                    nan_on_overflow=nan_on_overflow)  # a memmap stays one (written back)
+    if not remote_buffer.meta_shape and remote_buffer.storage is None:
+        _shard_plain_buffer(remote_buffer, arr, replica_grouping, name)
     if arr.shape != remote_buffer.meta_shape:
         raise ShapeError(f"replica-sharded variable {name!r}: data of shape {arr.shape} for "
                          f"{remote_buffer}, which shards tensors of shape "
@@ -102,6 +104,22 @@ def remote_replica_sharded_variable(data: Any, remote_buffer: RemoteBuffer, offs
                  retrieval_mode=retrieval_mode)
     v.remote = RemoteLocation(remote_buffer, offset, sharded=True)
     return v
+
+
+def _shard_plain_buffer(buffer: RemoteBuffer, arr: np.ndarray,
+                        replica_grouping: ReplicaGrouping | None, name: str | None) -> None:
+    """Give a plain buffer (``remote_buffer((shard,), dtype)``) the meta_shape of the tensor
+    it shards, as PopXL's ``remote_replica_sharded_variable`` does; its entries must hold one
+    flat shard of ``ceil(nelms / group size)`` elements."""
+    shard_over = (replica_grouping or get_ir().replica_grouping()).group_size
+    shard = (math.ceil(arr.size / shard_over),)
+    if buffer.tensor_shape != shard:
+        raise ShapeError(
+            f"replica-sharded variable {name!r}: data of shape {arr.shape} split over "
+            f"{shard_over} replicas needs entries of shape {shard}, but {buffer} holds "
+            f"{buffer.tensor_dtype.name}{list(buffer.tensor_shape)} [at {user_source_line()}]")
+    buffer.meta_shape = arr.shape
+    buffer.shard_over = shard_over
 
 
 def replica_sharded_variable(data: Any, dtype: dtype | None = None, name: str | None = None,

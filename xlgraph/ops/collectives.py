@@ -215,7 +215,7 @@ _ALL_GATHER = OpDef(
     "replicated_all_gather", _gather_infer, _gather, _gather_grad, replicated=_gather_replicated,
     replica="collective",
     samples=lambda rng: [Sample((rng.normal(size=(2, 3)),), {"axis": a, "output_shape": s})
-                         for a, s in ((0, "new_axis"), (1, "concat"), (2, "auto"))],
+                         for a, s in ((0, "new_axis"), (1, "concat"), (1, "auto"))],
 )
 
 
@@ -223,14 +223,16 @@ _ALL_GATHER = OpDef(
 def replicated_all_gather(t: Tensor, axis: int = 0, group: ReplicaGrouping | None = None,
                           output_shape: str = "auto") -> Tensor:
     """Every member of a group gets the values of all members, in group order: stacked on a
-    new ``axis`` (``output_shape`` "new_axis", the default "auto") or joined along ``axis``
-    ("concat")."""
+    new ``axis`` (``output_shape`` "new_axis") or joined along ``axis`` ("concat"); the
+    shards of a tensor with a meta_shape are joined into that shape ("meta_shape"). "auto",
+    as PopXL: "meta_shape" when ``t`` has a meta_shape, otherwise "concat" (a scalar's values
+    make a vector either way)."""
     if output_shape not in ("auto", "new_axis", "concat", "meta_shape"):
         raise ValueError(f"output_shape must be 'auto', 'new_axis', 'concat' or 'meta_shape', "
                          f"got {output_shape!r}")
     if output_shape == "meta_shape" or (output_shape == "auto" and t.meta_shape):
         return _gather_shards(t, group)
-    new_axis = output_shape != "concat"
+    new_axis = output_shape == "new_axis" or t.rank == 0
     axis = normalize_axes(axis, t.rank + new_axis)[0]
     attrs = {"axis": axis, "group_size": _group_size(group), "group": group, "new_axis": new_axis}
     return apply1(_ALL_GATHER, [t], attrs)
