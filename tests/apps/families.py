@@ -11,7 +11,15 @@ import numpy as np
 import xlgraph as popxl
 import xlgraph.addons as addons
 from apps.harness import TinyConfig, sharded_grouping
-from apps.layers import FeedForward, SelfAttention, np32, qkv_shards, shard_cols, shard_rows
+from apps.layers import (
+    CrossAttention,
+    FeedForward,
+    SelfAttention,
+    np32,
+    qkv_shards,
+    shard_cols,
+    shard_rows,
+)
 from xlgraph import ops
 from xlgraph.addons import NamedTensors
 from xlgraph.addons.layers import LayerNorm
@@ -120,6 +128,61 @@ class T5SelfAttention(addons.Module):
             variables.relative_attention_bias: shard_cols(
                 np32(hf.relative_attention_bias.weight, dt), n),
         })
+
+
+class T5Norm(addons.Module):
+    """T5's layer norm: ``w * x / sqrt(mean(x^2) + eps)`` (no centring, no bias), statistics
+    in float32."""
+
+    def build(self, x: popxl.Tensor, eps: float) -> popxl.Tensor:
+        w = self.add_variable_input("weight", partial(np.ones, x.shape[-1]), x.dtype)
+        x32 = ops.cast(x, popxl.float32)
+        var = ops.mean(x32 * x32, axis=-1, keepdims=True)
+        return ops.cast(x32 / ops.sqrt(var + eps), x.dtype) * w
+
+
+class T5DecoderBlock(addons.Module):
+    """T5's decoder block: causal self-attention with relative buckets, cross-attention to
+    the encoder's output, ReLU feed-forward without biases; each pre-normed (``T5Norm``) and
+    added to its input."""
+
+    def __init__(self, config: TinyConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.self_norm = T5Norm()
+        self.self_attention = T5SelfAttention(config, is_decoder=True)
+        self.cross_norm = T5Norm()
+        self.cross_attention = CrossAttention(config)
+        self.ff_norm = T5Norm()
+        self.feed_forward = FeedForward(config, act="relu", bias=False)
+
+    def build(self, x: popxl.Tensor, memory: popxl.Tensor) -> popxl.Tensor:
+        eps = self.config.eps
+        x = x + self.self_attention(self.self_norm(x, eps))
+        x = x + self.cross_attention(self.cross_norm(x, eps), memory)
+        return x + self.feed_forward(self.ff_norm(x, eps))
+
+    @staticmethod
+    def hf_mapping(config: TinyConfig, variables: NamedTensors, hf: object) -> WeightsDict:
+        """``transformers`` ``T5Block`` of a decoder (with the relative attention bias)."""
+        dt, n = config.dtype, config.tensor_parallel
+        sa, ca, ff = hf.layer[0], hf.layer[1], hf.layer[2]
+        cross = ca.EncDecAttention
+        v = variables
+        out = WeightsDict({
+            v.self_norm.weight: np32(sa.layer_norm.weight, dt),
+            v.cross_norm.weight: np32(ca.layer_norm.weight, dt),
+            v.ff_norm.weight: np32(ff.layer_norm.weight, dt),
+            v.cross_attention.q.weight: shard_cols(_linear_t(cross.q, dt), n),
+            v.cross_attention.kv.weight: np.concatenate(
+                [shard_cols(_linear_t(cross.k, dt), n), shard_cols(_linear_t(cross.v, dt), n)],
+                axis=-1),
+            v.cross_attention.output.weight: shard_rows(_linear_t(cross.o, dt), n),
+            v.feed_forward.fc_in.weight: shard_cols(_linear_t(ff.DenseReluDense.wi, dt), n),
+            v.feed_forward.fc_out.weight: shard_rows(_linear_t(ff.DenseReluDense.wo, dt), n),
+        })
+        out.update(T5SelfAttention.hf_mapping(config, v.self_attention, sa.SelfAttention))
+        return out
 
 
 def alibi_slopes(heads: int) -> np.ndarray:

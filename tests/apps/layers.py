@@ -34,65 +34,104 @@ def replicated_bias(module: addons.Module, size: int, dtype: popxl.dtype) -> pop
     return module.add_variable_input("bias", partial(np.zeros, size), dtype)
 
 
-class SelfAttention(addons.Module):
-    """Multi-head self-attention with the heads split over the tensor-parallel replicas.
+class HeadsAttention(addons.Module):
+    """What every attention here shares: this replica's heads attend, ``output`` projects
+    their rows, the all-reduce closes the tensor-parallel block, then the replicated bias.
 
-    ``qkv`` holds ``[q | k | v]`` of this replica's heads; scores are scaled by
-    ``1/sqrt(head_dim)`` when ``scale``, rotated by ``rotary_dim`` features (GPT-J), given a
-    ``position_bias`` (T5, ALiBi), masked when ``causal``; softmax in float32.
+    Scores are scaled by ``1/sqrt(head_dim)`` when ``scale``, given a ``position_bias`` (T5,
+    ALiBi), masked when ``causal``; softmax in float32.
     """
 
-    def __init__(self, config: TinyConfig, qkv_bias: bool = True, out_bias: bool = True,
-                 causal: bool = True, scale: bool = True, rotary_dim: int = 0) -> None:
+    def __init__(self, config: TinyConfig, out_bias: bool = True, causal: bool = True,
+                 scale: bool = True) -> None:
         super().__init__()
         self.config = config
         self.rg = sharded_grouping(config)
         self.heads = config.heads // config.tensor_parallel
-        self.causal, self.scale = causal, scale
-        self.rotary_dim, self.out_bias = rotary_dim, out_bias
-        width = self.heads * config.head_dim
-        self.qkv = Linear(3 * width, bias=qkv_bias, replica_grouping=self.rg)
+        self.width = self.heads * config.head_dim
+        self.causal, self.scale, self.out_bias = causal, scale, out_bias
         self.output = Linear(config.hidden_size, bias=False, replica_grouping=self.rg)
 
-    def build(self, x: popxl.Tensor, position_bias: popxl.Tensor | None = None,
-              ) -> popxl.Tensor:
+    def split_heads(self, t: popxl.Tensor) -> popxl.Tensor:
+        """``(batch * seq, width)`` to ``(batch, seq, heads, head_dim)``."""
         cfg = self.config
-        batch, seq, d = cfg.micro_batch_size, cfg.sequence_length, cfg.head_dim
-        x = replicated_all_reduce_identical_inputs(x, group=tp_group(cfg))
-        q, k, v = ops.split(self.qkv(x), 3, axis=-1)
-        q, k, v = (t.reshape((batch, seq, self.heads, d)) for t in (q, k, v))
-        if self.rotary_dim:
-            sin, cos = trig_table_constants(seq, self.rotary_dim, dtype=x.dtype)
-            q = rotary_pos_embed(q, sin, cos, self.rotary_dim)
-            k = rotary_pos_embed(k, sin, cos, self.rotary_dim)
+        return t.reshape((cfg.micro_batch_size, -1, self.heads, cfg.head_dim))
+
+    def attend(self, q: popxl.Tensor, k: popxl.Tensor, v: popxl.Tensor,
+               position_bias: popxl.Tensor | None) -> popxl.Tensor:
+        """``(batch, seq, heads, head_dim)`` queries, keys, values to the block's output."""
+        cfg = self.config
+        dtype = q.dtype
         q = q.transpose((0, 2, 1, 3))
         k = k.transpose((0, 2, 3, 1))
         v = v.transpose((0, 2, 1, 3))
         w = ops.cast(q @ k, popxl.float32)
         if self.scale:
-            w = w * (1 / math.sqrt(d))
+            w = w * (1 / math.sqrt(cfg.head_dim))
         if position_bias is not None:
             w = w + ops.cast(position_bias, popxl.float32)
         if self.causal:
-            w = w + causal_mask(seq, popxl.float32)
-        p = ops.cast(ops.softmax(w, axis=-1), x.dtype)
-        z = (p @ v).transpose((0, 2, 1, 3)).reshape((batch * seq, self.heads * d))
+            w = w + causal_mask(cfg.sequence_length, popxl.float32)
+        p = ops.cast(ops.softmax(w, axis=-1), dtype)
+        z = (p @ v).transpose((0, 2, 1, 3)).reshape((-1, self.width))
         z = replicated_all_reduce_identical_grad_inputs(self.output(z), group=tp_group(cfg))
         if self.out_bias:
-            z = z + replicated_bias(self, cfg.hidden_size, x.dtype)
+            z = z + replicated_bias(self, cfg.hidden_size, dtype)
         return z
+
+
+class SelfAttention(HeadsAttention):
+    """Multi-head self-attention with the heads split over the tensor-parallel replicas;
+    ``qkv`` holds ``[q | k | v]`` of this replica's heads; ``rotary_dim`` features of queries
+    and keys are rotated (GPT-J)."""
+
+    def __init__(self, config: TinyConfig, qkv_bias: bool = True, out_bias: bool = True,
+                 causal: bool = True, scale: bool = True, rotary_dim: int = 0) -> None:
+        super().__init__(config, out_bias, causal, scale)
+        self.rotary_dim = rotary_dim
+        self.qkv = Linear(3 * self.width, bias=qkv_bias, replica_grouping=self.rg)
+
+    def build(self, x: popxl.Tensor, position_bias: popxl.Tensor | None = None,
+              ) -> popxl.Tensor:
+        x = replicated_all_reduce_identical_inputs(x, group=tp_group(self.config))
+        q, k, v = (self.split_heads(t) for t in ops.split(self.qkv(x), 3, axis=-1))
+        if self.rotary_dim:
+            sin, cos = trig_table_constants(self.config.sequence_length, self.rotary_dim,
+                                            dtype=x.dtype)
+            q = rotary_pos_embed(q, sin, cos, self.rotary_dim)
+            k = rotary_pos_embed(k, sin, cos, self.rotary_dim)
+        return self.attend(q, k, v, position_bias)
+
+
+class CrossAttention(HeadsAttention):
+    """Queries from ``x``, keys and values (``kv`` = ``[k | v]`` of this replica's heads)
+    from ``memory`` (an encoder's output)."""
+
+    def __init__(self, config: TinyConfig, bias: bool = False, scale: bool = False) -> None:
+        super().__init__(config, out_bias=bias, causal=False, scale=scale)
+        self.q = Linear(self.width, bias=bias, replica_grouping=self.rg)
+        self.kv = Linear(2 * self.width, bias=bias, replica_grouping=self.rg)
+
+    def build(self, x: popxl.Tensor, memory: popxl.Tensor) -> popxl.Tensor:
+        group = tp_group(self.config)
+        x = replicated_all_reduce_identical_inputs(x, group=group)
+        memory = replicated_all_reduce_identical_inputs(memory, group=group)
+        k, v = (self.split_heads(t) for t in ops.split(self.kv(memory), 2, axis=-1))
+        return self.attend(self.split_heads(self.q(x)), k, v, None)
 
 
 class FeedForward(addons.Module):
     """``fc_out(act(fc_in(x)))`` with ``fc_in``'s columns and ``fc_out``'s rows split over the
     tensor-parallel replicas; ``fc_out``'s bias is added once, after the all-reduce."""
 
-    def __init__(self, config: TinyConfig, act: str = "gelu") -> None:
+    def __init__(self, config: TinyConfig, act: str = "gelu", bias: bool = True) -> None:
         super().__init__()
         self.config = config
         self.act = getattr(ops, act)
+        self.has_bias = bias
         rg = sharded_grouping(config)
-        self.fc_in = Linear(config.ffn_size // config.tensor_parallel, replica_grouping=rg)
+        self.fc_in = Linear(config.ffn_size // config.tensor_parallel, bias=bias,
+                            replica_grouping=rg)
         self.fc_out = Linear(config.hidden_size, bias=False, replica_grouping=rg)
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
@@ -100,7 +139,7 @@ class FeedForward(addons.Module):
         x = replicated_all_reduce_identical_inputs(x, group=tp_group(cfg))
         z = self.fc_out(self.act(self.fc_in(x)))
         z = replicated_all_reduce_identical_grad_inputs(z, group=tp_group(cfg))
-        return z + replicated_bias(self, cfg.hidden_size, x.dtype)
+        return z + replicated_bias(self, cfg.hidden_size, x.dtype) if self.has_bias else z
 
 
 # --- HuggingFace weight mapping helpers (numpy, host side) ---

@@ -22,6 +22,7 @@ CASES = {
     "BERT layer f32": lambda tp: enc.bert_case(tp).errors(),
     "T5 encoder attention f32": lambda tp: enc.t5_case(tp, False).errors(),
     "T5 decoder attention f32": lambda tp: enc.t5_case(tp, True).errors(),
+    "T5 decoder block (self+cross+FF) f32": lambda tp: enc.t5_block_case(tp).errors(),
     "Bloom ALiBi attention f32": lambda tp: enc.bloom_case(tp).errors(),
     "GPT-2 LM, sharded CE f32": lambda tp: lm.lm_case(tp).errors(),
     "BERT pretraining, sharded CE f32": lambda tp: bert.bert_pretraining_case(tp).errors(),

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from apps.families import BertLayer, BloomAttention, T5SelfAttention, relative_position_buckets
+from apps.families import (
+    BertLayer,
+    BloomAttention,
+    T5DecoderBlock,
+    T5SelfAttention,
+    relative_position_buckets,
+)
 from apps.harness import Result, TinyConfig, compare
 
 transformers = pytest.importorskip("transformers")
@@ -21,6 +27,7 @@ from transformers.models.bloom.modeling_bloom import (  # noqa: E402
 )
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor  # noqa: E402
 from transformers.models.t5.modeling_t5 import T5Attention as HFT5Attention  # noqa: E402
+from transformers.models.t5.modeling_t5 import T5Block as HFT5Block  # noqa: E402
 
 TP = [1, 2, 4]
 
@@ -117,3 +124,33 @@ def test_relative_position_buckets_reach_the_logarithmic_range() -> None:
         rel = torch.arange(200)[None, :] - torch.arange(200)[:, None]
         want = HFT5Attention._relative_position_bucket(rel, bidirectional, 32, 128).numpy()
         np.testing.assert_array_equal(ours, want)
+
+
+def t5_block_case(tp: int) -> Result:
+    cfg = TinyConfig(tensor_parallel=tp, eps=1e-6)
+    torch.manual_seed(0)
+    hf = HFT5Block(T5Config(d_model=cfg.hidden_size, d_kv=cfg.head_dim, num_heads=cfg.heads,
+                            d_ff=cfg.ffn_size, relative_attention_num_buckets=32,
+                            relative_attention_max_distance=128, dropout_rate=0.0,
+                            layer_norm_epsilon=cfg.eps, feed_forward_proj="relu",
+                            is_decoder=True),
+                   has_relative_attention_bias=True).eval()
+    _randomise(hf)
+    seq = cfg.sequence_length
+    mask = torch.triu(torch.full((1, 1, seq, seq), -1e4), 1)
+    memory = np.random.default_rng(5).normal(size=_rows(cfg).shape).astype(np.float32)
+
+    def forward(t: torch.Tensor, m: torch.Tensor) -> list[torch.Tensor]:
+        out = hf(_bsh(cfg, t), attention_mask=mask, encoder_hidden_states=_bsh(cfg, m))
+        return [out[0].reshape(t.shape)]
+
+    return compare(cfg, lambda: T5DecoderBlock(cfg), T5DecoderBlock.hf_mapping, hf, forward,
+                   [_rows(cfg), memory])
+
+
+@pytest.mark.parametrize("tp", TP)
+def test_t5_decoder_block_matches_huggingface(tp: int) -> None:
+    """Self-attention, cross-attention to an encoder output, feed-forward: the output and the
+    gradients of both inputs and of every variable."""
+    errors = t5_block_case(tp).errors()
+    assert max(errors.values()) < 1e-3, errors
