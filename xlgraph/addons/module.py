@@ -4,6 +4,10 @@
 ``create_graph`` builds the subgraph and returns the variable factories and the graph with its
 inputs named. Sub-modules stored as attributes and called inside ``build`` add their inputs
 under the attribute name (``fc1.weight``), inside a PopXL name scope of that name.
+
+Over 400 lines: ``Module`` is one class with popxl-addons' surface (building, variable
+inputs, graphs, gradients through ``module_grad.py``, sub-module naming); its gradient
+graph already lives apart.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Tensors and tensor specs, plus the user-facing tensor factories."""
+"""Tensors and tensor specs, plus the user-facing tensor factories.
+
+Over 400 lines: ``Tensor`` is one class with PopXL's whole tensor surface (its properties and
+some forty operator and method forms, each a line that dispatches to the op library through
+``core.dispatch``); the factories are the few lines that make its subclasses.
+"""
 
 from __future__ import annotations
 

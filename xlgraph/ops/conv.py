@@ -12,6 +12,9 @@ when the Session allows, see ``xlgraph.runtime.threads``): ``conv`` and
 innermost axis of its source: with more channels than output columns (and one group) the data is
 first made channels-last, so that the copy runs over channels and the whole chunk is one matmul
 (``window.channels_last``).
+
+Over 400 lines: the three ops are one geometry (each one's gradient is another of them), so
+their records, shape checks and kernels stay together.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Shape and data-movement ops: reshape, flatten, transpose, squeeze, slice, concat, expand..."""
+"""Shape and data-movement ops: reshape, flatten, transpose, squeeze, slice, concat, expand...
+
+Over 400 lines: one family of small records (a view or copy, its shape rule and
+layout, its gradient another movement op); splitting it would scatter gradient pairs.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""``Session``: owns an Ir, lowers it once, and runs it on a simulated device."""
+"""``Session``: owns an Ir, lowers it once, and runs it on a simulated device.
+
+Over 400 lines: it is one class, PopXL's ``Session`` surface (run, weights in and out, the
+context manager, remote buffers, reports), each method a thin step onto ``lower`` and the
+modules beside it (``host_io``, ``device``, ``remote_memory``, ``timing``).
+"""
 
 from __future__ import annotations
 

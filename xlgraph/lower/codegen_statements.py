@@ -1,0 +1,235 @@
+"""The generated step's statements: one line or a few per straight-line step.
+
+A kernel call (through ``kernel_out`` into a pool buffer, a backend's compiled loop form, or a
+fresh result), a view (made once when its source never moves), a constant, a host transfer, a
+binding and a call of a compiled function. ``codegen_loops.py`` adds loops and branches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xlgraph.lower import annotate
+from xlgraph.lower.codegen_writer import Writer, call_text
+from xlgraph.lower.layouts import pure_view
+from xlgraph.lower.plan import is_elementwise_ufunc, new_buffer
+from xlgraph.lower.program import Step
+from xlgraph.lower.segments import FusedCall
+from xlgraph.ops.loops import RAISING
+
+__all__ = ["Statements"]
+
+
+class Statements(Writer):
+    """``Writer`` plus the statements of straight-line steps."""
+
+    def kernel(self, s: Step, indent: int) -> None:
+        d, plan = s.defn, self.plan
+        src = s.alias_source
+        args = [self.arg(s, i) for i in range(len(s.ins))]
+        attrs = self.attr_text(s.attrs)
+        if src is not None and d.view:
+            self.view(s, args, attrs, indent)
+            return
+        if s in plan.use_out and self.compiled_loop(s, args, indent):
+            return
+        if src is not None:  # modifies an input in place; the output is that input
+            if s in plan.use_out:
+                fn = self.bind_global(f"o_{d.name}", d.kernel_out)
+                extra = self.scratch_text(s)
+                if s in self.swaps:  # the result goes to the variable's spare array
+                    self.names[src] = f"n{src}"
+                self.emit(indent, call_text(fn, args, f", out={self.names[src]}{extra}{attrs}"),
+                          s.op)
+            else:
+                fn = self.bind_global(f"k_{d.name}", d.kernel)
+                self.emit(indent, call_text(fn, args, attrs), s.op)
+            self.set_name(s.outs[0], self.names[src], indent)
+            return
+        if s in plan.use_out:
+            outs = [f"b{plan.buffer_of[o]}" for o in s.outs]
+            fn = self.bind_global(f"o_{d.name}", d.kernel_out)
+            if self.fuse and self.segments.fusable_matmul(s, self.program.specs, args, outs):
+                self.segments.add(FusedCall(indent, f"np.dot({args[0]}, {args[1]}, {outs[0]})",
+                                            call_text(fn, args, f", out={outs[0]}"), s.op, False))
+            elif is_elementwise_ufunc(d.kernel_out) and not attrs:
+                self.emit(indent, f"{fn}({', '.join([*args, outs[0]])})", s.op)
+            else:
+                out = outs[0] if len(outs) == 1 else f"({', '.join(outs)})"
+                extra = self.scratch_text(s)
+                self.emit(indent, call_text(fn, args, f", out={out}{extra}{attrs}"), s.op)
+            for o, name in zip(s.outs, outs):
+                self.set_name(o, name, indent)
+            return
+        fn = self.bind_global(f"k_{d.name}", d.kernel)
+        lhs = ", ".join(f"s{o}" for o in s.outs)
+        text = call_text(fn, args, attrs)
+        self.emit(indent, f"{lhs} = {text}" if lhs else text,
+                  s.op)  # an op without outputs (remote_store) is a plain call
+        for o in s.outs:
+            self.names[o] = f"s{o}"
+            if not self.program.specs[o].shape:  # ufuncs give numpy scalars for 0-d results
+                self.emit(indent, f"s{o} = np.asarray(s{o})")
+
+    def compiled_loop(self, s: Step, args: list[str], indent: int) -> bool:
+        """Emit a call of the backend's compiled loop form of ``s`` instead of its
+        ``kernel_out``, when there is one, every input is C-contiguous and no two inputs are
+        different views of one buffer (numpy buffers overlapping operands; a loop would not)."""
+        d, plan, specs = s.defn, self.plan, self.program.specs
+        roots = {plan.root[x]: x for x in s.ins}
+        if (d.loop is None or s in plan.densify
+                or s in plan.copies or any(plan.layout[x] != "C" for x in s.ins)
+                or len(roots) != len(set(s.ins))):
+            return False
+        ins = [specs[x] for x in s.ins]
+        if self.backend is None:  # count it: a backend may compile it later
+            self.loops += d.loop(ins, **s.attrs) is not None
+            return False
+        found = self.backend.kernel(d.loop, ins, [specs[o] for o in s.outs], s.attrs)
+        if found is None:
+            return False
+        self.loops += 1
+        fn, extra = found
+        src = s.alias_source
+        if src is not None and s in self.swaps:  # the result goes to the spare array
+            self.names[src] = f"n{src}"
+        outs = [self.names[src]] if src is not None else [f"b{plan.buffer_of[o]}"
+                                                           for o in s.outs]
+        consts = [repr(x) if isinstance(x, int) else self.bind_global(f"x_{d.name}", x)
+                  for x in extra]
+        fixed = [self.fixed.get(name) for name in (*args, *outs)]
+        direct = None if any(a is None for a in fixed) else self.backend.direct(
+            fn, [*fixed, *extra])
+        name = self.bind_global(f"j_{d.name}", fn if direct is None else direct)
+        call = f"{name}({', '.join([*args, *outs, *consts])})"
+        if self.fuse and hasattr(fn, "overloads"):  # a compiled loop (not Python calling some)
+            for c in consts:
+                if not c[0].isdigit() and c[0] != "-":
+                    self.segments.namespace[c] = self.namespace[c]
+            self.segments.namespace[name] = fn
+            raises = getattr(fn, "py_func", None) in RAISING
+            self.segments.add(FusedCall(indent, call, call, s.op, raises))
+        else:
+            self.emit(indent, call, s.op)
+        for o, name in zip(s.outs, outs):
+            self.set_name(o, name, indent)
+        return True
+
+    def scratch_text(self, s: Step) -> str:
+        bufs = self.plan.scratch.get(s)
+        return f", scratch=({''.join(f'b{b}, ' for b in bufs)})" if bufs else ""
+
+    def view(self, s: Step, args: list[str], attrs: str, indent: int) -> None:
+        out, src = s.outs[0], s.alias_source
+        name = None
+        base = self.unmoved(self.names[src])
+        if base is not None and pure_view(s):  # a view of a fixed array is fixed: make it now
+            try:
+                arr = s.defn.kernel(base, **s.attrs)
+            except Exception:  # noqa: BLE001 - leave the failure to run time, naming the op
+                arr = None
+            if isinstance(arr, np.ndarray) and np.may_share_memory(arr, base):
+                name = f"v{out}"
+                self.namespace[name] = self.fixed[name] = arr
+                self.globals_made[name] = (f"{annotate.tensor_text(s.op, 0)}, a {s.defn.name} view "
+                                           f"of {self.names[src]}")
+        hoist = False
+        if name is None:
+            fn = self.bind_global(f"k_{s.defn.name}", s.defn.kernel)
+            name = call_text(fn, args, attrs)
+            hoist = self.view_sample(s, f"s{out}", args)
+        if s.copy_out:
+            self.emit(indent, f"s{out} = np.array({name})", s.op)
+            self.names[out] = f"s{out}"
+            self.samples.pop(f"s{out}", None)
+        elif name.startswith("v"):
+            self.set_name(out, name, indent)
+        else:
+            self.emit(indent, f"s{out} = {name}", s.op, hoist=hoist)
+            self.names[out] = f"s{out}"
+
+    def view_sample(self, s: Step, name: str, args: list[str]) -> bool:
+        """Record the example array of a view of arrays whose examples are known; whether the
+        view shares its input's memory (then making it reads no data: it may be hoisted)."""
+        ins = [self.sample(a) for a in args]
+        if not pure_view(s) or any(a is None for a in ins):
+            return False
+        try:
+            arr = s.defn.kernel(*ins, **s.attrs)
+        except Exception:  # noqa: BLE001 - no example: the segment stays separate lines
+            return False
+        if not isinstance(arr, np.ndarray) or not np.may_share_memory(arr, ins[0]):
+            return False
+        self.samples[name] = arr
+        return True
+
+    def const(self, s: Step, indent: int) -> None:
+        slot = s.outs[0]
+        name = f"c{slot}"
+        value = s.value
+        self.namespace[name] = self.fixed[name] = (value if value.flags.c_contiguous
+                                                   else value.copy())
+        tensor = self.program.constant_slots.get(slot)
+        self.globals_made[name] = (f"%{tensor.name}:{tensor.spec}" if tensor is not None else
+                                   f"{annotate.tensor_text(s.op, s.outs.index(slot))}, folded")
+        buf = self.plan.buffer_of.get(slot)
+        if buf is not None:
+            self.emit(indent, f"np.copyto(b{buf}, {name})", s.op)
+            self.set_name(slot, f"b{buf}", indent)
+        elif s.copy_out:
+            self.emit(indent, f"s{slot} = {name}.copy()", s.op)
+            self.names[slot] = f"s{slot}"
+        else:
+            self.set_name(slot, name, indent)
+
+    def counter_name(self, s: Step) -> str:
+        if s.kind == "host_load":
+            return f"h{self.h2d[s.attrs['stream']]}_i"
+        return f"d{self.d2h[s.attrs['stream']]}_i"
+
+    def counter(self, s: Step, indent: int) -> None:
+        """Count transfers where no loop variable gives the index (several sites per stream)."""
+        if self.transfers > 1 and s not in self.index:
+            name = self.counter_name(s)
+            self.emit(indent, f"{name} += 1")
+            self.index[s] = f"[({name} - 1) % {self.transfers}]"
+
+    def statement(self, s: Step, indent: int) -> None:
+        """The code of ``s``, a step of any kind but ``loop`` and ``cond``."""
+        k = s.kind
+        if k == "kernel":
+            self.kernel(s, indent)
+        elif k in ("bind", "ref"):
+            src = self.names[s.ins[0]]
+            if s.copy_out:
+                self.emit(indent, f"s{s.outs[0]} = np.array({src})", s.op)
+                self.names[s.outs[0]] = f"s{s.outs[0]}"
+            else:
+                self.set_name(s.outs[0], src, indent)
+        elif k == "const":
+            self.const(s, indent)
+        elif k == "host_load":
+            self.counter(s, indent)
+            expr = f"IN[{self.h2d[s.attrs['stream']]}]{self.index.get(s, '')}"
+            self.emit(indent, f"s{s.outs[0]} = {f'np.array({expr})' if s.copy_out else expr}",
+                      s.op)
+            self.names[s.outs[0]] = f"s{s.outs[0]}"
+            spec = self.program.specs[s.outs[0]]  # inputs come C-contiguous (HostIO)
+            stream = getattr(s.attrs["stream"], "name", s.attrs["stream"])
+            self.samples[f"s{s.outs[0]}"] = new_buffer(
+                spec.shape, spec.dtype.as_numpy(),
+                f"the data of stream {stream!r} loaded by {s.op.describe()}", np.empty)
+        elif k == "host_store":
+            i = self.d2h[s.attrs["stream"]]
+            self.counter(s, indent)
+            self.emit(indent, f"OUT[{i}]{self.index.get(s, '[...]')} = "
+                      f"{self.names[s.ins[0]]}", s.op)
+        elif k == "func":
+            args = ", ".join(self.arg(s, i) for i in range(len(s.ins)))
+            lhs = "".join(f"s{o}, " for o in s.outs)
+            call = f"{s.func.name}({args})"
+            self.emit(indent, f"{lhs}= {call}" if lhs else call, s.op)
+            for o in s.outs:
+                self.names[o] = f"s{o}"
+        else:
+            raise NotImplementedError(f"no code generation for step kind {k!r}")
