@@ -14,6 +14,7 @@ from apps import test_bert_pretraining as bert  # noqa: E402
 from apps import test_encoder_families as enc  # noqa: E402
 from apps import test_gpt_blocks as gpt  # noqa: E402
 from apps import test_lm_head as lm  # noqa: E402
+from apps import test_phased_layers as phased  # noqa: E402
 
 CASES = {
     "GPT-2/GPT-3 block f32": lambda tp: gpt.gpt2_case(tp).errors(),
@@ -25,6 +26,7 @@ CASES = {
     "T5 decoder block (self+cross+FF) f32": lambda tp: enc.t5_block_case(tp).errors(),
     "Bloom ALiBi attention f32": lambda tp: enc.bloom_case(tp).errors(),
     "GPT-2 LM, sharded CE f32": lambda tp: lm.lm_case(tp).errors(),
+    "2 GPT-2 layers, phased, remote f32": phased.phased_case,
     "BERT pretraining, sharded CE f32": lambda tp: bert.bert_pretraining_case(tp).errors(),
 }
 
