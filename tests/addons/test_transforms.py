@@ -156,3 +156,40 @@ def test_batch_serialise_io_mode_places_the_transfers(io_mode, steps):
         stored = [s.get_tensor_data(e) for e in entries]
     np.testing.assert_array_equal(outs[out].reshape(steps, 2), data * 2)
     np.testing.assert_array_equal(np.stack(stored), data * 2)
+
+
+def test_batch_serialise_rows_and_row_offsets():
+    """With ``rows=2`` the result takes the row first; step ``i`` of row ``r`` loads entry
+    ``(r + row_offset) * steps + i``; ``row_offset=None`` always reads the first row and a
+    callable maps the row tensor (here ``1 - r``: rows stored swapped)."""
+    steps, rows = 2, 2
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        _, graph = _Double().create_graph(popxl.TensorSpec((2,), popxl.float32))
+        x_in, y_out = graph.graph.inputs[0], graph.graph.outputs[0]
+        src = addons.batch_serial_buffer(x_in, steps=steps, rows=rows)
+        dst = addons.batch_serial_buffer(y_out, steps=steps, rows=rows)
+        first = addons.batch_serial_buffer(y_out, steps=steps, rows=1)
+        data = np.arange(8, dtype=np.float32).reshape(4, 2)  # entry e holds [2e, 2e+1]
+        src_vars = [popxl.remote_variable(data[e], src, e) for e in range(4)]
+        dst_vars = [popxl.remote_variable(np.zeros(2, np.float32), dst, e) for e in range(4)]
+        first_vars = [popxl.remote_variable(np.zeros(2, np.float32), first, e)
+                      for e in range(2)]
+        swapped = addons.RemoteHandle(dst, row_offset=lambda r: 1 - r)
+        loads = {x_in: addons.RemoteHandle(src)}
+        result = addons.batch_serialise(graph, steps, loads, {}, {y_out: swapped}, rows=rows)
+        assert result.graph.graph.inputs[0].name == "row"
+        for row in range(rows):
+            result.graph.call(popxl.constant(row, popxl.int32))
+        only_first = addons.batch_serialise(
+            graph, steps, {x_in: addons.RemoteHandle(src, row_offset=None)}, {},
+            {y_out: addons.RemoteHandle(first, row_offset=None)}, rows=rows)
+        only_first.graph.call(popxl.constant(1, popxl.int32))
+    with popxl.Session(ir, "cpu") as s:
+        s.run()
+        stored = np.stack([s.get_tensor_data(v) for v in dst_vars])
+        firsts = np.stack([s.get_tensor_data(v) for v in first_vars])
+    assert src_vars  # the source entries exist
+    # row 0 (entries 0, 1) went to row 1 (entries 2, 3) and the other way round
+    np.testing.assert_array_equal(stored, 2 * data[[2, 3, 0, 1]])
+    np.testing.assert_array_equal(firsts, 2 * data[:2])  # row 1 asked, row 0 read and written
