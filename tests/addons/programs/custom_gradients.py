@@ -88,6 +88,20 @@ check("from_list iter", len(list(seq)) == 2)
 check("get", seq.get(0) is seq[0] and seq["1"] is seq[1])
 raises("iter non-list", AttributeError, lambda: list(Id()))
 
+# add_variable_inputs: one graph, two weight sets under "0" and "1"
+class Twice(addons.Module):
+    def build(self, x):
+        facts, graph = Id().create_graph(x)
+        for i in range(2):
+            x = graph.bind(self.add_variable_inputs(i, facts)).call(x)[0]
+        return x
+
+
+ir = popxl.Ir()
+with ir.main_graph:
+    tf, tg = Twice().create_graph(popxl.TensorSpec((2,), popxl.float32))
+    check("6 add_variable_inputs names", tg.args.keys_flat() == ["0.w", "1.w"])
+
 # 19 factories
 ir = popxl.Ir(replication=4)
 with ir.main_graph:
