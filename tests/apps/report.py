@@ -20,6 +20,7 @@ CASES = {
     "GPT-2/GPT-3 block f32": lambda tp: gpt.gpt2_case(tp).errors(),
     "GPT-2/GPT-3 block f16 (relative)": lambda tp: gpt.gpt2_case(tp, popxl.float16).errors(True),
     "GPT-J block f32": lambda tp: gpt.gptj_case(tp).errors(),
+    "GPT-J block f16 (relative)": lambda tp: gpt.gptj_case(tp, popxl.float16).errors(True),
     "BERT layer f32": lambda tp: enc.bert_case(tp).errors(),
     "T5 encoder attention f32": lambda tp: enc.t5_case(tp, False).errors(),
     "T5 decoder attention f32": lambda tp: enc.t5_case(tp, True).errors(),

@@ -78,11 +78,12 @@ def test_gptj_block_matches_huggingface(tp: int) -> None:
     assert max(errors.values()) < 1e-3, errors
 
 
+@pytest.mark.parametrize("case", [gpt2_case, gptj_case], ids=["gpt2", "gptj"])
 @pytest.mark.parametrize("tp", [1, 4])
-def test_gpt2_block_float16(tp: int) -> None:
+def test_blocks_float16(tp: int, case) -> None:
     """float16 weights and activations (softmax in float32, as the applications do) against
     HF in float32: float16 keeps 11 significant bits (unit roundoff 4.9e-4) and each value
     passes through a few roundings (matmul results, norm statistics, the 16-row sums of the
     weight gradients), so errors are held to 1% of each quantity's largest magnitude."""
-    errors = gpt2_case(tp, popxl.float16).errors(relative=True)
+    errors = case(tp, popxl.float16).errors(relative=True)
     assert max(errors.values()) < 1e-2, errors
