@@ -17,7 +17,7 @@ from typing import Any
 
 from xlgraph.errors import ArgumentError
 
-__all__ = ["ENVIRONMENT", "SWITCHES", "report_directory"]
+__all__ = ["ENVIRONMENT", "SWITCHES", "report_directory", "engine_option_true"]
 
 ENVIRONMENT = "POPLAR_ENGINE_OPTIONS"
 SWITCHES = ("autoReport.all", "autoReport.outputGraphProfile", "autoReport.outputExecutionProfile")
@@ -42,6 +42,12 @@ def _environment() -> dict[str, Any]:
 
 def _true(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def engine_option_true(engine_options: Mapping[str, Any] | None, key: str) -> bool:
+    """Whether Poplar engine option ``key`` is ``"true"`` in ``engine_options`` updated by
+    ``POPLAR_ENGINE_OPTIONS`` (the environment wins, as in Poplar)."""
+    return _true({**(engine_options or {}), **_environment()}.get(key))
 
 
 def report_directory(engine_options: Mapping[str, Any] | None = None) -> Path | None:
