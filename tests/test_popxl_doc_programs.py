@@ -241,6 +241,45 @@ program("phased_execution", """
 """)
 
 
+program("merge_exchange", """
+    # PopXL: host and remote transfers created in one transforms.merge_exchange() scope become
+    # one exchange; each keeps its meaning (a host_load / remote_load / remote_store /
+    # host_store per repeat iteration, a tensor offset reaching a different entry each time).
+    import numpy as np
+    import popxl
+    import popxl.ops as ops
+
+    steps = 3
+    ir = popxl.Ir(replication=2)
+    ir.num_host_transfers = steps
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((2,), popxl.float32, entries=steps)
+        ws = [popxl.remote_variable(np.full(2, i, np.float32), buffer, i) for i in range(steps)]
+        x_h2d = popxl.h2d_stream((2,), popxl.float32, "x")
+        y_d2h = popxl.d2h_stream((2,), popxl.float32, "y")
+        index = popxl.variable(np.int32(0), name="index")
+
+        def step(index: popxl.TensorByRef):
+            with popxl.transforms.merge_exchange():
+                x = ops.host_load(x_h2d)
+                w = ops.remote_load(buffer, index)
+            z = x + w
+            with popxl.in_sequence():
+                with popxl.transforms.merge_exchange():
+                    ops.remote_store(buffer, index, z)
+                    ops.host_store(y_d2h, z)
+                ops.var_updates.accumulate_(index, popxl.constant(np.int32(1)))
+
+        ops.repeat(ir.create_graph(step, index), steps, index)
+    x = np.arange(steps * 2 * 2, dtype=np.float32).reshape(steps, 2, 2)
+    with popxl.Session(ir, "ipu_model") as session:
+        out = session.run({x_h2d: x})[y_d2h]
+        np.testing.assert_array_equal(out, x + np.arange(steps, dtype=np.float32)[:, None, None])
+        for i, w in enumerate(ws):  # replica 0 represents the single group
+            np.testing.assert_array_equal(session.get_tensor_data(w), x[i, 0] + i)
+""")
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_popxl_doc_program(name: str) -> None:
     popxl_compat.install()

@@ -1,5 +1,6 @@
 """PopXL's ipu_model at the edges: a program larger than the 4-tile model's memory (3-D
-average pooling), refused by default and run under Poplar's ``debug.allowOutOfMemory``."""
+average pooling), refused by default and run under Poplar's ``debug.allowOutOfMemory``; the
+executable-cache options PopXL programs set."""
 
 from __future__ import annotations
 
@@ -51,3 +52,30 @@ def test_allow_out_of_memory_runs_and_reports_the_tiles_over(where, monkeypatch)
     report = session.report()
     peak = sum(report.always_live.values()) + report.not_always_live_peak
     assert (peak > report.model.memory_bytes_per_tile).any()
+
+
+def test_executable_cache_options_are_accepted_and_change_nothing(tmp_path) -> None:
+    """PopXL programs turn on PopART's executable cache with the session options
+    ``enableEngineCaching`` and ``cachePath``; accepted and recorded, nothing is written (no
+    executable to cache) and the values are the same in a second Session of the same program."""
+    results = []
+    for _ in range(2):
+        ir = popxl.Ir()
+        opts = ir._pb_ir.getSessionOptions()
+        opts.enableEngineCaching = True
+        opts.cachePath = str(tmp_path / "cache")
+        with ir.main_graph:
+            h2d = popxl.h2d_stream((1, 1, 4, 4, 4), popxl.float32, "x")
+            y = ops.average_pool(ops.host_load(h2d), (2, 2, 2), stride=(2, 2, 2))
+            d2h = popxl.d2h_stream(y.shape, y.dtype, "y")
+            ops.host_store(d2h, y)
+        assert opts.enableEngineCaching and opts.cachePath == str(tmp_path / "cache")
+        x = np.arange(64, dtype=np.float32).reshape(1, 1, 4, 4, 4)
+        with popxl.Session(ir, "ipu_model") as session:
+            results.append(session.run({h2d: x})[d2h])
+    want = x.reshape(1, 1, 2, 2, 2, 2, 2, 2).mean(axis=(3, 5, 7))
+    for got in results:
+        np.testing.assert_array_equal(got, want)
+    assert not (tmp_path / "cache").exists()
+    with pytest.raises(AttributeError, match="enableEngineCaching"):
+        ir._pb_ir.getSessionOptions().enableModelCaching = True  # not a PopART option
