@@ -23,6 +23,7 @@ from model import GPTLoss  # noqa: E402
 
 import xlgraph as popxl  # noqa: E402
 import xlgraph.addons as addons  # noqa: E402
+from xlgraph import dist as popdist  # noqa: E402
 from xlgraph import ops  # noqa: E402
 from xlgraph.addons import NamedTensors, TaskSession  # noqa: E402
 from xlgraph.addons.optimizers.adam import AdamOptimizerStep  # noqa: E402
@@ -32,7 +33,8 @@ def build(cfg: GPTConfig, device: str) -> tuple[TaskSession, list, popxl.DeviceT
     """The training step: ``gradient_accumulation`` micro-batches forward and backward, the
     gradients summed (and averaged over the data-parallel replicas), one Adam update."""
     np.random.seed(cfg.seed)  # the layers' initialisers draw from numpy's global generator
-    ir = popxl.Ir(replication=cfg.data_parallel)
+    # under poprun the job's replicas are the data-parallel ones, as in the applications
+    ir = popxl.Ir(replication="popdist" if popdist.isPopdistEnvSet() else cfg.data_parallel)
     ir.num_host_transfers = cfg.gradient_accumulation
     rows = cfg.micro_batch_size * cfg.sequence_length
     with ir.main_graph:
@@ -61,7 +63,7 @@ def build(cfg: GPTConfig, device: str) -> tuple[TaskSession, list, popxl.DeviceT
         state = dict(variables.to_dict())
         for name, var in variables.to_dict().items():
             g = grads[name]
-            if cfg.data_parallel > 1:
+            if ir.replication_factor > 1:
                 g = ops.collectives.replicated_all_reduce(g, op="mean")
             opt_facts, opt_graph = optimizer.create_graph(
                 var, g.spec, lr=cfg.lr, weight_decay=0.0, first_order_dtype=popxl.float32)
@@ -82,16 +84,27 @@ def main(argv: list[str] | None = None) -> list[float]:
         "--log_every": dict(type=int, default=10)})
     chars, tokens = data.load()
     cfg = replace(cfg, vocab_size=len(chars.chars))
+    if popdist.isPopdistEnvSet():
+        cfg = replace(cfg, data_parallel=popdist.getNumTotalReplicas())
+    instance = popdist.getInstanceIndex()
+    first = instance == 0  # only the first instance prints
+
+    def batches(*keys: int) -> np.random.Generator:
+        """Each instance reads its own batches."""
+        return np.random.default_rng([*keys, instance] if instance else list(keys))
+
     session, (words_s, labels_s), loss_s = build(cfg, args.device)
-    rng = np.random.default_rng(cfg.seed)
-    per_step = cfg.gradient_accumulation * cfg.data_parallel * cfg.micro_batch_size
-    lead = tuple(n for n in (cfg.gradient_accumulation, cfg.data_parallel) if n > 1)
+    rng = batches(cfg.seed)
+    local = popdist.getNumLocalReplicas() if popdist.isPopdistEnvSet() else cfg.data_parallel
+    per_step = cfg.gradient_accumulation * local * cfg.micro_batch_size
+    lead = tuple(n for n in (cfg.gradient_accumulation, local) if n > 1)
     losses: list[float] = []
     with session:
         if args.resume:
             session.load_checkpoint(args.resume, report_missing="error")
-            rng = np.random.default_rng([cfg.seed, session.session_state["steps"]])
-            print(f"resumed from {args.resume} at step {session.session_state['steps']}")
+            rng = batches(cfg.seed, session.session_state["steps"])
+            if first:
+                print(f"resumed from {args.resume} at step {session.session_state['steps']}")
         session.add_session_state_info({"config": asdict(cfg)})
         start = time.perf_counter()
         for _ in range(cfg.steps):
@@ -100,16 +113,18 @@ def main(argv: list[str] | None = None) -> list[float]:
                                labels_s: labels.reshape(*lead, -1)})
             losses.append(float(np.mean(out[loss_s])))
             step = session.session_state["steps"]
-            if step % args.log_every == 0 or step == 1:
+            if first and (step % args.log_every == 0 or step == 1):
                 print(f"step {step:4d}  loss {losses[-1]:.3f}")
         seconds = time.perf_counter() - start
         rate = per_step * cfg.sequence_length * cfg.steps / seconds
-        print(f"{cfg.steps} steps in {seconds:.1f} s ({rate:.0f} tokens/s)")
+        if first:
+            print(f"{cfg.steps} steps in {seconds:.1f} s ({rate:.0f} tokens/s)")
         if args.device == "ipu_model":
             print(session.report())  # the modelled IPU's memory and cycles (estimates)
         if args.checkpoint:
-            session.save_checkpoint(args.checkpoint)
-            print(f"checkpoint: {args.checkpoint}")
+            session.save_checkpoint(args.checkpoint)  # instance 0 writes
+            if first:
+                print(f"checkpoint: {args.checkpoint}")
     return losses
 
 
