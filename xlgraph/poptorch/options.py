@@ -9,12 +9,14 @@ on the simulator (works, recorded for the ipu_model, or accepted and ignored).
 from __future__ import annotations
 
 import copy
+import enum
 import json
 import os
 from typing import Any
 
 import torch
 
+from xlgraph.poptorch import enums
 from xlgraph.poptorch.checks import OptionValueError, whole
 from xlgraph.poptorch.enums import (
     AutoStage,
@@ -27,6 +29,7 @@ from xlgraph.poptorch.enums import (
     ReductionType,
     SyncPattern,
 )
+from xlgraph.poptorch.options_file import parse_call
 from xlgraph.poptorch.support import SUPPORT_PAGE, unknown
 
 __all__ = [
@@ -427,6 +430,17 @@ class _IExecutionStrategy:
     def __init__(self, stages: list[Stage]) -> None:
         self.stages = stages
 
+    def stage(self, block_id: str) -> Stage:
+        """The ``Stage`` that block ``block_id`` belongs to (``strategy.stage("1").ipu(1)``);
+        a block no stage names gets a stage of its own, as automatic staging gives it."""
+        block_id = str(block_id)
+        for stage in self.stages:
+            if block_id in stage._blocks:
+                return stage
+        stage = Stage(block_id)
+        self.stages.append(stage)
+        return stage
+
     def num_ipus(self, blocks: dict[str, int | None]) -> int:
         """The IPUs the recorded blocks span (each block's ``ipu_id``, else its stage's IPU)."""
         ipus = {s._ipu for s in self.stages if s._ipu is not None}
@@ -811,33 +825,58 @@ class Options(OptionsDict):
         return self
 
     def loadFromFile(self, filepath: str) -> Options:  # noqa: N802
-        """Apply a file of ``setter(value)`` lines (``deviceIterations(4)``) or ``setter value``."""
+        """Apply a file of setter calls, one per line, as a program would make them
+        (``deviceIterations(4)``, ``Training.gradientAccumulation(2)``,
+        ``setExecutionStrategy(poptorch.ShardedExecution())``), or ``setter value`` lines.
+        The file is read as data (``xlgraph.poptorch.options_file``), never run.
+
+        Raises:
+            ConfigFileError: a line that is not a setter call with accepted values, or that
+                its setter refuses (naming the file, line and reason).
+        """
         with open(filepath, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 line = line.split("#", 1)[0].strip()
                 if not line:
                     continue
-                name, _, rest = line.replace("(", " ", 1).rstrip(")").partition(" ")
                 try:
-                    value = json.loads(rest.strip().replace("'", '"')) if rest.strip() else True
-                except json.JSONDecodeError:
-                    value = rest.strip()
-                try:
-                    self._apply(name, value)
+                    self._apply_line(line)
                 except (AttributeError, TypeError, ValueError, AssertionError,
                         ConfigFileError) as exc:
                     raise ConfigFileError(f"{filepath}:{number}: {line}: {exc}") from None
         return self
 
+    def _apply_line(self, line: str) -> None:
+        try:
+            setter, args, kwargs = parse_call(line, _file_names())
+        except ValueError:
+            if "(" in line:
+                raise
+            name, _, rest = line.partition(" ")  # ``setter value``
+            try:
+                value = json.loads(rest.strip().replace("'", '"')) if rest.strip() else True
+            except json.JSONDecodeError:
+                value = rest.strip()
+            self._apply(name, value)
+            return
+        self._method(setter)(*args, **kwargs)
+
     def _apply(self, key: str, value: Any) -> None:
+        method = self._method(key)
+        method(*value) if isinstance(value, list) else method(value)
+
+    def _method(self, key: str) -> Any:
+        """The setter ``key`` names (``Training.gradientAccumulation``)."""
         owner: Any = self
         *path, setter = key.split(".")
         for part in path:
+            if part.startswith("_") and part != "_Popart":
+                raise ConfigFileError(f"unknown option setter {key!r} (see {SUPPORT_PAGE})")
             owner = getattr(owner, part)
         method = getattr(owner, setter, None)
         if not callable(method) or setter.startswith("_"):
             raise ConfigFileError(f"unknown option setter {key!r} (see {SUPPORT_PAGE})")
-        method(*value) if isinstance(value, list) else method(value)
+        return method
 
     def toDict(self) -> dict[str, Any]:  # noqa: N802
         """Every option as a plain dict (sub-objects nested under their names)."""
@@ -857,3 +896,14 @@ class Options(OptionsDict):
             obj = getattr(self, name, None) if name != "Popart" else self._Popart
             parts.append(f"{name}={obj!r}")
         return f"{type(self).__name__}(" + ", ".join(parts) + ")"
+
+
+def _file_names() -> dict[str, Any]:
+    """What ``poptorch.<name>`` may name in an options file: the enums, the execution
+    strategies and their stages, and tensor location settings."""
+    names: dict[str, Any] = {k: v for k, v in vars(enums).items()
+                             if isinstance(v, type) and issubclass(v, enum.Enum)}
+    names.update({c.__name__: c for c in (
+        Stage, Phase, PipelinedExecution, ShardedExecution, ParallelPhasedExecution,
+        SerialPhasedExecution, TensorLocationSettings)})
+    return names
