@@ -73,6 +73,15 @@ program("replica_grouping_assignments", """
         rg = popxl.Ir(replication=n).replica_grouping(stride=stride, group_size=size)
         assert list(rg.assignment) == expected(n, stride, size), (n, stride, size)
         assert (rg.stride, rg.group_size, rg.num_groups) == (stride, size, n // size)
+    # rg.transpose(): group i holds the i-th member of every group of rg
+    for n, stride, size in ((8, 1, 2), (8, 4, 2), (16, 1, 4), (32, 4, 8)):
+        rg = popxl.Ir(replication=n).replica_grouping(stride=stride, group_size=size)
+        t = rg.transpose()
+        for r in range(n):
+            members = [m for m in range(n) if rg.assignment[m] == rg.assignment[r]]
+            assert t.assignment[r] == members.index(r), (n, stride, size, r)
+        assert t.num_groups == size and t.group_size == rg.num_groups
+    assert ir.replica_grouping(1, 2).transpose().stride == 2
     # 8 members 4 apart span 32 replicas: 16 replicas cannot be partitioned so
     try:
         popxl.Ir(replication=16).replica_grouping(stride=4, group_size=8)
