@@ -33,10 +33,10 @@ CASES = {
 
 
 def main() -> None:
-    print(f"{'family':34} {'tp=1':>10} {'tp=2':>10} {'tp=4':>10}")
+    print(f"{'family':38} {'tp=1':>10} {'tp=2':>10} {'tp=4':>10}")
     for name, case in CASES.items():
         errs = [max(case(tp).values()) for tp in (1, 2, 4)]
-        print(f"{name:34} " + " ".join(f"{e:10.2e}" for e in errs))
+        print(f"{name:38} " + " ".join(f"{e:10.2e}" for e in errs))
 
 
 if __name__ == "__main__":
