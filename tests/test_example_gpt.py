@@ -83,3 +83,18 @@ def test_cached_decoding_equals_the_whole_sequence_model() -> None:
         for p in range(seq):
             got = session.run({word_s: words[p:p + 1], pos_s: np.array(p, np.int32)})[out_s]
             np.testing.assert_allclose(got[0], full[p], rtol=1e-5, atol=1e-5)
+
+
+def test_ipu_model_report_of_the_tiny_config(capsys: pytest.CaptureFixture) -> None:
+    """On the whole-chip model the variables are the tiny model's weights and Adam's two
+    moments in float32 (plus each Adam step counter): counted from the architecture."""
+    pretrain.main(["--config", "tiny", "--steps", "1", "--device", "ipu_model"])
+    out = capsys.readouterr().out
+    assert "1472 tiles" in out
+    line = next(t for t in out.splitlines() if "always-live per category" in t)
+    variables = int(line.split("variables ")[1].split(", constants")[0].replace(",", ""))
+    cfg = CONFIGS["tiny"]
+    h, chars = cfg.hidden_size, 28  # the corpus's characters
+    rows = 32 + cfg.sequence_length  # embedding tables, padded to multiples of 16 rows
+    params = rows * h + cfg.layers * (12 * h * h + 13 * h) + 2 * h + h * chars
+    assert 3 * params * 4 <= variables <= 3 * params * 4 + 1024, (variables, params)

@@ -27,6 +27,7 @@ from xlgraph import dist as popdist  # noqa: E402
 from xlgraph import ops  # noqa: E402
 from xlgraph.addons import NamedTensors, TaskSession  # noqa: E402
 from xlgraph.addons.optimizers.adam import AdamOptimizerStep  # noqa: E402
+from xlgraph.ipu import IPUModel  # noqa: E402
 
 
 def build(cfg: GPTConfig, device: str) -> tuple[TaskSession, list, popxl.DeviceToHostStream]:
@@ -70,8 +71,10 @@ def build(cfg: GPTConfig, device: str) -> tuple[TaskSession, list, popxl.DeviceT
             opt_vars = opt_facts.init(prefix=f"optimizer.{name}")
             opt_graph.bind(opt_vars).call(var, g)
             state.update({f"optimizer.{name}.{k}": t for k, t in opt_vars.to_dict().items()})
+    # the ipu_model device models a whole chip, as the applications' hardware runs
+    chip = {"ipu_model": IPUModel.full()} if device == "ipu_model" else {}
     session = TaskSession([words_s, labels_s], [loss_s], NamedTensors.from_dict(state), 1, ir,
-                          device)
+                          device, **chip)
     return session, [words_s, labels_s], loss_s
 
 
