@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import xlgraph as popxl
 from apps.families import (
     BertLayer,
     BloomAttention,
@@ -16,7 +17,7 @@ from apps.families import (
     T5SelfAttention,
     relative_position_buckets,
 )
-from apps.harness import Result, TinyConfig, compare
+from apps.harness import Result, TinyConfig, assert_float16_close, compare
 
 transformers = pytest.importorskip("transformers")
 
@@ -47,8 +48,8 @@ def _bsh(cfg: TinyConfig, t: torch.Tensor) -> torch.Tensor:
     return t.reshape(cfg.micro_batch_size, cfg.sequence_length, cfg.hidden_size)
 
 
-def bert_case(tp: int) -> Result:
-    cfg = TinyConfig(tensor_parallel=tp, eps=1e-12)
+def bert_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
+    cfg = TinyConfig(tensor_parallel=tp, eps=1e-12, dtype=dtype)
     torch.manual_seed(0)
     hf = HFBertLayer(BertConfig(hidden_size=cfg.hidden_size, num_attention_heads=cfg.heads,
                                 intermediate_size=cfg.ffn_size, hidden_act="gelu",
@@ -59,8 +60,8 @@ def bert_case(tp: int) -> Result:
                    lambda t: [hf(_bsh(cfg, t))[0].reshape(t.shape)], [_rows(cfg)])
 
 
-def t5_case(tp: int, is_decoder: bool) -> Result:
-    cfg = TinyConfig(tensor_parallel=tp)
+def t5_case(tp: int, is_decoder: bool, dtype: popxl.dtype = popxl.float32) -> Result:
+    cfg = TinyConfig(tensor_parallel=tp, dtype=dtype)
     torch.manual_seed(0)
     hf = HFT5Attention(T5Config(d_model=cfg.hidden_size, d_kv=cfg.head_dim, num_heads=cfg.heads,
                                 d_ff=cfg.ffn_size, relative_attention_num_buckets=32,
@@ -78,8 +79,8 @@ def t5_case(tp: int, is_decoder: bool) -> Result:
                    hf, forward, [_rows(cfg)])
 
 
-def bloom_case(tp: int) -> Result:
-    cfg = TinyConfig(tensor_parallel=tp)
+def bloom_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
+    cfg = TinyConfig(tensor_parallel=tp, dtype=dtype)
     torch.manual_seed(0)
     hf = HFBloomAttention(BloomConfig(hidden_size=cfg.hidden_size, n_head=cfg.heads,
                                       attention_dropout=0.0, hidden_dropout=0.0,
@@ -114,6 +115,22 @@ def test_t5_relative_attention_matches_huggingface(tp: int, is_decoder: bool) ->
 def test_bloom_alibi_attention_matches_huggingface(tp: int) -> None:
     errors = bloom_case(tp).errors()
     assert max(errors.values()) < 1e-3, errors
+
+
+FLOAT16_CASES = {
+    "bert": bert_case,
+    "t5_encoder": lambda tp, dtype: t5_case(tp, False, dtype),
+    "t5_decoder": lambda tp, dtype: t5_case(tp, True, dtype),
+    "bloom": bloom_case,
+}
+
+
+@pytest.mark.parametrize("family", list(FLOAT16_CASES))
+@pytest.mark.parametrize("tp", TP)
+def test_families_float16(tp: int, family: str) -> None:
+    """float16 weights and activations (softmax in float32, as the applications do) against
+    HF in float32, to ``FLOAT16_RELATIVE_TOL`` (harness)."""
+    assert_float16_close(FLOAT16_CASES[family](tp, popxl.float16))
 
 
 def test_relative_position_buckets_reach_the_logarithmic_range() -> None:
