@@ -197,23 +197,23 @@ def alibi_slopes(heads: int) -> np.ndarray:
 
 
 class BloomAttention(addons.Module):
-    """Bloom's attention with its residual: causal, scores plus ``slope_h * key_position``
-    (ALiBi). Each replica's slopes are those of its heads, so they are a (non-trained)
-    variable sharded like the heads."""
+    """Bloom's attention with its residual (``x`` unless ``residual`` is given): causal,
+    scores plus ``slope_h * key_position`` (ALiBi). Each replica's slopes are those of its
+    heads, so they are a (non-trained) variable sharded like the heads."""
 
     def __init__(self, config: TinyConfig) -> None:
         super().__init__()
         self.config = config
         self.attention = SelfAttention(config)
 
-    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+    def build(self, x: popxl.Tensor, residual: popxl.Tensor | None = None) -> popxl.Tensor:
         cfg = self.config
         heads, seq = cfg.heads // cfg.tensor_parallel, cfg.sequence_length
         slopes = self.add_variable_input("alibi_slopes", partial(np.zeros, heads), popxl.float32,
                                          replica_grouping=sharded_grouping(cfg))
         positions = popxl.constant(np.arange(seq, dtype=np.float32).reshape(1, 1, 1, seq))
         bias = ops.detach(slopes).reshape((1, heads, 1, 1)) * positions
-        return x + self.attention(x, bias)
+        return (x if residual is None else residual) + self.attention(x, bias)
 
     @staticmethod
     def hf_mapping(config: TinyConfig, variables: NamedTensors, hf: object) -> WeightsDict:
@@ -231,3 +231,39 @@ class BloomAttention(addons.Module):
             variables.attention.bias: np32(hf.dense.bias, dt),
             variables.alibi_slopes: shard_cols(alibi_slopes(config.heads), n),
         })
+
+
+class BloomBlock(addons.Module):
+    """Bloom's block (residuals taken before the norms): ``h = x + attn(LN(x))``, then
+    ``h + mlp(LN(h))`` with Bloom's tanh-approximated GELU."""
+
+    def __init__(self, config: TinyConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.input_layernorm = LayerNorm()
+        self.self_attention = BloomAttention(config)
+        self.post_attention_layernorm = LayerNorm()
+        self.mlp = FeedForward(config, act="gelu")
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        eps = self.config.eps
+        h = self.self_attention(self.input_layernorm(x, eps=eps), x)
+        return h + self.mlp(self.post_attention_layernorm(h, eps=eps))
+
+    @staticmethod
+    def hf_mapping(config: TinyConfig, variables: NamedTensors, hf: object) -> WeightsDict:
+        """``transformers`` ``BloomBlock``."""
+        dt, n = config.dtype, config.tensor_parallel
+        v, mlp = variables, hf.mlp
+        out = WeightsDict({
+            v.input_layernorm.weight: np32(hf.input_layernorm.weight, dt),
+            v.input_layernorm.bias: np32(hf.input_layernorm.bias, dt),
+            v.post_attention_layernorm.weight: np32(hf.post_attention_layernorm.weight, dt),
+            v.post_attention_layernorm.bias: np32(hf.post_attention_layernorm.bias, dt),
+            v.mlp.fc_in.weight: shard_cols(_linear_t(mlp.dense_h_to_4h, dt), n),
+            v.mlp.fc_in.bias: shard_cols(np32(mlp.dense_h_to_4h.bias, dt), n),
+            v.mlp.fc_out.weight: shard_rows(_linear_t(mlp.dense_4h_to_h, dt), n),
+            v.mlp.bias: np32(mlp.dense_4h_to_h.bias, dt),
+        })
+        out.update(BloomAttention.hf_mapping(config, v.self_attention, hf.self_attention))
+        return out

@@ -32,6 +32,8 @@ CASES = {
     "T5 decoder block (self+cross+FF) f32": lambda tp: enc.t5_block_case(tp).errors(),
     "Bloom ALiBi attention f32": lambda tp: enc.bloom_case(tp).errors(),
     "Bloom ALiBi attention f16 (relative)": lambda tp: enc.bloom_case(tp, F16).errors(True),
+    "Bloom block f32": lambda tp: enc.bloom_case(tp, block=True).errors(),
+    "Bloom block f16 (relative)": lambda tp: enc.bloom_case(tp, F16, True).errors(True),
     "GPT-2 LM, sharded CE f32": lambda tp: lm.lm_case(tp).errors(),
     "2 GPT-2 layers, phased, remote f32": phased.phased_case,
     "BERT pretraining, sharded CE f32": lambda tp: bert.bert_pretraining_case(tp).errors(),

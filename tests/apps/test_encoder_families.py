@@ -13,6 +13,7 @@ import xlgraph as popxl
 from apps.families import (
     BertLayer,
     BloomAttention,
+    BloomBlock,
     T5DecoderBlock,
     T5SelfAttention,
     relative_position_buckets,
@@ -26,6 +27,7 @@ from transformers.models.bert.modeling_bert import BertLayer as HFBertLayer  # n
 from transformers.models.bloom.modeling_bloom import (  # noqa: E402
     BloomAttention as HFBloomAttention,
 )
+from transformers.models.bloom.modeling_bloom import BloomBlock as HFBloomBlock  # noqa: E402
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor  # noqa: E402
 from transformers.models.t5.modeling_t5 import T5Attention as HFT5Attention  # noqa: E402
 from transformers.models.t5.modeling_t5 import T5Block as HFT5Block  # noqa: E402
@@ -79,12 +81,15 @@ def t5_case(tp: int, is_decoder: bool, dtype: popxl.dtype = popxl.float32) -> Re
                    hf, forward, [_rows(cfg)])
 
 
-def bloom_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
+def bloom_case(tp: int, dtype: popxl.dtype = popxl.float32, block: bool = False) -> Result:
+    """Bloom's ALiBi attention plus residual, or (``block``) its whole block."""
     cfg = TinyConfig(tensor_parallel=tp, dtype=dtype)
     torch.manual_seed(0)
-    hf = HFBloomAttention(BloomConfig(hidden_size=cfg.hidden_size, n_head=cfg.heads,
-                                      attention_dropout=0.0, hidden_dropout=0.0,
-                                      pretraining_tp=1, slow_but_exact=False)).eval()
+    hf_config = BloomConfig(hidden_size=cfg.hidden_size, n_head=cfg.heads,
+                            attention_dropout=0.0, hidden_dropout=0.0, pretraining_tp=1,
+                            slow_but_exact=False, layer_norm_epsilon=cfg.eps,
+                            apply_residual_connection_post_layernorm=False)
+    hf = (HFBloomBlock if block else HFBloomAttention)(hf_config).eval()
     _randomise(hf)
     b, seq = cfg.micro_batch_size, cfg.sequence_length
     alibi = build_alibi_tensor(torch.ones(b, seq), cfg.heads, torch.float32)
@@ -92,10 +97,12 @@ def bloom_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
 
     def forward(t: torch.Tensor) -> list[torch.Tensor]:
         x = _bsh(cfg, t)
-        return [hf(x, x, alibi, causal)[0].reshape(t.shape)]
+        out = hf(x, alibi, causal) if block else hf(x, x, alibi, causal)
+        return [out[0].reshape(t.shape)]
 
-    return compare(cfg, lambda: BloomAttention(cfg), BloomAttention.hf_mapping, hf, forward,
-                   [_rows(cfg)], untrained=["alibi_slopes"])
+    module = BloomBlock if block else BloomAttention
+    return compare(cfg, lambda: module(cfg), module.hf_mapping, hf, forward, [_rows(cfg)],
+                   untrained=["alibi_slopes", "self_attention.alibi_slopes"])
 
 
 @pytest.mark.parametrize("tp", TP)
@@ -117,11 +124,21 @@ def test_bloom_alibi_attention_matches_huggingface(tp: int) -> None:
     assert max(errors.values()) < 1e-3, errors
 
 
+@pytest.mark.parametrize("tp", TP)
+def test_bloom_block_matches_huggingface(tp: int) -> None:
+    """Input norm, ALiBi attention, post-attention norm, GELU MLP, residuals before the norms
+    (``apply_residual_connection_post_layernorm=False``): output, input and variable
+    gradients."""
+    errors = bloom_case(tp, block=True).errors()
+    assert max(errors.values()) < 1e-3, errors
+
+
 FLOAT16_CASES = {
     "bert": bert_case,
     "t5_encoder": lambda tp, dtype: t5_case(tp, False, dtype),
     "t5_decoder": lambda tp, dtype: t5_case(tp, True, dtype),
     "bloom": bloom_case,
+    "bloom_block": lambda tp, dtype: bloom_case(tp, dtype, block=True),
 }
 
 
