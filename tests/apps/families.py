@@ -141,46 +141,57 @@ class T5Norm(addons.Module):
         return ops.cast(x32 / ops.sqrt(var + eps), x.dtype) * w
 
 
-class T5DecoderBlock(addons.Module):
-    """T5's decoder block: causal self-attention with relative buckets, cross-attention to
-    the encoder's output, ReLU feed-forward without biases; each pre-normed (``T5Norm``) and
-    added to its input."""
+class T5Block(addons.Module):
+    """T5's block: self-attention with relative buckets (causal in a decoder), a decoder's
+    cross-attention to the encoder's output, ReLU feed-forward without biases; each
+    pre-normed (``T5Norm``) and added to its input."""
 
-    def __init__(self, config: TinyConfig) -> None:
+    def __init__(self, config: TinyConfig, is_decoder: bool = True) -> None:
         super().__init__()
         self.config = config
+        self.is_decoder = is_decoder
         self.self_norm = T5Norm()
-        self.self_attention = T5SelfAttention(config, is_decoder=True)
-        self.cross_norm = T5Norm()
-        self.cross_attention = CrossAttention(config)
+        self.self_attention = T5SelfAttention(config, is_decoder=is_decoder)
+        if is_decoder:
+            self.cross_norm = T5Norm()
+            self.cross_attention = CrossAttention(config)
         self.ff_norm = T5Norm()
         self.feed_forward = FeedForward(config, act="relu", bias=False)
 
-    def build(self, x: popxl.Tensor, memory: popxl.Tensor) -> popxl.Tensor:
+    def build(self, x: popxl.Tensor, memory: popxl.Tensor | None = None) -> popxl.Tensor:
         eps = self.config.eps
         x = x + self.self_attention(self.self_norm(x, eps))
-        x = x + self.cross_attention(self.cross_norm(x, eps), memory)
+        if self.is_decoder:
+            if memory is None:
+                raise ValueError("T5Block: a decoder block needs `memory` (the encoder's "
+                                 "output); got None")
+            x = x + self.cross_attention(self.cross_norm(x, eps), memory)
         return x + self.feed_forward(self.ff_norm(x, eps))
 
     @staticmethod
     def hf_mapping(config: TinyConfig, variables: NamedTensors, hf: object) -> WeightsDict:
-        """``transformers`` ``T5Block`` of a decoder (with the relative attention bias)."""
+        """``transformers`` ``T5Block`` of an encoder or a decoder (with the relative attention
+        bias); the decoder's ``layer`` holds cross-attention between the two."""
         dt, n = config.dtype, config.tensor_parallel
-        sa, ca, ff = hf.layer[0], hf.layer[1], hf.layer[2]
-        cross = ca.EncDecAttention
+        sa, ff = hf.layer[0], hf.layer[-1]
         v = variables
         out = WeightsDict({
             v.self_norm.weight: np32(sa.layer_norm.weight, dt),
-            v.cross_norm.weight: np32(ca.layer_norm.weight, dt),
             v.ff_norm.weight: np32(ff.layer_norm.weight, dt),
-            v.cross_attention.q.weight: shard_cols(_linear_t(cross.q, dt), n),
-            v.cross_attention.kv.weight: np.concatenate(
-                [shard_cols(_linear_t(cross.k, dt), n), shard_cols(_linear_t(cross.v, dt), n)],
-                axis=-1),
-            v.cross_attention.output.weight: shard_rows(_linear_t(cross.o, dt), n),
             v.feed_forward.fc_in.weight: shard_cols(_linear_t(ff.DenseReluDense.wi, dt), n),
             v.feed_forward.fc_out.weight: shard_rows(_linear_t(ff.DenseReluDense.wo, dt), n),
         })
+        if len(hf.layer) == 3:
+            ca = hf.layer[1]
+            cross = ca.EncDecAttention
+            out.update({
+                v.cross_norm.weight: np32(ca.layer_norm.weight, dt),
+                v.cross_attention.q.weight: shard_cols(_linear_t(cross.q, dt), n),
+                v.cross_attention.kv.weight: np.concatenate(
+                    [shard_cols(_linear_t(cross.k, dt), n),
+                     shard_cols(_linear_t(cross.v, dt), n)], axis=-1),
+                v.cross_attention.output.weight: shard_rows(_linear_t(cross.o, dt), n),
+            })
         out.update(T5SelfAttention.hf_mapping(config, v.self_attention, sa.SelfAttention))
         return out
 

@@ -29,6 +29,7 @@ CASES = {
     "T5 encoder attention f16 (relative)": lambda tp: enc.t5_case(tp, False, F16).errors(True),
     "T5 decoder attention f32": lambda tp: enc.t5_case(tp, True).errors(),
     "T5 decoder attention f16 (relative)": lambda tp: enc.t5_case(tp, True, F16).errors(True),
+    "T5 encoder block (self+FF) f32": lambda tp: enc.t5_block_case(tp, False).errors(),
     "T5 decoder block (self+cross+FF) f32": lambda tp: enc.t5_block_case(tp).errors(),
     "Bloom ALiBi attention f32": lambda tp: enc.bloom_case(tp).errors(),
     "Bloom ALiBi attention f16 (relative)": lambda tp: enc.bloom_case(tp, F16).errors(True),

@@ -14,7 +14,7 @@ from apps.families import (
     BertLayer,
     BloomAttention,
     BloomBlock,
-    T5DecoderBlock,
+    T5Block,
     T5SelfAttention,
     relative_position_buckets,
 )
@@ -160,26 +160,31 @@ def test_relative_position_buckets_reach_the_logarithmic_range() -> None:
         np.testing.assert_array_equal(ours, want)
 
 
-def t5_block_case(tp: int) -> Result:
+def t5_block_case(tp: int, is_decoder: bool = True) -> Result:
+    """HF ``T5Block``: a decoder's (self, cross to an encoder output, FF) or an encoder's
+    (self, FF)."""
     cfg = TinyConfig(tensor_parallel=tp, eps=1e-6)
     torch.manual_seed(0)
     hf = HFT5Block(T5Config(d_model=cfg.hidden_size, d_kv=cfg.head_dim, num_heads=cfg.heads,
                             d_ff=cfg.ffn_size, relative_attention_num_buckets=32,
                             relative_attention_max_distance=128, dropout_rate=0.0,
                             layer_norm_epsilon=cfg.eps, feed_forward_proj="relu",
-                            is_decoder=True),
+                            is_decoder=is_decoder),
                    has_relative_attention_bias=True).eval()
     _randomise(hf)
     seq = cfg.sequence_length
-    mask = torch.triu(torch.full((1, 1, seq, seq), -1e4), 1)
-    memory = np.random.default_rng(5).normal(size=_rows(cfg).shape).astype(np.float32)
+    mask = torch.triu(torch.full((1, 1, seq, seq), -1e4), 1) if is_decoder else None
+    inputs = [_rows(cfg)]
+    if is_decoder:
+        inputs.append(np.random.default_rng(5).normal(size=inputs[0].shape).astype(np.float32))
 
-    def forward(t: torch.Tensor, m: torch.Tensor) -> list[torch.Tensor]:
-        out = hf(_bsh(cfg, t), attention_mask=mask, encoder_hidden_states=_bsh(cfg, m))
+    def forward(t: torch.Tensor, m: torch.Tensor | None = None) -> list[torch.Tensor]:
+        memory = _bsh(cfg, m) if m is not None else None
+        out = hf(_bsh(cfg, t), attention_mask=mask, encoder_hidden_states=memory)
         return [out[0].reshape(t.shape)]
 
-    return compare(cfg, lambda: T5DecoderBlock(cfg), T5DecoderBlock.hf_mapping, hf, forward,
-                   [_rows(cfg), memory])
+    return compare(cfg, lambda: T5Block(cfg, is_decoder), T5Block.hf_mapping, hf, forward,
+                   inputs)
 
 
 @pytest.mark.parametrize("tp", TP)
@@ -188,3 +193,19 @@ def test_t5_decoder_block_matches_huggingface(tp: int) -> None:
     gradients of both inputs and of every variable."""
     errors = t5_block_case(tp).errors()
     assert max(errors.values()) < 1e-3, errors
+
+
+@pytest.mark.parametrize("tp", TP)
+def test_t5_encoder_block_matches_huggingface(tp: int) -> None:
+    """Bidirectional self-attention with relative buckets, feed-forward: the output and the
+    gradients of the input and of every variable."""
+    errors = t5_block_case(tp, is_decoder=False).errors()
+    assert max(errors.values()) < 1e-3, errors
+
+
+def test_t5_decoder_block_needs_memory() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(_rows(TinyConfig()), name="x")
+        with pytest.raises(ValueError, match="T5Block.*memory"):
+            T5Block(TinyConfig(), is_decoder=True).create_graph(x)
