@@ -1,6 +1,6 @@
 """PopTorch user-guide style programs (``tests/poptorch_programs/``), run as scripts and checked
-against torch eager: options read from a file (the execution strategy included), and a model in
-blocks placed by ``ShardedExecution``'s stages."""
+against torch eager: options read from a file (the execution strategy included), a model in
+blocks placed by ``ShardedExecution``'s stages, and constants and buffers changed in ``forward``."""
 
 from __future__ import annotations
 
@@ -61,3 +61,11 @@ def test_options_files_are_read_as_data(tmp_path, line, match):
     path.write_text(line + "\n")
     with pytest.raises(poptorch.ConfigFileError, match=match):
         poptorch.Options().loadFromFile(str(path))
+
+
+def test_constants_changed_in_forward_stay_inside_the_call(tmp_path, monkeypatch):
+    scope = _run("buffers.py", tmp_path, monkeypatch)
+    assert [c.tolist() for c in scope["constant_counts"]] == [[1.0]] * 3
+    assert [c.tolist() for c in scope["buffer_counts"]] == [[1.0], [2.0], [3.0]]
+    constant = scope["constant_model"]
+    assert constant.i.tolist() == [0.0] and "i" not in dict(constant.named_buffers())

@@ -164,6 +164,31 @@ def _data_dependent(exc: BaseException) -> bool:
         "data-dependent" in str(exc) or "data dependent" in str(exc))
 
 
+@contextlib.contextmanager
+def _attributes_as_buffers(model: torch.nn.Module) -> Iterator[set[str]]:
+    """Plain tensor attributes of ``model``'s modules (``self.c = torch.zeros(1)``) registered
+    as non-persistent buffers while it is captured, so ``forward`` may change them in place
+    (torch refuses a changed constant); yields their names. Lowering captures them as
+    constants with their values now and drops the changes, as PopTorch does: only registered
+    buffers keep what ``forward`` does to them."""
+    moved: list[tuple[torch.nn.Module, str, torch.Tensor]] = []
+    names: set[str] = set()
+    for path, module in model.named_modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) \
+                    and not name.startswith("_"):
+                del module.__dict__[name]
+                module.register_buffer(name, value, persistent=False)
+                moved.append((module, name, value))
+                names.add(f"{path}.{name}" if path else name)
+    try:
+        yield names
+    finally:
+        for module, name, value in moved:
+            module._buffers.pop(name, None)
+            module.__dict__[name] = value
+
+
 def export_module(model: torch.nn.Module, args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> torch.export.ExportedProgram:
     """``model(*args, **kwargs)`` as a core-ATen ``ExportedProgram`` (shapes as given).
@@ -173,8 +198,9 @@ def export_module(model: torch.nn.Module, args: tuple[Any, ...],
             and the user's line, and suggests ``poptorch.cond``.
     """
     try:
-        with _capturing():
+        with _capturing(), _attributes_as_buffers(model) as constants:
             program = torch.export.export(model, args, kwargs, strict=False)
+            program = program.run_decompositions(decompositions())
     except Exception as exc:
         if not _data_dependent(exc):
             raise
@@ -185,8 +211,8 @@ def export_module(model: torch.nn.Module, args: tuple[Any, ...],
             f"data-dependent control flow at {_module_path(model, exc.__traceback__)}, {where}: "
             f"Python decides on a tensor's value, which is only known on the device. Use "
             f"poptorch.cond (or torch.where) for a branch on a tensor value.") from None
-    with _capturing():
-        return program.run_decompositions(decompositions())
+    program.xlgraph_constants = constants  # attributes captured as constants
+    return program
 
 
 def trace_function(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:

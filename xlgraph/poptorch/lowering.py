@@ -138,8 +138,10 @@ def _placeholders(program: torch.export.ExportedProgram, flat_args: list[Any],
             values[i] = value
     params: dict[Tensor, str] = {}
     shared: dict[str, Tensor] = {}
+    attributes = getattr(program, "xlgraph_constants", set())
     for i, spec in enumerate(specs):
-        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and \
+                spec.target not in attributes:
             key = keys.get(spec.target, spec.target)
             if key not in shared:
                 val = _placeholder_val(program, spec.arg.name)
@@ -237,8 +239,10 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
                           seed=seeds.input, constant_outputs=constants)
         if training:
             lowered.loss_index = _loss_output(model, program.graph, env, outputs)
+        attributes = getattr(program, "xlgraph_constants", set())
         for value, spec in zip(outs, specs):
-            if spec.kind == OutputKind.BUFFER_MUTATION:
+            # a plain tensor attribute changed in forward is a constant: nothing persists
+            if spec.kind == OutputKind.BUFFER_MUTATION and spec.target not in attributes:
                 lowered.buffer_updates[len(graph.outputs)] = keys.get(spec.target, spec.target)
                 graph_output(value)
     return lowered
