@@ -5,13 +5,14 @@ the variables bound (that line's cost with warm caches), and with ``--in-step`` 
 inside whole steps run line by line (where lines evict each other's data, as in a real step).
 ``--cpu`` times the CPU time of this thread (``time.thread_time``) instead of wall time: on a
 shared machine it moves much less with the other processes' load. The models: the PopXL MNIST
-tutorial MLP (``mlp``) and the seed-000 MNIST CNN of ``cnn.py`` (``cnn``). The last line
+tutorial MLP (``mlp``), the seed-000 MNIST CNN of ``cnn.py`` (``cnn``) and the decoder of
+``transformer.py`` (``gpt``, its float32 training step). The last line
 printed is one ``Session.run``.
 
 ``fashion`` is the seed-003 classifier's Session as ``poptorch.trainingModel`` builds it (the
 wrapper picks its backend and threads; ``--batch 16`` as the seed trains it).
 
-Run: ``PYTHONPATH=. python benchmarks/profile_step.py [--model mlp|cnn|fashion] [--batch 8]
+Run: ``PYTHONPATH=. python benchmarks/profile_step.py [--model mlp|cnn|fashion|gpt] [--batch 8]
 [--backend numba] [--in-step] [--cpu]``.
 """
 
@@ -52,6 +53,14 @@ def model_step(model: str, batch: int, backend: str,
     ``model``."""
     if model == "fashion":
         return poptorch_session(batch)
+    if model == "gpt":
+        import gpt_model as gm
+
+        ir, tok, _, named = gm.build_train(gm.FULL, batch)
+        session = popxl.Session(ir, backend=backend, blas_threads=1,
+                                compile_in_background=False)
+        gm.load(session, named, gm.initial_weights(gm.FULL))
+        return session, [{tok: t} for t in gm.token_batches(gm.FULL, batch)]
     if model == "cnn":
         from cnn import batches, build_cnn
 
@@ -122,7 +131,7 @@ def line_times(model: str, batch: int, backend: str, number: int = 2000, in_step
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn", "fashion"])
+    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn", "fashion", "gpt"])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--backend", default="numba", choices=["numpy", "numba"])
     parser.add_argument("--number", type=int, default=None,

@@ -63,8 +63,8 @@ class Segments:
     def fusable_matmul(self, s: Step, specs: Any, args: list[str], outs: list[str]) -> bool:
         """A 2-D float matrix product into a buffer, of contiguous operands that are not that
         buffer: ``np.dot`` in a segment (the backend's BLAS)."""
-        if not (self.backend is not None and self.backend.blas
-                and s.defn.kernel_out is np.matmul and not s.attrs and len(outs) == 1):
+        if not (self.backend is not None and self.backend.blas and not s.attrs
+                and getattr(s.defn.kernel_out, "blas_matmul", False) and len(outs) == 1):
             return False
         shapes = [specs[x] for x in (*s.ins, *s.outs)]
         dtype = shapes[0].dtype.as_numpy()

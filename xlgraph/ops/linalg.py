@@ -10,6 +10,7 @@ from xlgraph import dtypes
 from xlgraph.cost import Cost, nelms, traffic
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, broadcast_shapes, register, same_dtype
+from xlgraph.ops.matmul_kernel import matmul_out
 from xlgraph.ops.replicas import matmul_rule
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -62,7 +63,7 @@ def matmul_cost(ins: list[TensorSpec], outs: list[TensorSpec], **_: Any) -> Cost
     return traffic(ins, outs, 2 * nelms(outs[0]) * ins[0].shape[-1], matrix=True)
 
 
-_MATMUL = OpDef("matmul", _matmul_infer, np.matmul, _matmul_grad, kernel_out=np.matmul,
+_MATMUL = OpDef("matmul", _matmul_infer, matmul_out, _matmul_grad, kernel_out=matmul_out,
                 samples=_matmul_samples, cost=matmul_cost, replicated=matmul_rule)
 
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from xlgraph.ops.matmul_kernel import matmul_out
 from xlgraph.replica_grouping import ReplicaGrouping
 
 __all__ = ["Exchange", "ReplicaContext", "aligned", "shift_axes", "unchanged", "matmul_rule",
@@ -178,21 +179,21 @@ def _matmul_summed(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray 
     if a.ndim != 3 or b.ndim != 3 or held_once(a) or held_once(b):
         return None
     r, m, k = a.shape
-    return np.matmul(a.transpose(1, 0, 2).reshape(m, r * k), b.reshape(r * k, b.shape[-1]),
-                     out=out)
+    return matmul_out(a.transpose(1, 0, 2).reshape(m, r * k), b.reshape(r * k, b.shape[-1]),
+                      out=out)
 
 
 def matmul_rule(ctx: ReplicaContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``matmul`` of batched operands: 1-D operands become matrices, batch dims line up. A
     matrix ``b`` held once multiplies every replica's rows of ``a`` in one product."""
     if b.ndim == 3 and a.ndim >= 3 and held_once(b):
-        rows = a.reshape(-1, a.shape[-1]) @ b[0]
+        rows = matmul_out(a.reshape(-1, a.shape[-1]), b[0])
         return rows.reshape(*a.shape[:-1], b.shape[-1])
     a2 = a[:, None, :] if a.ndim == 2 else a
     b2 = b[..., None] if b.ndim == 2 else b
     rank = max(a2.ndim, b2.ndim)
     a2, b2 = (x.reshape(x.shape[:1] + (1,) * (rank - x.ndim) + x.shape[1:]) for x in (a2, b2))
-    out = np.matmul(a2, b2)
+    out = matmul_out(a2, b2)
     if b.ndim == 2:
         out = out[..., 0]
     if a.ndim == 2:

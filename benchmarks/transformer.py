@@ -1,0 +1,197 @@
+"""Benchmark: a GPT-style decoder's training step and generation in xlgraph vs PyTorch, JAX
+and HuggingFace.
+
+The decoder (``gpt_model.py``): 4 layers, hidden 256, 4 heads, MLP 1024, vocabulary 8192,
+sequence 128, causal attention, pre-LayerNorm, tanh GELU, tied embeddings, learnt positions.
+``train_b8``: a training step at batch 8 (forward, cross-entropy, backward, AdamW) in xlgraph
+(popxl-addons ``Module``s), PyTorch eager, ``torch.compile`` and JAX ``jit`` (donated,
+asynchronous); ``train_b8_half``: the same step in low precision (xlgraph: float16 weights and
+activations, float32 loss and moments, loss scaling 1024; torch: bfloat16 autocast, torch's
+CPU float16 autocast being the slower; JAX: the forward in bfloat16). ``generate_b1`` and
+``generate_b8``: 128 greedy tokens after an 8-token prompt with a KV cache, xlgraph against
+HuggingFace ``generate`` on the same weights. ``peak_rss_bytes``: the peak resident memory of
+a fresh process that builds one contender and runs 3 training steps (imports included).
+Every contender is made once and timed in one process in interleaved rounds (medians), at each
+thread count of ``--threads``; ``best`` keeps each one's faster setting.
+
+Run: ``PYTHONPATH=. python benchmarks/transformer.py [--quick] [--threads 1 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpt_model as gm  # noqa: E402
+import gpt_peers  # noqa: E402
+from harness import interleaved, machine  # noqa: E402
+from mlp import best_setting, summary, with_threads  # noqa: E402
+
+import xlgraph as popxl  # noqa: E402
+
+TRAIN = ("xlgraph", "torch", "torch_compile", "jax")
+PROMPT, NEW = 8, 128
+COMPILE_S: dict[str, float] = {}
+
+
+def xlgraph_train(cfg: gm.Config, weights: dict[str, np.ndarray], batch: int,
+                  half: bool = False) -> tuple[Callable[[np.ndarray], Any], popxl.Session]:
+    ir, tok_s, loss_s, named = gm.build_train(cfg, batch, half=half)
+    session = popxl.Session(ir, blas_threads=None)  # BLAS at the benchmark's setting
+    gm.load(session, named, weights)
+    session.wait_for_kernels()
+    session.__enter__()
+    return (lambda tokens: session.run({tok_s: tokens})[loss_s]), session
+
+
+def make_train(name: str, cfg: gm.Config, weights: dict[str, np.ndarray], batch: int,
+               half: bool, data: list[np.ndarray]) -> tuple[Callable[[int], Any], Any]:
+    """``step(i)`` running contender ``name`` on ``data[i % len(data)]``, and its Session."""
+    session = None
+    if name == "xlgraph":
+        fn, session = xlgraph_train(cfg, weights, batch, half)
+    elif name == "jax":
+        fn = gpt_peers.jax_train(cfg, weights, half)
+    else:
+        fn = gpt_peers.torch_train(cfg, weights, compiled=name == "torch_compile", half=half)
+        if name == "torch_compile":  # compile outside the timed loops
+            start = time.perf_counter()
+            fn(data[0])
+            COMPILE_S[f"train_b{batch}{'_half' if half else ''}"] = round(
+                time.perf_counter() - start, 1)
+
+    def step(i: int) -> Any:
+        return fn(data[i % len(data)])
+
+    if hasattr(fn, "finish"):
+        step.finish = fn.finish
+    return step, session
+
+
+def make_generate(name: str, cfg: gm.Config, weights: dict[str, np.ndarray], batch: int,
+                  ) -> tuple[Callable[[int], Any], Any]:
+    new = min(NEW, cfg.positions - PROMPT)
+    prompt = gm.token_batches(cfg, batch, 1, seed=2)[0][:, :PROMPT]
+    session = None
+    if name == "xlgraph":
+        fn, session = gm.xlgraph_generate(cfg, weights, batch, PROMPT, new, blas_threads=None)
+    else:
+        fn = gpt_peers.hf_generate(cfg, weights, new)
+    return (lambda i: fn(prompt)), session
+
+
+def time_set(makers: dict[str, Callable[[], tuple[Any, Any]]], threads: list[int], calls: int,
+             rounds: int) -> dict[int, dict[str, dict[str, float]]]:
+    """Make each contender once (skipping those whose package is missing), then time them all
+    at each thread count."""
+    steps, sessions, out = {}, [], {}
+    try:
+        for name, make in makers.items():
+            try:
+                steps[name], session = make()
+            except ImportError:
+                continue
+            sessions.append(session)
+        for n in threads:
+            with with_threads(n):
+                out[n] = interleaved(steps, calls, rounds=rounds, warmup=1)
+    finally:
+        for session in sessions:
+            if session is not None:
+                session.__exit__(None, None, None)
+    return out
+
+
+def peak_rss(name: str, cfg: gm.Config, batch: int, steps: int = 3) -> int:
+    """Peak resident bytes of this process after making contender ``name`` and running
+    ``steps`` training steps."""
+    data = gm.token_batches(cfg, batch)
+    step, _ = make_train(name, cfg, gm.initial_weights(cfg), batch, False, data)
+    for i in range(steps):
+        step(i)
+    if hasattr(step, "finish"):
+        step.finish()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rss_in_fresh_process(name: str, tiny: bool) -> int | None:
+    cmd = [sys.executable, __file__, "--rss-of", name] + (["--tiny"] if tiny else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if done.returncode != 0:
+        return None
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                        help="BLAS and torch thread counts to time")
+    parser.add_argument("--quick", action="store_true", help="short loops (3 rounds)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="the tiny decoder of the tests (a smoke run, not a figure)")
+    parser.add_argument("--skip", nargs="*", default=[],
+                        choices=["train", "half", "generate", "rss"], help="parts not to run")
+    parser.add_argument("--rss-of", choices=TRAIN, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    cfg = gm.TINY if args.tiny else gm.FULL
+    batch = 8
+    if args.rss_of:
+        print(peak_rss(args.rss_of, cfg, batch))
+        return
+    weights = gm.initial_weights(cfg)
+    rounds = 3 if args.quick else 5
+    result: dict[str, Any] = {"benchmark": "transformer", "machine": machine(),
+                              "config": cfg.__dict__, "best": {}}
+    data = gm.token_batches(cfg, batch)
+    for key, half in (("train_b8", False), ("train_b8_half", True)):
+        if ("half" if half else "train") in args.skip:
+            continue
+        makers = {n: (lambda n=n, h=half: make_train(n, cfg, weights, batch, h, data))
+                  for n in TRAIN}
+        timings = time_set(makers, args.threads, calls=1, rounds=rounds)
+        result[key] = {f"threads_{n}": t for n, t in timings.items()}
+        result["best"][key] = summary(best_setting({n: {key: t} for n, t in timings.items()},
+                                                   key, args.threads), batch)
+        print(json.dumps({key: result["best"][key]}), file=sys.stderr, flush=True)  # progress
+    if "rss" not in args.skip and "train_b8" in result["best"]:
+        names = ("xlgraph", "torch") if args.quick else TRAIN
+        result["best"]["train_b8"]["peak_rss_bytes"] = {
+            n: rss_in_fresh_process(n, args.tiny) for n in names}
+    if "generate" not in args.skip:
+        for b in (1, 8):
+            key = f"generate_b{b}"
+            makers = {n: (lambda n=n, b=b: make_generate(n, cfg, weights, b))
+                      for n in ("xlgraph", "hf")}
+            timings = time_set(makers, args.threads, calls=1, rounds=rounds)
+            best = best_setting({n: {key: t} for n, t in timings.items()}, key, args.threads)
+            result[key] = {f"threads_{n}": t for n, t in timings.items()}
+            new = min(NEW, cfg.positions - PROMPT)
+            tps = {n: round(b * new / (t["median"] / 1e6), 1) for n, t in best.items()}
+            result["best"][key] = {"tokens_per_s": tps, "us_per_generate": {
+                n: t["median"] for n, t in best.items()}}
+            if len(tps) == 2:
+                result["best"][key]["ratio_xlgraph_over_hf"] = round(tps["xlgraph"] / tps["hf"], 3)
+            print(json.dumps({key: result["best"][key]}), file=sys.stderr, flush=True)
+    result["torch_compile_first_call_s"] = COMPILE_S
+    result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""``benchmarks/transformer.py``'s contenders compute the same thing: from the same weights,
+the same losses over two training steps (so the same AdamW update), and the same greedy
+tokens from xlgraph's KV-cache generation and HuggingFace's ``generate``. The tiny sizes keep
+it fast; nothing here is timed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import gpt_model as gm  # noqa: E402
+import gpt_peers  # noqa: E402
+
+import xlgraph as popxl  # noqa: E402
+
+CFG, BATCH = gm.TINY, 2
+
+
+def xlgraph_losses(half: bool = False, steps: int = 2) -> list[float]:
+    ir, tok_s, loss_s, named = gm.build_train(CFG, BATCH, half=half)
+    session = popxl.Session(ir)
+    gm.load(session, named, gm.initial_weights(CFG))
+    data = gm.token_batches(CFG, BATCH)
+    with session:
+        return [float(session.run({tok_s: data[i]})[loss_s]) for i in range(steps)]
+
+
+def peer_losses(step, steps: int = 2) -> list[float]:
+    data = gm.token_batches(CFG, BATCH)
+    return [float(step(data[i])) for i in range(steps)]
+
+
+def test_xlgraph_and_torch_train_alike() -> None:
+    pytest.importorskip("torch")
+    ours = xlgraph_losses()
+    assert abs(ours[0] - np.log(CFG.vocab)) < 0.2  # near-uniform logits from small weights
+    theirs = peer_losses(gpt_peers.torch_train(CFG, gm.initial_weights(CFG)))
+    np.testing.assert_allclose(ours, theirs, rtol=2e-5)
+    assert ours[1] != ours[0]  # the second step sees the updated weights
+
+
+def test_xlgraph_and_jax_train_alike() -> None:
+    pytest.importorskip("jax")
+    ours = xlgraph_losses()
+    theirs = peer_losses(gpt_peers.jax_train(CFG, gm.initial_weights(CFG)))
+    np.testing.assert_allclose(ours, theirs, rtol=2e-5)
+
+
+def test_the_float16_step_follows_the_float32_step() -> None:
+    full, half = xlgraph_losses(), xlgraph_losses(half=True)
+    np.testing.assert_allclose(half, full, rtol=2e-3)
+
+
+def test_generation_matches_huggingface() -> None:
+    pytest.importorskip("transformers")
+    weights = gm.initial_weights(CFG)
+    # larger weights than the initial 0.02, so that the greedy tokens vary along the sequence
+    weights = {k: v * 40 if v.ndim == 2 else v for k, v in weights.items()}
+    prompt = gm.token_batches(CFG, BATCH)[0][:, :3]
+    generate, session = gm.xlgraph_generate(CFG, weights, BATCH, 3, 12)
+    with session:
+        ours = generate(prompt)
+    theirs = gpt_peers.hf_generate(CFG, weights, 12)(prompt)
+    assert len(set(ours[0, 3:].tolist())) > 2  # not one token repeated
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_flags_parse_without_measuring(capsys) -> None:
+    import transformer
+
+    opts = transformer.parse_args(["--quick", "--threads", "1", "--skip", "rss", "generate"])
+    assert (opts.quick, opts.threads, opts.skip, opts.tiny) == (True, [1], ["rss", "generate"],
+                                                                 False)
+    with pytest.raises(SystemExit):
+        transformer.parse_args(["--help"])
+    assert "--skip" in capsys.readouterr().out
