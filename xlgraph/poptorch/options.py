@@ -4,6 +4,12 @@ Every setter returns the object it was called on, values read back as snake_case
 (``opts.device_iterations``), types are checked against the default's, and an ``Options`` given
 to a wrapper or ``DataLoader`` is frozen. ``docs/poptorch-support.md`` says what each setter does
 on the simulator (works, recorded for the ipu_model, or accepted and ignored).
+
+The sub-objects live beside it, one module per group, and are re-exported here:
+``options_dict.py`` (the base), ``options_numerics.py`` (Jit, Precision, Training),
+``options_popart.py`` (Popart, Distributed), ``options_locations.py`` (TensorLocations) and
+``options_strategies.py`` (execution strategies). Over 400 lines: ``Options`` is one class,
+PopTorch's top-level setters, each a few lines.
 """
 
 from __future__ import annotations
@@ -19,510 +25,49 @@ import torch
 from xlgraph.poptorch import enums
 from xlgraph.poptorch.checks import OptionValueError, whole
 from xlgraph.poptorch.enums import (
-    AutoStage,
     CommGroupType,
     ConnectionType,
-    HalfFloatCastingBehavior,
-    Liveness,
-    MeanReductionStrategy,
     OutputMode,
-    ReductionType,
     SyncPattern,
 )
+from xlgraph.poptorch.options_dict import (  # noqa: F401 - the old path re-exports them
+    Attribute,
+    ConfigFileError,
+    OptionsDict,
+)
 from xlgraph.poptorch.options_file import parse_call
-from xlgraph.poptorch.support import SUPPORT_PAGE, unknown
+from xlgraph.poptorch.options_locations import (  # noqa: F401 - the old path re-exports them
+    TensorLocationSettings,
+    _TensorLocationOptions,
+)
+from xlgraph.poptorch.options_numerics import (  # noqa: F401 - the old path re-exports them
+    _JitOptions,
+    _PrecisionOptions,
+    _TrainingOptions,
+)
+from xlgraph.poptorch.options_popart import (  # noqa: F401 - the old path re-exports them
+    _DistributedOptions,
+    _PopartOptions,
+)
+from xlgraph.poptorch.options_strategies import (  # noqa: F401 - the old path re-exports them
+    IStageManager,
+    ParallelPhasedExecution,
+    Phase,
+    PipelinedExecution,
+    SerialPhasedExecution,
+    ShardedExecution,
+    Stage,
+    _ids,
+    _IExecutionStrategy,
+    _IPhasedExecution,
+)
+from xlgraph.poptorch.support import SUPPORT_PAGE
 
 __all__ = [
     "Attribute", "ConfigFileError", "OptionsDict", "Options", "TensorLocationSettings",
     "Stage", "Phase", "PipelinedExecution", "ShardedExecution", "ParallelPhasedExecution",
     "SerialPhasedExecution", "IStageManager", "ProgressBar",
 ]
-
-
-class ConfigFileError(Exception):
-    """An options file (``Options.loadFromFile``) that cannot be applied."""
-
-
-class OptionsDict:
-    """A dict of named options read back as attributes; frozen once handed to a wrapper.
-
-    Example:
-        >>> d = OptionsDict(size=1)
-        >>> d.set(size=4).size
-        4
-    """
-
-    def __init__(self, **default_values: Any) -> None:
-        object.__setattr__(self, "_values", dict(default_values))
-        object.__setattr__(self, "_frozen", False)
-
-    def __repr__(self) -> str:
-        """``ClassName(option=value, ...)``, values by their ``repr`` (PopTorch's form)."""
-        return f"{type(self).__name__}(" + ", ".join(
-            f"{k}={v!r}" for k, v in self._values.items()) + ")"
-
-    def __getattr__(self, name: str) -> Any:
-        values = self.__dict__.get("_values", {})
-        if name in values:
-            return values[name]
-        raise unknown(type(self).__name__.lstrip("_"), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if not name.startswith("_"):
-            self.checkIsFrozen(name)
-        object.__setattr__(self, name, value)
-
-    def _freeze(self) -> None:
-        object.__setattr__(self, "_frozen", True)
-        for value in self.__dict__.values():
-            if isinstance(value, OptionsDict):
-                value._freeze()
-
-    def _unfreeze(self) -> None:
-        object.__setattr__(self, "_frozen", False)
-        for value in self.__dict__.values():
-            if isinstance(value, OptionsDict):
-                value._unfreeze()
-
-    def checkIsFrozen(self, option: str | None = None) -> None:  # noqa: N802
-        """Raise ``AttributeError`` when these options are frozen."""
-        if self._frozen:
-            raise AttributeError("Can't modify frozen Options")
-
-    def set(self, **kwargs: Any) -> OptionsDict:
-        """Change existing options; a value's type must match the current one's."""
-        self.checkIsFrozen()
-        for name, value in kwargs.items():
-            assert self.exists(name), f"Invalid option {name}, valid options are {self._values}"
-            current = self._values[name]
-            assert current is None or isinstance(value, type(current)) or (
-                type(current) is float and isinstance(value, int)), (
-                f"Unexpected type {type(value).__name__} for option {name}: "
-                f"expected {type(current).__name__}")
-            self._values[name] = value
-        return self
-
-    def createOrSet(self, **kwargs: Any) -> OptionsDict:  # noqa: N802
-        """Set options, creating the ones that do not exist yet."""
-        self.checkIsFrozen()
-        self._values.update(kwargs)
-        return self
-
-    def exists(self, option: str) -> bool:
-        """Whether ``option`` is set."""
-        return option in self._values
-
-    def deleteIfExists(self, option: str) -> None:  # noqa: N802
-        """Remove ``option`` if it is set."""
-        self.checkIsFrozen()
-        self._values.pop(option, None)
-
-    def update(self, other: dict[str, Any]) -> None:
-        """Set every ``{option: value}`` of ``other`` (created if missing)."""
-        self.createOrSet(**other)
-
-    def toDict(self) -> dict[str, Any]:  # noqa: N802
-        """A plain dict of the options (sub-objects as nested dicts)."""
-        out = {k: v.toDict() if isinstance(v, OptionsDict) else v
-               for k, v in self._values.items()}
-        for k, v in self.__dict__.items():
-            if isinstance(v, OptionsDict):
-                out[k.lstrip("_")] = v.toDict()
-        return out
-
-    def _set(self, name: str, value: Any) -> Any:
-        self.set(**{name: value})
-        return self
-
-
-class Attribute:
-    """Keyword attributes attached to an op (``MultiConv`` settings, custom op attributes)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self._values = dict(kwargs)
-
-    def __enter__(self) -> Attribute:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-class _JitOptions(OptionsDict):
-    """``opts.Jit``: PopTorch's tracing switch (capture always goes through torch's dispatcher)."""
-
-    def __init__(self) -> None:
-        super().__init__(trace_model=True)
-
-    def traceModel(self, trace_model: bool) -> _JitOptions:  # noqa: N802
-        """Trace with torch.jit (recorded; capture uses torch's dispatcher)."""
-        return self._set("trace_model", trace_model)
-
-
-class _PrecisionOptions(OptionsDict):
-    """``opts.Precision``: float16 behaviour of the converted ops."""
-
-    def __init__(self) -> None:
-        super().__init__(half_float_casting=HalfFloatCastingBehavior.Default,
-                         running_statistics_always_float=True, floating_point_exceptions=False,
-                         stochastic_rounding=False, partials_type=torch.float32)
-
-    def halfFloatCasting(self, half_float_casting: HalfFloatCastingBehavior,  # noqa: N802
-                         ) -> _PrecisionOptions:
-        """How an op with float16 and float32 operands computes: ``HalfUpcastToFloat`` (and
-        ``Default``) in float32, torch's rule; ``FloatDowncastToHalf`` in float16, with a
-        float16 result (explicit casts such as ``x.float()`` are kept)."""
-        return self._set("half_float_casting", HalfFloatCastingBehavior(half_float_casting))
-
-    def runningStatisticsAlwaysFloat(self, value: bool) -> _PrecisionOptions:  # noqa: N802
-        """Keep BatchNorm running statistics in float32 (recorded)."""
-        return self._set("running_statistics_always_float", value)
-
-    def enableFloatingPointExceptions(self, enabled: bool) -> _PrecisionOptions:  # noqa: N802
-        """Raise on NaN/inf results (the Session's floating-point checks)."""
-        return self._set("floating_point_exceptions", enabled)
-
-    def enableStochasticRounding(self, enabled: bool) -> _PrecisionOptions:  # noqa: N802
-        return self._set("stochastic_rounding", enabled)
-
-    def setPartialsType(self, dtype: torch.dtype) -> _PrecisionOptions:  # noqa: N802
-        """``torch.float`` or ``torch.half``; anything else raises ValueError."""
-        if dtype not in (torch.float, torch.half):
-            raise ValueError(f"setPartialsType: expected torch.float or torch.half, got {dtype}")
-        self.checkIsFrozen()
-        self._values["partials_type"] = dtype
-        return self
-
-
-class _TrainingOptions(OptionsDict):
-    """``opts.Training``: gradient accumulation and how accumulated gradients are reduced."""
-
-    def __init__(self) -> None:
-        super().__init__(gradient_accumulation=1,
-                         accumulation_and_replication_reduction_type=ReductionType.Mean,
-                         mean_accumulation_and_replication_reduction_strategy=(
-                             MeanReductionStrategy.Post),
-                         automatic_loss_scaling=False, convolution_dithering=False)
-
-    def gradientAccumulation(self, gradient_accumulation: int) -> _TrainingOptions:  # noqa: N802
-        """Micro-batches per weight update (a whole number >= 1)."""
-        return self._set("gradient_accumulation", whole(
-            "Training.gradientAccumulation", "gradient_accumulation", gradient_accumulation))
-
-    def accumulationAndReplicationReductionType(self, reduction_type: ReductionType,  # noqa: N802
-                                                ) -> _TrainingOptions:
-        """``Mean`` (default) divides the summed gradient by accumulation x replicas."""
-        if reduction_type == ReductionType.NoReduction:
-            raise ValueError("NoReduction is not a valid accumulation and replication reduction")
-        return self._set("accumulation_and_replication_reduction_type",
-                         ReductionType(reduction_type))
-
-    def setMeanAccumulationAndReplicationReductionStrategy(  # noqa: N802
-            self, mean_reduction_strategy: MeanReductionStrategy) -> _TrainingOptions:
-        """``Post`` divides the sum once; ``Running`` keeps a running mean per micro-batch."""
-        return self._set("mean_accumulation_and_replication_reduction_strategy",
-                         MeanReductionStrategy(mean_reduction_strategy))
-
-    def setAutomaticLossScaling(self, enabled: bool) -> _TrainingOptions:  # noqa: N802
-        """Adjust the loss scale automatically (recorded)."""
-        return self._set("automatic_loss_scaling", enabled)
-
-    def setConvolutionDithering(self, enabled: bool) -> _TrainingOptions:  # noqa: N802
-        """Dither convolution tile allocation (recorded)."""
-        return self._set("convolution_dithering", enabled)
-
-
-class _PopartOptions(OptionsDict):
-    """``opts._Popart``: PopART session options, recorded (xlgraph has no PopART)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        object.__setattr__(self, "engine_options", {})
-        object.__setattr__(self, "patterns", {})
-
-    def set(self, key: str, value: Any) -> _PopartOptions:  # type: ignore[override]
-        """Record a PopART option (``opts._Popart.set("saveInitializersToFile", "x.onnx")``)."""
-        self.checkIsFrozen()
-        self._values[key] = value
-        return self
-
-    def setEngineOptions(self, engine_options: dict[str, str]) -> _PopartOptions:  # noqa: N802
-        self.checkIsFrozen()
-        self.engine_options.update(engine_options)
-        return self
-
-    def setPatterns(self, patterns: dict[str, bool], level: int = 2,  # noqa: N802
-                    ) -> _PopartOptions:
-        level = whole("_Popart.setPatterns", "level", level, 0, 3)  # PopART's PatternsLevel
-        self.checkIsFrozen()
-        self.patterns.update(patterns)
-        self._values["patterns_level"] = level
-        return self
-
-
-class _DistributedOptions(OptionsDict):
-    """``opts.Distributed``: this process's rank among ``numProcesses`` (xlgraph-run/MPI)."""
-
-    def __init__(self) -> None:
-        super().__init__(var_process_id="OMPI_COMM_WORLD_RANK",
-                         var_num_processes="OMPI_COMM_WORLD_SIZE", process_id=None,
-                         num_processes=None)
-
-    def disable(self) -> _DistributedOptions:
-        """One process, whatever the environment says."""
-        return self.configureProcessId(0, 1)
-
-    def setEnvVarNames(self, var_num_processes: str, var_process_id: str,  # noqa: N802
-                       ) -> _DistributedOptions:
-        """Read the process count and id from these environment variables."""
-        self.checkIsFrozen()
-        self._values.update(var_num_processes=var_num_processes, var_process_id=var_process_id)
-        return self
-
-    def configureProcessId(self, process_id: int, num_processes: int,  # noqa: N802
-                           ) -> _DistributedOptions:
-        """Set this process's id and the process count explicitly."""
-        setter = "Distributed.configureProcessId"
-        num_processes = whole(setter, "num_processes", num_processes)
-        process_id = whole(setter, "process_id", process_id, 0, num_processes - 1)
-        self.checkIsFrozen()
-        self._values.update(process_id=process_id, num_processes=num_processes)
-        return self
-
-    @property
-    def processId(self) -> int:  # noqa: N802
-        """This process's id (the environment's, unless configured)."""
-        value = self._values["process_id"]
-        return int(os.environ.get(self._values["var_process_id"], 0)) if value is None else value
-
-    @property
-    def numProcesses(self) -> int:  # noqa: N802
-        """How many processes run the program (the environment's, unless configured)."""
-        value = self._values["num_processes"]
-        return int(os.environ.get(self._values["var_num_processes"], 1)) if value is None \
-            else value
-
-
-class TensorLocationSettings(OptionsDict):
-    """Where a class of tensors lives (recorded: the simulator keeps every tensor on chip)."""
-
-    def __init__(self) -> None:
-        super().__init__(on_chip=True, replicated_tensor_sharding=False,
-                         min_elements_for_off_chip=0, min_elements_for_rts=0,
-                         io_tiles_to_load=False, io_tiles_to_store=False)
-
-    def minElementsForOffChip(self, min_elements: int) -> TensorLocationSettings:  # noqa: N802
-        """Smallest tensor kept off chip (recorded)."""
-        return self._set("min_elements_for_off_chip", whole(
-            "TensorLocationSettings.minElementsForOffChip", "min_elements", min_elements, 0,
-            2**63 - 1))
-
-    def minElementsForReplicatedTensorSharding(  # noqa: N802
-            self, min_elements: int) -> TensorLocationSettings:
-        """Smallest tensor sharded over replicas (recorded)."""
-        return self._set("min_elements_for_rts", whole(
-            "TensorLocationSettings.minElementsForReplicatedTensorSharding", "min_elements",
-            min_elements, 0, 2**63 - 1))
-
-    def useOnChipStorage(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
-        """Keep these tensors on chip (recorded; always on chip here)."""
-        return self._set("on_chip", use)
-
-    def useReplicatedTensorSharding(self, use: bool = True,  # noqa: N802
-                                    ) -> TensorLocationSettings:
-        """Shard these tensors over replicas (recorded)."""
-        return self._set("replicated_tensor_sharding", use)
-
-    def useIOTilesToLoad(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
-        """Load these tensors through IO tiles (recorded)."""
-        return self._set("io_tiles_to_load", use)
-
-    def useIOTilesToStore(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
-        """Store these tensors through IO tiles (recorded)."""
-        return self._set("io_tiles_to_store", use)
-
-
-class _TensorLocationOptions(OptionsDict):
-    """``opts.TensorLocations``: IO tiles (modelled) and tensor locations (recorded)."""
-
-    def __init__(self) -> None:
-        super().__init__(num_io_tiles=0, activation=None, weight=None, optimizer=None,
-                         accumulator=None)
-
-    def numIOTiles(self, num_tiles: int) -> _TensorLocationOptions:  # noqa: N802
-        """Tiles reserved for IO (the ipu_model spreads compute over the others)."""
-        num_tiles = whole("TensorLocations.numIOTiles", "num_tiles", num_tiles, 0, 192)
-        if num_tiles and not 32 <= num_tiles <= 192 or num_tiles % 2:
-            raise OptionValueError(f"TensorLocations.numIOTiles: num_tiles must be 0 or an "
-                                   f"even number in [32, 192], got {num_tiles}")
-        return self._set("num_io_tiles", num_tiles)
-
-    def _location(self, key: str, location: TensorLocationSettings) -> _TensorLocationOptions:
-        if not isinstance(location, TensorLocationSettings):
-            raise TypeError(f"expected a poptorch.TensorLocationSettings, got "
-                            f"{type(location).__name__}")
-        self.checkIsFrozen()
-        self._values[key] = location
-        return self
-
-    def setActivationLocation(self, location: TensorLocationSettings,  # noqa: N802
-                              ) -> _TensorLocationOptions:
-        return self._location("activation", location)
-
-    def setWeightLocation(self, location: TensorLocationSettings,  # noqa: N802
-                          ) -> _TensorLocationOptions:
-        return self._location("weight", location)
-
-    def setOptimizerLocation(self, location: TensorLocationSettings,  # noqa: N802
-                             ) -> _TensorLocationOptions:
-        return self._location("optimizer", location)
-
-    def setAccumulatorLocation(self, location: TensorLocationSettings,  # noqa: N802
-                               ) -> _TensorLocationOptions:
-        return self._location("accumulator", location)
-
-
-# -- execution strategies ------------------------------------------------------------------------
-class Stage:
-    """Blocks (by ``user_id``) that run together as one pipeline stage, on one IPU."""
-
-    def __init__(self, *block_ids: str) -> None:
-        self._blocks = [str(b) for b in block_ids]
-        self._ipu: int | None = None
-
-    @property
-    def blocks(self) -> list[str]:
-        """The block ids of this stage."""
-        return list(self._blocks)
-
-    def ipu(self, ipu: int) -> Stage:
-        """Place this stage on IPU ``ipu``."""
-        self._ipu = whole("Stage.ipu", "ipu", ipu, 0)
-        return self
-
-
-class Phase:
-    """Stages that run in one execution phase."""
-
-    def __init__(self, *arg: Any) -> None:
-        self.stages = [a if isinstance(a, Stage) else Stage(*_ids(a)) for a in arg]
-
-    def stage(self, idx: int) -> Stage:
-        """The ``idx``-th stage of this phase."""
-        return self.stages[idx]
-
-    def ipus(self, *ipus: int) -> Phase:
-        """Place this phase's stages on these IPUs, in order."""
-        if len(ipus) > len(self.stages):
-            raise OptionValueError(f"Phase.ipus: {len(ipus)} IPUs for {len(self.stages)} stages")
-        for stage, ipu in zip(self.stages, ipus):
-            stage.ipu(whole("Phase.ipus", "ipus", ipu, 0))
-        return self
-
-
-def _ids(value: Any) -> list[str]:
-    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
-
-
-class _IExecutionStrategy:
-    """Stages (or phases) and the IPUs they use."""
-
-    def __init__(self, stages: list[Stage]) -> None:
-        self.stages = stages
-
-    def stage(self, block_id: str) -> Stage:
-        """The ``Stage`` that block ``block_id`` belongs to (``strategy.stage("1").ipu(1)``);
-        a block no stage names gets a stage of its own, as automatic staging gives it."""
-        block_id = str(block_id)
-        for stage in self.stages:
-            if block_id in stage._blocks:
-                return stage
-        stage = Stage(block_id)
-        self.stages.append(stage)
-        return stage
-
-    def num_ipus(self, blocks: dict[str, int | None]) -> int:
-        """The IPUs the recorded blocks span (each block's ``ipu_id``, else its stage's IPU)."""
-        ipus = {s._ipu for s in self.stages if s._ipu is not None}
-        ipus |= {i for i in blocks.values() if i is not None}
-        return max(ipus) + 1 if ipus else 1
-
-    def backendOptions(self) -> dict[str, Any]:  # noqa: N802
-        """The strategy as a dict (its type and stages)."""
-        return {"execution_mode": type(self).__name__, "stages": [s.blocks for s in self.stages]}
-
-
-class PipelinedExecution(_IExecutionStrategy):
-    """Pipelined stages (``PipelinedExecution("A", "B")`` or stages); ``AutoStage`` without."""
-
-    def __init__(self, *args: Any) -> None:
-        self.auto_stage = AutoStage.SameAsIpu
-        stages = []
-        for a in args:
-            if isinstance(a, AutoStage):
-                self.auto_stage = a
-            else:
-                stages.append(a if isinstance(a, Stage) else Stage(*_ids(a)))
-        super().__init__(stages)
-
-
-class ShardedExecution(PipelinedExecution):
-    """Stages run one after the other on their IPUs (model parallel without pipelining)."""
-
-
-class _IPhasedExecution(_IExecutionStrategy):
-    def __init__(self, *phases: Any) -> None:
-        self.phases = [p if isinstance(p, Phase) else Phase(*(_ids(p))) for p in phases]
-        super().__init__([s for p in self.phases for s in p.stages])
-
-
-class ParallelPhasedExecution(_IPhasedExecution):
-    """Phases alternate between two sets of IPUs."""
-
-    def sendTensorsOffChipAfterFwd(self, off_chip: bool = True,  # noqa: N802
-                                   ) -> ParallelPhasedExecution:
-        """Move tensors off chip after the forward phase (recorded)."""
-        self.off_chip_after_fwd = off_chip
-        return self
-
-
-class SerialPhasedExecution(_IPhasedExecution):
-    """Phases run one after the other on the same IPUs."""
-
-    def setTensorsLiveness(self, liveness: Liveness) -> SerialPhasedExecution:  # noqa: N802
-        """Where tensors live between phases (recorded)."""
-        self.liveness = Liveness(liveness)
-        return self
-
-
-class IStageManager:
-    """Hands out stage ids to blocks (PopTorch's interface, for custom strategies)."""
-
-    def __init__(self) -> None:
-        self._next = 0
-        self._stages: dict[str, Stage] = {}
-
-    def clearDebug(self) -> None:  # noqa: N802
-        """Nothing to clear: the simulator keeps no stage debug log."""
-
-    def printDebug(self) -> None:  # noqa: N802
-        print({k: s.blocks for k, s in self._stages.items()})
-
-    def nextAutoId(self) -> str:  # noqa: N802
-        self._next += 1
-        return str(self._next - 1)
-
-    def getStage(self, block_id: str) -> Stage:  # noqa: N802
-        return self._stages[block_id]
-
-    def beginStage(self, user_id: str, ipu_id_from_block: int | None) -> Stage:  # noqa: N802
-        stage = self._stages.setdefault(user_id, Stage(user_id))
-        if ipu_id_from_block is not None:
-            stage.ipu(ipu_id_from_block)
-        return stage
-
-    def resetAutoId(self) -> None:  # noqa: N802
-        self._next = 0
 
 
 class ProgressBar:
