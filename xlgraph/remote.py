@@ -159,6 +159,8 @@ def store_weight_shards(ir: Any) -> None:
             if (op.defn.modifies_input and op.inputs[op.defn.inplace_of] is latest
                     and op.outputs and op.outputs[0].shape == shard.shape):
                 latest = op.outputs[0]
+        if latest is shard:
+            continue  # never modified here: the program loads and stores the buffer itself
         with ir.main_graph:
             remote_store(buffer, 0, latest)
 
