@@ -29,15 +29,7 @@ def gpt2_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
                                 n_inner=cfg.ffn_size, activation_function="gelu_new",
                                 layer_norm_epsilon=cfg.eps, resid_pdrop=0.0, attn_pdrop=0.0,
                                 embd_pdrop=0.0)).eval()
-    _randomise(hf)
-    x = np.random.default_rng(1).normal(size=(cfg.micro_batch_size * cfg.sequence_length,
-                                              cfg.hidden_size)).astype(np.float32)
-
-    def forward(t: torch.Tensor) -> list[torch.Tensor]:
-        shaped = t.reshape(cfg.micro_batch_size, cfg.sequence_length, cfg.hidden_size)
-        return [hf(shaped)[0].reshape(t.shape)]
-
-    return compare(cfg, lambda: GPT2Block(cfg), GPT2Block.hf_mapping, hf, forward, [x])
+    return _block_case(cfg, hf, GPT2Block)
 
 
 def gptj_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
@@ -48,6 +40,11 @@ def gptj_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
                                 n_inner=cfg.ffn_size, rotary_dim=cfg.rotary_dim,
                                 activation_function="gelu_new", layer_norm_epsilon=cfg.eps,
                                 resid_pdrop=0.0, attn_pdrop=0.0, embd_pdrop=0.0)).eval()
+    return _block_case(cfg, hf, GPTJBlock)
+
+
+def _block_case(cfg: TinyConfig, hf: torch.nn.Module, block: type) -> Result:
+    """A decoder block of ``block``'s kind against the HF block ``hf``, on random weights."""
     _randomise(hf)
     x = np.random.default_rng(1).normal(size=(cfg.micro_batch_size * cfg.sequence_length,
                                               cfg.hidden_size)).astype(np.float32)
@@ -56,7 +53,7 @@ def gptj_case(tp: int, dtype: popxl.dtype = popxl.float32) -> Result:
         shaped = t.reshape(cfg.micro_batch_size, cfg.sequence_length, cfg.hidden_size)
         return [hf(shaped)[0].reshape(t.shape)]
 
-    return compare(cfg, lambda: GPTJBlock(cfg), GPTJBlock.hf_mapping, hf, forward, [x])
+    return compare(cfg, lambda: block(cfg), block.hf_mapping, hf, forward, [x])
 
 
 def _randomise(module: torch.nn.Module) -> None:
