@@ -133,13 +133,20 @@ def _split_off(cls: type, base: type) -> bool:
     return base.__name__.startswith("_") and base.__module__ != cls.__module__
 
 
+def _patched_in(attr: Any, cls: type) -> bool:
+    """``attr`` was put on ``cls`` at run time by another library (torch's optimisers wrap an
+    inherited ``step`` in the class on first use), not written in xlgraph's source."""
+    fn = getattr(attr, "__wrapped__", None)
+    return fn is not None and not getattr(fn, "__module__", "").startswith(cls.__module__)
+
+
 def _members(cls: type) -> list[str]:
     """The public methods and properties ``cls`` defines itself, one line each (its split-off
     private bases' first)."""
     lines = []
     parts = [c for c in reversed(cls.__mro__) if c is cls or _split_off(cls, c)]
     for name, attr in [item for c in parts for item in vars(c).items()]:
-        if name.startswith("_"):
+        if name.startswith("_") or _patched_in(attr, cls):
             continue
         if isinstance(attr, property):
             lines.append(f"  - `.{name}` (property): {_purpose(attr)}")
