@@ -470,8 +470,8 @@ def test_failed_refetch_names_file_digests_and_command(tmp_path, originals, monk
 def test_files_are_hashed_once_per_process_until_they_change(tmp_path, originals, monkeypatch):
     ds.load_mnist(tmp_path, train=False, download=False)
     hashed: list = []
-    real = sources.sha256
-    monkeypatch.setattr(sources, "sha256", lambda data: hashed.append(1) or real(data))
+    real = store.sha256
+    monkeypatch.setattr(store, "sha256", lambda data: hashed.append(1) or real(data))
     ds.load_mnist(tmp_path, train=False, download=False)
     assert hashed == []
     _tamper(tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte")

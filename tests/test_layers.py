@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -189,6 +191,17 @@ def test_core_imports_nothing_above_it() -> None:
     assert "xlgraph.core.tensor" in core and "xlgraph.core.op" in core
     above = [(m, t) for m in core for t, _, _ in imports(m) if layer_of(t) > 0]
     assert not above
+
+
+def test_import_xlgraph_leaves_the_fetch_and_file_tools_unloaded() -> None:
+    """`import xlgraph` (the cold start of every program) loads no module that only a download,
+    a checkpoint file, a rendering or a chunk thread pool needs: tqdm alone is 40 modules."""
+    heavy = ["tqdm", "subprocess", "tempfile", "zipfile", "concurrent.futures", "logging",
+             "email", "importlib.metadata", "xlgraph.datasets.sources", "xlgraph.progress"]
+    code = f"import sys, xlgraph; print(sorted(set({heavy!r}) & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 @pytest.mark.parametrize("source, expected", [

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -132,13 +134,13 @@ def test_to_dot_writes_dot_files_and_renders_with_graphviz(tmp_path: Path,
     text = ir.to_dot(tmp_path / "ir.dot")
     assert (tmp_path / "ir.dot").read_text() == text
     calls = []
-    monkeypatch.setattr(listing.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(listing.subprocess, "run",
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(subprocess, "run",
                         lambda cmd, **kw: calls.append((cmd, kw["input"])))
     ir.main_graph.to_dot(tmp_path / "main.svg")
     assert calls == [(["/usr/bin/dot", "-Tsvg", "-o", str(tmp_path / "main.svg")],
                       ir.main_graph.to_dot())]
-    monkeypatch.setattr(listing.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match="needs Graphviz's `dot` program"):
         ir.to_dot(tmp_path / "ir.png")
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
-import zipfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -112,6 +110,8 @@ def save(path: PathLike, source: Any,
         CheckpointError: an entry is not numeric data (object arrays cannot be loaded back),
             two entries get one name, or the path is empty, a directory or a read-only file.
     """
+    import tempfile  # (with zipfile below: 10 modules that `import xlgraph` does not need)
+
     arrays = _entries(source, variables)
     target = _target(path)
     directory = os.path.dirname(target)
@@ -158,6 +158,8 @@ def load(path: PathLike) -> dict[str, np.ndarray]:
     Raises:
         FileNotFoundError. CheckpointError: the file is not a readable checkpoint.
     """
+    import zipfile
+
     try:
         data = np.load(path, allow_pickle=False)
         if isinstance(data, np.ndarray):

@@ -9,8 +9,6 @@ SVG or PNG by Graphviz's ``dot`` when it is installed.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -225,6 +223,9 @@ def write_dot(dot: str, path: str | Path | None) -> str:
     if fmt in ("dot", "gv", ""):
         path.write_text(dot)
         return dot
+    import shutil  # with subprocess: rendering alone needs them
+    import subprocess
+
     program = shutil.which("dot")
     if program is None:
         raise RuntimeError(f"rendering {path.name} needs Graphviz's `dot` program, which is not "

@@ -24,7 +24,6 @@ from xlgraph.datasets.catalog import (
     MNIST_STD,
 )
 from xlgraph.datasets.idx import PathLike, read_idx, write_idx
-from xlgraph.datasets.sources import convert_mnist_csv_wheel
 from xlgraph.datasets.store import ChecksumError, data_root, fetch, load
 
 __all__ = [
@@ -95,3 +94,13 @@ def normalize(images: np.ndarray, mean: float, std: float) -> np.ndarray:
     """
     scaled = np.asarray(images, dtype=np.float32) / np.float32(255)
     return (scaled - np.float32(mean)) / np.float32(std)
+
+
+def __getattr__(name: str) -> object:
+    """``convert_mnist_csv_wheel`` from ``sources``, imported on first use (the fetching code
+    and its imports stay off ``import xlgraph``)."""
+    if name == "convert_mnist_csv_wheel":
+        from xlgraph.datasets.sources import convert_mnist_csv_wheel
+
+        return convert_mnist_csv_wheel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import math
 import os
 import struct
@@ -42,6 +43,11 @@ def parse_idx(data: bytes, name: str) -> np.ndarray:
             f"{name}: {len(data)} bytes, but an IDX file of shape {shape} has {expected}"
         )
     return np.frombuffer(data, dtype, offset=offset).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def sha256(data: bytes) -> str:
+    """The hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def file_bytes(path: PathLike) -> bytes:

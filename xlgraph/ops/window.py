@@ -11,15 +11,17 @@ import contextlib
 import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from xlgraph.errors import ShapeError, XlgraphError, user_source_line
 from xlgraph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 PAD_TYPES = ("not_set", "same_upper", "same_lower", "valid")
 

@@ -11,7 +11,6 @@ kept in a temporary file (``Spill``) instead of a second device array.
 from __future__ import annotations
 
 import mmap
-import tempfile
 
 import numpy as np
 
@@ -77,6 +76,8 @@ class Spill:
     The file is removed when the Spill is freed."""
 
     def __init__(self, like: np.ndarray, host: np.ndarray) -> None:
+        import tempfile  # only Sessions that spill snapshots need it
+
         self._file = tempfile.TemporaryFile(prefix="xlgraph-snapshot-")
         self.host = host
         self._from_host = False

@@ -27,11 +27,13 @@ import functools
 import numbers
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlgraph.errors import ArgumentError, user_source_line
 from xlgraph.ir import Ir
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 PARALLEL_MIN_FLOPS = 4e6  # a matrix op this large gains from a second BLAS thread (idle machine)
 
@@ -167,6 +169,8 @@ class ChunkPool:
 
     def start(self, count: int) -> None:
         if count > 1 and self.executor is None:
+            from concurrent.futures import ThreadPoolExecutor  # off `import xlgraph`
+
             self.executor = ThreadPoolExecutor(count, thread_name_prefix="xlgraph-chunks")
 
     def stop(self) -> None:
