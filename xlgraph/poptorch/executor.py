@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from xlgraph.poptorch import optim as pt_optim
-from xlgraph.poptorch import weights
+from xlgraph.poptorch import optim_changes, weights
 from xlgraph.poptorch.enums import OutputMode
 from xlgraph.poptorch.executor_calls import (  # noqa: F401 - the old path re-exports them
     BatchDimensionError,
@@ -84,6 +84,9 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         self._optimizer_state: dict[str, Any] = {}
         self._state_keys: dict[int, str] = {}  # id(parameter) -> its optimiser-state key
         self._optimizer_steps = 0  # steps the device took (torch's optimiser state "step")
+        self._settings: optim_changes.Settings | None = None  # the optimiser's, as compiled
+        self._stale_step = False  # setOptimizer changed more than learning rates
+        self._hooked = training
         if training:
             weights.hook_module(model, self)
 
@@ -157,31 +160,37 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         return self._compiled is not None
 
     def destroy(self) -> None:
-        """Sync weights to the host, drop the compiled program and unwrap the module."""
-        if self._compiled is not None:
-            self._compiled.sync.download()
-            if self._compiled.session.is_attached:
-                if self.training:
-                    self._optimizer_state_to_host()
-                self._compiled.session.__exit__(None, None, None)
-            self._compiled = None
+        """Sync weights to the host, drop the compiled program and unwrap the module (nothing
+        when not compiled). Later weight copies raise ``poptorch.Error``; a later call
+        compiles again (wrapping the module again, for training)."""
+        if self._compiled is None:
+            return
+        self._compiled.sync.download()
+        if self._compiled.session.is_attached:
+            if self.training:
+                self._optimizer_state_to_host()
+            self._compiled.session.__exit__(None, None, None)
+        self._compiled = None
+        self._settings, self._stale_step = None, False
         if self.training:
             weights.unhook_module(self._user_model)
+            self._hooked = False
 
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: N802
-        """Use ``optimizer``'s learning rate from now on (other settings must not change)."""
+        """Use ``optimizer``'s settings from now on: new learning rates at once, any other
+        variable attribute (momentum, betas, eps, weight_decay, loss_scaling...) from the next
+        call. Attributes constant at compilation must keep their value (``poptorch.Error``)."""
         if not self.training:
             raise Error("setOptimizer is only available on a trainingModel")
-        new = pt_optim.hyperparameters(optimizer)
-        if self._compiled is not None:
-            old = pt_optim.hyperparameters(self._optimizer)
-            changed = sorted({k for n, o in zip(new, old) for k in n
-                              if k != "lr" and n[k] != o.get(k)})
-            if changed or len(new) != len(old) or not pt_optim.same_kind(optimizer,
-                                                                        self._optimizer):
-                raise Error(f"setOptimizer: only learning rates can change after compilation; "
-                            f"{changed or 'the optimizer type or its groups'} changed")
-            self._compiled.optimizer.set_lrs(self._compiled.session, [g["lr"] for g in new])
+        if self._compiled is None:
+            pt_optim.hyperparameters(optimizer)  # refuse bad values now
+        else:
+            new, changed = optim_changes.changed_attributes(self._settings, optimizer)
+            self._compiled.optimizer.set_lrs(self._compiled.session, [g["lr"] for g in new.groups])
+            self._settings = new
+            # the other attributes are compiled into the step: the next call rebuilds it,
+            # carrying the weights and the optimiser state over
+            self._stale_step = self._stale_step or bool(changed - {"lr"})
         self._optimizer = optimizer
         if self._compiled is not None:
             self._bind_optimizer(optimizer)

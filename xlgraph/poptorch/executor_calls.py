@@ -114,7 +114,7 @@ class _CallPlan:
     # -- calling -----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         compiled = self._compiled
-        fast = None if compiled is None or kwargs else compiled.fast
+        fast = None if compiled is None or kwargs or self._stale_step else compiled.fast
         feeds = None if fast is None else fast.feeds(args)
         if feeds is None:  # the general path: bind, check the signature, convert
             fast = None
@@ -161,7 +161,10 @@ class _CallPlan:
                           "detached: the backward pass through inputs is not supported "
                           "(as in PopTorch)", stacklevel=3)
         got = [(tuple(t.shape), t.dtype) for t in tensors]
-        if got != compiled.input_specs or _concrete(bound) != compiled.concrete:
+        if got != compiled.input_specs or _concrete(bound) != compiled.concrete or \
+                self._stale_step:
+            if not compiled.session.is_attached:
+                self.attachToDevice()  # the state to carry over is on the device
             compiled.sync.download()
             # the new program goes on from the optimiser state of the old one
             carried, steps = self.read_optimizer_state(), self._optimizer_steps

@@ -18,7 +18,7 @@ from tqdm import tqdm as raw_tqdm
 from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
 from xlgraph.poptorch import optim as pt_optim
-from xlgraph.poptorch import weights
+from xlgraph.poptorch import optim_changes, weights
 from xlgraph.poptorch.blocks import custom_structures, recorded_blocks, static_blocks
 from xlgraph.poptorch.enums import (
     HalfFloatCastingBehavior,
@@ -120,6 +120,9 @@ class _CompileStep:
         return int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else seed
 
     def _compile(self, args: dict[str, Any]) -> None:
+        if self.training and not self._hooked:  # compiled again after destroy()
+            weights.hook_module(self._user_model, self)
+            self._hooked = True
         start = time.perf_counter()
         bar = _compile_bar(self.options.show_compilation_progress_bar)
         sample = {k: pytree.tree_map_only(torch.Tensor, lambda t, k=k: self._micro_batch(k, t), v)
@@ -140,6 +143,9 @@ class _CompileStep:
         specs = [TensorSpec(t.shape, t.dtype) for t in lowered.data_inputs]
         if self.training:
             self._state_keys = {id(t): k for k, t in tensors.items()}
+            self._settings = optim_changes.settings_of(  # constants stay those of the first
+                self._optimizer, None if self._settings is None else self._settings.constants)
+            self._stale_step = False
             xl_optimizer = pt_optim.to_xlgraph(self._optimizer, self._state_keys)
             trained = pt_optim.parameter_ids(self._optimizer)
             frozen = [k for k in variables if id(tensors[k]) not in trained

@@ -87,6 +87,16 @@ class Optimizer:
         self._device_state: dict[str, Any] = {}
         self._device: Any = None  # a weakref to the training wrapper holding the state
 
+    @property
+    def loss_scaling(self) -> float:
+        """The loss is multiplied by this and the gradients divided by it (1 when not given);
+        set it, then call ``setOptimizer``, to change it after compilation."""
+        return float(self.poptorch_extras.get("loss_scaling", 1.0))
+
+    @loss_scaling.setter
+    def loss_scaling(self, value: float) -> None:
+        self.poptorch_extras["loss_scaling"] = value
+
     def _wrapper(self) -> Any:
         return None if self._device is None else self._device()
 
@@ -144,7 +154,7 @@ class SGD(Optimizer, torch.optim.SGD):
                  use_combined_accum: bool | None = None, accum_type: Any = None,
                  velocity_accum_type: Any = None, max_grad_norm: float | None = None) -> None:
         given = _given(locals())
-        torch.optim.SGD.__init__(self, params, **_extras(self, given))
+        torch.optim.SGD.__init__(self, params, **_extras(self, dict(given)))
         self._poptorch_init(given)
 
 
@@ -163,7 +173,7 @@ class Adam(Optimizer, torch.optim.Adam):
         if amsgrad:
             raise ValueError("poptorch.optim.Adam does not support amsgrad")
         given = _given(locals())
-        torch.optim.Adam.__init__(self, params, **_extras(self, given))
+        torch.optim.Adam.__init__(self, params, **_extras(self, dict(given)))
         self._poptorch_init(given)
 
 
@@ -182,7 +192,7 @@ class AdamW(Optimizer, torch.optim.AdamW):
         if amsgrad:
             raise ValueError("poptorch.optim.AdamW does not support amsgrad")
         given = _given(locals())
-        torch.optim.AdamW.__init__(self, params, **_extras(self, given))
+        torch.optim.AdamW.__init__(self, params, **_extras(self, dict(given)))
         self._poptorch_init(given)
 
 
@@ -201,7 +211,7 @@ class RMSprop(Optimizer, torch.optim.RMSprop):
             raise ValueError("xlgraph's RMSprop is torch's; use_tf_variant=True is not "
                              "supported")
         given = _given(locals())
-        torch.optim.RMSprop.__init__(self, params, **_extras(self, given))
+        torch.optim.RMSprop.__init__(self, params, **_extras(self, dict(given)))
         self._poptorch_init(given)
 
 
@@ -256,10 +266,7 @@ def _kind(optimizer: torch.optim.Optimizer) -> type[xl_optim.Optimizer]:
                        f"SGD/Adam/AdamW/RMSprop")
 
 
-def same_kind(a: torch.optim.Optimizer, b: torch.optim.Optimizer) -> bool:
-    """Whether two optimisers are the same algorithm (``torch.optim.SGD`` and
-    ``poptorch.optim.SGD`` are) with the same loss scaling."""
-    return _kind(a) is _kind(b) and loss_scaling(a) == loss_scaling(b)
+optimizer_kind = _kind  # the xlgraph optimiser class a torch optimiser runs as
 
 
 def _group_settings(kind: type[xl_optim.Optimizer], group: dict[str, Any]) -> dict[str, Any]:

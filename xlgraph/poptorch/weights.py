@@ -192,8 +192,10 @@ def hook_module(model: torch.nn.Module, sync: Any) -> None:
     """
     for m in model.modules():
         if isinstance(m, _SyncOnRead):
-            raise RuntimeError(f"{type(model).__name__} is already wrapped by a "
-                               f"poptorch.trainingModel: call destroy() on it first")
+            raise RuntimeError("Model has already been wrapped in 'poptorch.trainingModel'. "
+                               "Call model.destroy() on the model to unwrap it before "
+                               f"wrapping it again ({type(model).__name__} is already wrapped "
+                               f"by a live poptorch.trainingModel)")
     for m in model.modules():
         m.__dict__[_OWNER] = sync
         m.__class__ = _synced_class(type(m))

@@ -1,0 +1,119 @@
+"""What ``setOptimizer`` may change after compilation, decided as PopTorch decides it.
+
+Every attribute of a compiled optimiser is constant or variable. ``lr`` is always variable. In a
+``poptorch.optim`` optimiser the constructor arguments given explicitly are variable and the rest
+constant, unless ``optimizer.variable_attrs.markAsConstant``/``markAsVariable`` said otherwise
+before compilation. In a plain ``torch.optim`` optimiser the attributes left at torch's default
+are constant. A ``setOptimizer`` that changes a constant (in any param group) raises
+``poptorch.Error`` and changes nothing; a variable may take any new value, per param group.
+
+``Settings`` is what the device runs with: per-group hyperparameters, PopTorch's optimiser-wide
+extras (``loss_scaling``, ``velocity_scaling``, ``max_grad_norm``...) and which attributes were
+constant when the model was compiled.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from xlgraph.poptorch import optim as pt_optim
+from xlgraph.poptorch.support import Error
+
+__all__ = ["Settings", "settings_of", "changed_attributes"]
+
+# the torch classes whose constructor defaults decide what a plain torch.optim leaves constant
+_TORCH_BASES = (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, torch.optim.RMSprop)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The optimiser settings a compiled model runs with."""
+
+    kind: type
+    groups: tuple[dict[str, Any], ...]
+    extras: dict[str, Any]
+    constants: frozenset[str]
+
+
+def _torch_defaults(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    base = next(b for b in _TORCH_BASES if isinstance(optimizer, b))
+    return {name: p.default for name, p in inspect.signature(base.__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return float(a) == float(b)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _constants(optimizer: torch.optim.Optimizer, names: list[str]) -> frozenset[str]:
+    if isinstance(optimizer, pt_optim.Optimizer):
+        attrs = optimizer.variable_attrs
+        return frozenset(n for n in names if n != "lr" and (
+            n not in attrs._allowed_attributes or attrs.isConstant(n)))
+    defaults = _torch_defaults(optimizer)
+    return frozenset(n for n in names if n != "lr" and n in defaults
+                     and _same(optimizer.defaults.get(n, defaults[n]), defaults[n]))
+
+
+def settings_of(optimizer: torch.optim.Optimizer,
+                constants: frozenset[str] | None = None) -> Settings:
+    """``optimizer``'s settings, with its own constants (at compilation) or ``constants``
+    (those fixed when the model was compiled)."""
+    groups = tuple(pt_optim.hyperparameters(optimizer))  # also checks every value
+    extras = dict(getattr(optimizer, "poptorch_extras", {}))
+    extras.setdefault("loss_scaling", 1.0)
+    if constants is None:
+        names = sorted({k for g in groups for k in g} | set(extras) | set(pt_optim._EXTRAS))
+        constants = _constants(optimizer, names)
+    return Settings(pt_optim.optimizer_kind(optimizer), groups, extras, constants)
+
+
+def _fix(attr: str, optimizer: torch.optim.Optimizer) -> str:
+    if isinstance(optimizer, pt_optim.Optimizer):
+        return (f"call optimizer.variable_attrs.markAsVariable({attr!r}) (or pass {attr} to the "
+                f"constructor) before the model is compiled")
+    return f"give {attr} a value other than torch's default before the model is compiled"
+
+
+def changed_attributes(old: Settings, optimizer: torch.optim.Optimizer,
+                       ) -> tuple[Settings, set[str]]:
+    """The settings of ``optimizer`` (with ``old``'s constants) and the attributes whose value
+    differs from ``old``'s in any param group.
+
+    Raises:
+        Error: another optimiser type, another number of param groups, or a changed constant.
+    """
+    new = settings_of(optimizer, old.constants)
+    if new.kind is not old.kind:
+        raise Error(f"setOptimizer: the model was compiled with a {old.kind.__name__} "
+                    f"optimizer; it cannot change to {type(optimizer).__name__}")
+    if len(new.groups) != len(old.groups):
+        raise Error(f"setOptimizer: the model was compiled with {len(old.groups)} param "
+                    f"group(s); the new optimizer has {len(new.groups)}")
+    changed: set[str] = set()
+    for index, (before, after) in enumerate(zip(old.groups, new.groups)):
+        for attr in after:
+            if not _same(before.get(attr), after[attr]):
+                if attr in old.constants:
+                    raise Error(
+                        f"setOptimizer: {attr} of param group {index} is constant (fixed "
+                        f"when the model was compiled): it cannot change from "
+                        f"{before.get(attr)!r} to {after[attr]!r}; {_fix(attr, optimizer)}")
+                changed.add(attr)
+    for attr in sorted(set(old.extras) | set(new.extras)):
+        if not _same(old.extras.get(attr), new.extras.get(attr)):
+            if attr in old.constants:
+                raise Error(
+                    f"setOptimizer: {attr} is constant (fixed when the model was compiled): it "
+                    f"cannot change from {old.extras.get(attr)!r} to {new.extras.get(attr)!r}; "
+                    f"{_fix(attr, optimizer)}")
+            changed.add(attr)
+    return new, changed
