@@ -1,6 +1,10 @@
-"""PopTorch user-guide style programs (``tests/poptorch_programs/``), run as scripts and checked
-against torch eager: options read from a file (the execution strategy included), a model in
-blocks placed by ``ShardedExecution``'s stages, and constants and buffers changed in ``forward``."""
+"""The programs of PopTorch's user guide and examples (``tests/poptorch_programs/``), each run as
+a script and checked against the same model in torch eager: options read from a file (the
+execution strategy included), blocks placed by ``ShardedExecution``'s stages, constants and
+buffers changed in ``forward``, training and inference models, custom losses, pipelining
+annotations and strategies (pipelined, phased), PopTorch's own ops, half precision, overlapping
+IO and tensor locations, checkpoints, the LSTM and adder examples, debugging with anchored
+tensors, and the DataLoader's batching."""
 
 from __future__ import annotations
 
@@ -69,3 +73,188 @@ def test_constants_changed_in_forward_stay_inside_the_call(tmp_path, monkeypatch
     assert [c.tolist() for c in scope["buffer_counts"]] == [[1.0], [2.0], [3.0]]
     constant = scope["constant_model"]
     assert constant.i.tolist() == [0.0] and "i" not in dict(constant.named_buffers())
+
+
+def _train(model, batches, lr, loss_of, momentum=0.0) -> list[float]:
+    """Eager SGD: one step per batch (a list of micro-batches whose mean loss is stepped),
+    returning the loss of each step's last micro-batch, as PopTorch's ``Final`` output does."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    losses = []
+    for micro_batches in batches:
+        opt.zero_grad()
+        micro = [loss_of(model, *mb) for mb in micro_batches]
+        (sum(micro) / len(micro)).backward()
+        opt.step()
+        losses.append(float(micro[-1].detach()))
+    return losses
+
+
+def _same_weights(got: torch.nn.Module, want: torch.nn.Module, **tol) -> None:
+    for (k, g), (_, w) in zip(got.state_dict().items(), want.state_dict().items(), strict=True):
+        torch.testing.assert_close(g, w, msg=k, **tol)
+
+
+def _fresh(scope: dict, cls: str, seed: int, *args) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return scope[cls](*args)
+
+
+def test_training_model_trains_like_torch_and_shares_weights(tmp_path, monkeypatch):
+    s = _run("training_model.py", tmp_path, monkeypatch)
+    ref = _fresh(s, "ExampleModelWithLoss", 0)
+    losses = _train(ref, [[(s["input"], s["target"])]] * 200, 0.01, lambda m, x, t: m(x, t)[1])
+    assert s["losses"] == pytest.approx(losses, rel=1e-4, abs=1e-6)
+    _same_weights(s["model"], ref, rtol=1e-4, atol=1e-5)
+    ref = _fresh(s, "ExampleModelWithLoss", 1)
+    _train(ref, [[(s["input"], s["target"])]] * 5, 0.01, lambda m, x, t: m(x, t)[1])
+    torch.testing.assert_close(s["trained_out"], ref.eval()(s["input"]).detach())
+
+
+def test_inference_model_classifies_like_torch(tmp_path, monkeypatch):
+    s = _run("inference_model.py", tmp_path, monkeypatch)
+    native = s["native_out"].detach()
+    torch.testing.assert_close(s["out_tensor"], native, rtol=1e-4, atol=1e-5)
+    assert s["top_five_classes"][1].tolist() == s["native_top_five_classes"][1].tolist()
+
+
+def test_pipeline_simple_places_four_blocks_and_computes_like_torch(tmp_path, monkeypatch):
+    s = _run("pipeline_simple.py", tmp_path, monkeypatch)
+    torch.testing.assert_close(s["out"], s["model"](s["x"]).detach())
+    assert sorted(s["poptorch_model"].blocks.values()) == [0, 1, 2, 3]
+
+
+def test_phased_strategies_place_phases_and_train_like_torch(tmp_path, monkeypatch):
+    s = _run("phased_execution.py", tmp_path, monkeypatch)
+    ref = _fresh(s, "Model", 0)
+    losses = _train(ref, [[(s["x"], s["target"])]] * 10, 0.05, lambda m, x, t: m(x, t)[1])
+    for name in ("serial", "parallel"):
+        assert s["losses"][name] == pytest.approx(losses, rel=1e-5), name
+        _same_weights(s["models"][name], ref, rtol=1e-5, atol=1e-6)
+    parallel = s["parallel_strategy"]()
+    assert [[st._ipu for st in parallel.phase(i).stages] for i in range(3)] == \
+        [[0, 2], [1, 3], [0, 2]]
+    assert s["serial_strategy"]().liveness == poptorch.Liveness.OffChipAfterEachPhase
+    with pytest.raises(ValueError, match="phase 3 asked for, the strategy has 3"):
+        parallel.phase(3)
+
+
+def test_custom_losses_train_like_torch(tmp_path, monkeypatch):
+    s = _run("custom_loss.py", tmp_path, monkeypatch)
+    mse = torch.nn.functional.mse_loss
+    for cls, loss_fn in (
+            ("ExampleModelWithCustomLoss", lambda out, t: ((out - t) ** 2 * 5).mean()),
+            ("ExampleModelWithTwoLosses",
+             lambda out, t: torch.nn.functional.l1_loss(out, t) + mse(out, t))):
+        ref = _fresh(s, cls, 0)
+        losses = _train(ref, [[(s["input"], s["target"])]] * 10, 0.5,
+                        lambda m, x, t, f=loss_fn: f(m.model(x), t))
+        assert s["losses"][cls] == pytest.approx(losses, rel=1e-5), cls
+        _same_weights(s["models"][cls], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_debugging_prints_and_reads_anchored_tensors(tmp_path, monkeypatch, capfd):
+    s = _run("debugging.py", tmp_path, monkeypatch)
+    assert "fc2 output: ((" in capfd.readouterr().err        # printed as the model runs
+    assert {"Gradient___fc2.bias", "UpdatedVar___fc2.weight"} <= set(s["tensor_names"])
+    ref = _fresh(s, "Model", 0)
+    loss = ref(s["input"], s["label"])
+    loss.backward()
+    torch.testing.assert_close(s["grad"], ref.fc2.bias.grad)
+    torch.testing.assert_close(s["update"], (ref.fc2.weight - 0.01 * ref.fc2.weight.grad).detach())
+
+
+def test_annotations_and_pipelined_stages_train_like_torch(tmp_path, monkeypatch):
+    s = _run("annotations.py", tmp_path, monkeypatch)
+    x, labels = s["x"], s["labels"]
+    steps = [[(x[i:i + 4], labels[i:i + 4]) for i in range(0, 24, 4)]] * 5
+    ref = _fresh(s, "Network", 0)
+    losses = _train(ref, steps, 0.1, lambda m, x, t: m(x, t)[1])
+    for name in ("stages", "ids", "auto"):
+        assert s["losses"][name] == pytest.approx(losses, rel=1e-5), name
+        _same_weights(s["models"][name], ref, rtol=1e-5, atol=1e-6)
+    assert [st.blocks for st in s["strategies"]["ids"].stages] == [["A"], ["B", "C"], ["D"]]
+
+
+def test_poptorch_ops_compute_and_train_like_torch(tmp_path, monkeypatch):
+    s = _run("ops.py", tmp_path, monkeypatch)
+    torch.testing.assert_close(s["out"], s["model"](s["x"]).detach(), rtol=1e-5, atol=1e-5)
+    ref = s["TrainingNetwork"]()
+    ref.load_state_dict(s["initial"])
+    losses = _train(ref, [[(s["x"], s["labels"])]] * 3, 0.1, lambda m, x, t: m(x, t)[1])
+    assert s["losses"] == pytest.approx(losses, rel=1e-5)
+
+
+def test_half_models_run_and_train_in_float16_like_torch(tmp_path, monkeypatch):
+    s = _run("precision.py", tmp_path, monkeypatch)
+    assert s["out"].dtype == torch.float16
+    torch.testing.assert_close(s["out"], s["model"](s["x"]).detach(), rtol=1e-2, atol=2e-3)
+    ref = s["Model"]().half()
+    ref.load_state_dict(s["initial"])
+    losses = _train(ref, [[(s["x"], s["target"])]] * 5, 0.05, lambda m, x, t: m(x, t)[1])
+    assert all(loss.dtype == torch.float16 for loss in s["losses"])
+    assert [float(loss) for loss in s["losses"]] == pytest.approx(losses, rel=5e-3)
+
+
+def test_overlapping_io_and_tensor_locations_train_like_torch(tmp_path, monkeypatch):
+    s = _run("overlapping_io.py", tmp_path, monkeypatch)
+    x, target = s["x"], s["target"]
+    ref = s["Model"]()
+    ref.load_state_dict(s["initial"])
+    outs = []
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for i in range(0, 8, 2):                     # one SGD step per device iteration
+        opt.zero_grad()
+        out, loss = ref(x[i:i + 2], target[i:i + 2])
+        outs.append((out.detach(), float(loss.detach())))
+        loss.backward()
+        opt.step()
+    torch.testing.assert_close(s["out"], torch.cat([o for o, _ in outs]))
+    assert s["losses"].tolist() == pytest.approx([v for _, v in outs], rel=1e-5)
+    assert s["opts"].TensorLocations.num_io_tiles == 32
+
+
+def test_checkpoints_resume_where_training_stopped(tmp_path, monkeypatch):
+    s = _run("checkpoints.py", tmp_path, monkeypatch)
+    x, labels = s["x"], s["labels"]
+    ref = _fresh(s, "Classifier", 0)
+    losses = _train(ref, [[(x, labels)]] * 6, 0.1, lambda m, x, t: m(x, t)[1], momentum=0.9)
+    assert s["resumed_losses"] == pytest.approx(losses[3:], rel=1e-5)
+    assert s["continued_losses"] == pytest.approx(losses[3:], rel=1e-5)
+    _same_weights(s["resumed"], ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(s["model"].fc1.weight, ref.fc1.weight, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(s["after"] - s["before"], torch.ones_like(s["before"]))
+    torch.testing.assert_close(s["after"], ref.eval()(x).detach() + 1.0, rtol=1e-5, atol=1e-5)
+
+
+def test_lstm_example_feeds_its_hidden_state_back_like_torch(tmp_path, monkeypatch):
+    s = _run("lstm.py", tmp_path, monkeypatch)
+    hidden = s["initial_hidden"]
+    for i, got in zip(s["inputs"], s["outputs"], strict=True):
+        want, hidden = s["model"](i.view(1, 1, -1), hidden)
+        torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+    for got, want in zip(s["hidden"], hidden, strict=True):
+        torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_simple_adder_example_adds(tmp_path, monkeypatch, capfd):
+    s = _run("simple_adder.py", tmp_path, monkeypatch)
+    assert "Success" in capfd.readouterr().out
+    y = torch.randn(3)
+    torch.testing.assert_close(s["inference_model"](torch.ones(3), y), y + 1)
+
+
+def test_batching_combines_iterations_replicas_and_accumulation_like_torch(tmp_path, monkeypatch):
+    s = _run("batching.py", tmp_path, monkeypatch)
+    assert s["training_data"].combinedBatchSize == 2 * 2 * 2 * 3
+    assert len(s["training_data"]) == len(s["batches"]) == 100 // 24
+    ref = s["ExampleModelWithLoss"]([3, 2], 2)
+    ref.load_state_dict(s["initial"])
+    # each call: 2 device iterations, each one SGD step over 2 replicas x 3 micro-batches x 2
+    steps = [[(data[i:i + 12], labels[i:i + 12])] for data, labels in s["batches"]
+             for i in (0, 12)]
+    _train(ref, steps, 0.5, lambda m, x, t: m(x, t)[1])
+    _same_weights(s["model"], ref, rtol=1e-5, atol=1e-6)
+    assert all(loss.shape == (2,) for loss in s["losses"])   # Final: one loss per replica
+    data = torch.stack([d for d, _ in s["dataset"]])
+    labels = torch.tensor([label for _, label in s["dataset"]])
+    assert s["correct"] == int((ref.eval()(data).argmax(1) == labels).sum())

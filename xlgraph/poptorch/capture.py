@@ -110,7 +110,7 @@ def capturing() -> bool:
 def _capturing() -> Iterator[None]:
     """What capture changes while it runs: oneDNN off (LSTM decomposes into matmuls),
     BatchNorm's cumulative average in tensor ops, no argument validation in
-    ``torch.distributions`` (its checks read tensor values), CTC loss as one op, and two
+    ``torch.distributions`` (its checks read tensor values), CTC loss as one op, and three
     warnings about torch's own internals silenced. ``bincount`` gets PopTorch's static
     ``minlength`` bins."""
     from torch.distributions import Distribution
@@ -134,6 +134,10 @@ def _capturing() -> Iterator[None]:
             warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                                     FutureWarning)
             warnings.filterwarnings("ignore", "TF32 acceleration on top of oneDNN", UserWarning)
+            # nn.LSTM/GRU/RNN rebuild their private _flat_weights list from their parameters
+            warnings.filterwarnings(
+                "ignore", r"The tensor attributes (\S+\._flat_weights\[\d+\](, )?)+ were "
+                "assigned during export", UserWarning)
             with torch.backends.mkldnn.flags(enabled=False):
                 yield
     finally:

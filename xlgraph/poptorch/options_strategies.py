@@ -108,6 +108,20 @@ class _IPhasedExecution(_IExecutionStrategy):
     def __init__(self, *phases: Any) -> None:
         self.phases = [p if isinstance(p, Phase) else Phase(*(_ids(p))) for p in phases]
         super().__init__([s for p in self.phases for s in p.stages])
+        self.separate_backward_phase = False
+
+    def phase(self, phase: int) -> Phase:
+        """The ``phase``-th ``Phase`` (``strategy.phase(0).ipus(0, 1)``)."""
+        idx = whole(f"{type(self).__name__}.phase", "phase", phase, 0)
+        if idx >= len(self.phases):
+            raise OptionValueError(f"{type(self).__name__}.phase: phase {idx} asked for, the "
+                                   f"strategy has {len(self.phases)} phases")
+        return self.phases[idx]
+
+    def useSeparateBackwardPhase(self, use: bool = True) -> _IPhasedExecution:  # noqa: N802
+        """Give the backward pass phases of its own (recorded; phases run as one program)."""
+        self.separate_backward_phase = bool(use)
+        return self
 
 
 class ParallelPhasedExecution(_IPhasedExecution):
