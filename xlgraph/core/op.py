@@ -80,6 +80,9 @@ class OpDef:
             a group combine their values; the ``group`` attribute names it) or
             ``"per_replica"`` (results differ per replica even from identical inputs: slices
             by position, per-replica memory). The last two always run ``replicated``.
+        widen_half: float16 inputs are computed in float32 and each float16 result is rounded
+            once on store, as the IPU's AMP units do (``xlgraph.ops.half``); for ops whose
+            kernels do arithmetic (the ``unary``, ``binary``, ``reduction`` families set it).
     """
 
     name: str
@@ -102,6 +105,7 @@ class OpDef:
     threaded: bool = False
     replicated: Callable[..., Any] | None = None
     replica: str = "local"
+    widen_half: bool = False
 
     @property
     def differentiable(self) -> bool:

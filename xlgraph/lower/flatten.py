@@ -15,6 +15,7 @@ from xlgraph.ir import Ir
 from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.op import Op
 from xlgraph.ops.control import branch_of
+from xlgraph.ops.half import half_form
 from xlgraph.tensor import Tensor, TensorSpec
 
 REPEATED_MIN_OPS = 16  # a graph called from >= 2 sites with at least this many ops is a function
@@ -99,7 +100,9 @@ class _Flattener:
                 outs = yield self.branch(op, ins, steps)
             else:
                 outs = [self.new_slot(t.spec) for t in op.outputs]
-                steps.append(Step(kind, ins, outs, op, op.defn, op.attrs))
+                steps.append(Step(kind, ins, outs, op, half_form(
+                    op.defn, [t.spec for t in op.inputs], [t.spec for t in op.outputs]),
+                    op.attrs))
             env.update(zip(op.outputs, outs))
 
     def bind_inputs(self, op: Op, ins: list[int], steps: list[Step]) -> dict[Tensor, int]:

@@ -20,6 +20,7 @@ from xlgraph.lower.replica_forms import agree, lifted, replica_defn
 from xlgraph.lower.replicas import ReplicaContext
 from xlgraph.op import Op, OpDef
 from xlgraph.ops.control import branch_of
+from xlgraph.ops.half import half_form
 from xlgraph.tensor import Tensor
 
 
@@ -78,14 +79,14 @@ class Interpreter:
 
     def defn(self, op: Op) -> OpDef:
         """The op's definition, in its replicated form when there are replicas."""
-        if self.ctx is None:
-            return op.defn
         found = self._defns.get(op)
         if found is None:
-            n_in, n_out = len(op.inputs), len(op.outputs)
-            found = self._defns[op] = replica_defn(
-                op.defn, [True] * n_in, [True] * n_out, [t.spec for t in op.inputs],
-                [t.spec for t in op.outputs], self.ctx)
+            ins, outs = [t.spec for t in op.inputs], [t.spec for t in op.outputs]
+            found = half_form(op.defn, ins, outs)
+            if self.ctx is not None:
+                found = replica_defn(found, [True] * len(ins), [True] * len(outs), ins, outs,
+                                     self.ctx)
+            self._defns[op] = found
         return found
 
     def graph(self, graph: Graph, env: dict[Tensor, Any], io: _HostIO) -> Nested[None]:

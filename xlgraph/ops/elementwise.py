@@ -22,6 +22,7 @@ from xlgraph.op import (
 )
 from xlgraph.ops import loops
 from xlgraph.ops.families import binary, inplace, unary
+from xlgraph.ops.half import convert
 from xlgraph.ops.replicas import unchanged
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -194,7 +195,7 @@ _GELU_GRAD = OpDef("gelu_grad", same_spec, _gelu_grad, elementwise=True,
                    samples=_grad_samples((-3.0, 3.0)), kernel_out=_gelu_grad_out,
                    loop=_loop_with(loops.gelu_grad, loops.gelu_grad32, _GELU_GRAD_C,
                                    loops.EXP_GRAD_LOOP_MAX),
-                   scratch=2, cost=per_output(_GELU_GRAD_FLOPS))
+                   scratch=2, cost=per_output(_GELU_GRAD_FLOPS), widen_half=True)
 gelu_grad = register(_GELU_GRAD)(lambda dy, x: apply1(_GELU_GRAD, [dy, x]))
 gelu = unary("gelu", _gelu, grad=lambda g, dy: (gelu_grad(dy, g.x(0)),),
              doc="GELU, tanh approximation (PopXL's ``gelu``).", domain=(-3.0, 3.0),
@@ -214,7 +215,7 @@ def _geluerf_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 _GELUERF_GRAD = OpDef("geluerf_grad", same_spec, _geluerf_grad, elementwise=True,
-                      samples=_grad_samples((-3.0, 3.0)))
+                      samples=_grad_samples((-3.0, 3.0)), widen_half=True)
 geluerf_grad = register(_GELUERF_GRAD)(lambda dy, x: apply1(_GELUERF_GRAD, [dy, x]))
 geluerf = unary("geluerf", _geluerf, grad=lambda g, dy: (geluerf_grad(dy, g.x(0)),),
                 doc="GELU with the exact erf formulation.", domain=(-3.0, 3.0))
@@ -263,7 +264,10 @@ def _cast_infer(t: TensorSpec, dtype: dtypes.dtype) -> TensorSpec:
 
 
 def _cast(x: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
-    return x.astype(dtype.as_numpy())
+    return convert(x, dtype.as_numpy())
+
+
+_cast.c_contiguous = True  # type: ignore[attr-defined] - ``convert`` gives C order
 
 
 _CAST = OpDef(
@@ -319,7 +323,7 @@ def _scaled_add_samples(rng: np.random.Generator) -> list[Sample]:
 
 _SCALED_ADD = OpDef("scaled_add", _scaled_add_infer, _scaled_add,
                     lambda g, dy: (dy * g.attrs["a"], dy * g.attrs["b"]), elementwise=True,
-                    samples=_scaled_add_samples, cost=per_output(3))
+                    samples=_scaled_add_samples, cost=per_output(3), widen_half=True)
 
 
 def _scaled_add_loop(ins: list[TensorSpec], a: float, b: float) -> Any:
@@ -330,7 +334,7 @@ _SCALED_ADD_ = OpDef("scaled_add_", _scaled_add_infer, _scaled_add_inplace, inpl
                      replicated=unchanged(_scaled_add_inplace),
                      samples=_scaled_add_samples, ref=_scaled_add,
                      kernel_out=_scaled_add_inplace_out, loop=_scaled_add_loop, scratch=1,
-                     cost=per_output(3))
+                     cost=per_output(3), widen_half=True)
 
 
 def _scalar(value: Any) -> float | None:

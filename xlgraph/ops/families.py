@@ -58,6 +58,7 @@ def unary(
 ) -> Callable[[Tensor], Tensor]:
     """Register an elementwise one-input op; returns its builder ``f(t)``."""
     flags.setdefault("samples", _uniform_samples([[(3, 4)], [(2, 3, 5)]], domain))
+    flags.setdefault("widen_half", True)
     defn = OpDef(name, same_spec, kernel, grad, elementwise=True, **flags)
     doc = doc or f"Elementwise {name}."
     return register(defn)(_named(lambda t: apply1(defn, [t]), name, doc))
@@ -74,7 +75,7 @@ def inplace(defn_name: str, doc: str = "") -> Callable[[Tensor], Tensor]:
 
     defn = OpDef(
         defn_name + "_", same_spec, kernel, None, inplace_of=0, samples=base.samples,
-        ref=lambda x: fn(x.copy()), cost=base.cost,
+        ref=lambda x: fn(x.copy()), cost=base.cost, widen_half=base.widen_half,
     )
     doc = doc or f"In-place {defn_name}: modifies and returns its input."
     return register(defn)(_named(lambda t: apply1(defn, [t]), defn_name + "_", doc))
@@ -102,6 +103,7 @@ def binary(
     A non-Tensor operand becomes a constant of the other operand's dtype.
     """
     flags.setdefault("samples", _uniform_samples(_BINARY_SHAPES, domain))
+    flags.setdefault("widen_half", True)
     defn = OpDef(name, _binary_infer(out_dtype), kernel, grad, elementwise=True, **flags)
 
     def builder(lhs: Any, rhs: Any) -> Tensor:
@@ -147,6 +149,7 @@ def reduction(
     """Register a reduction ``f(t, axis=None, keepdims=False)``; kernel(x, axis, keepdims)."""
     flags.setdefault("samples", _reduction_samples)
     flags.setdefault("replicated", shift_axes(kernel, "axis"))
+    flags.setdefault("widen_half", True)
     defn = OpDef(name, _reduce_infer, kernel, grad, **flags)
 
     def builder(t: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:

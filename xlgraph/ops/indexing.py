@@ -206,6 +206,7 @@ _GATHER_GRAD = OpDef(
     lambda g, dy: (gather(dy, g.x(1), g.attrs["axis"], zero_OOR=g.attrs["zero_OOR"]), None),
     samples=lambda rng: [Sample((rng.normal(size=(2, 3)), rng.integers(0, 4, (2,))),
                                 {"shape": (2, 4), "axis": 1, "zero_OOR": False})],
+    widen_half=True,
 )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from xlgraph.ops.half import narrow_into, widen
+
 __all__ = ["matmul_out"]
 
 
@@ -12,10 +14,10 @@ def matmul_out(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> n
     partials, as the IPU's AMP units accumulate) with the result rounded to float16 on store:
     numpy's own float16 product runs a scalar loop a hundred times slower than float32 BLAS."""
     if a.dtype == np.float16 and b.dtype == np.float16:
-        wide = np.matmul(a.astype(np.float32), b.astype(np.float32))
+        wide = np.matmul(widen(a), widen(b))
         if out is None:
-            return wide.astype(np.float16)
-        np.copyto(out, wide, casting="same_kind")
+            out = np.empty(wide.shape, np.float16)
+        narrow_into(out, wide)
         return out
     return np.matmul(a, b, out=out)
 

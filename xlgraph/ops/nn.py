@@ -40,6 +40,7 @@ def _softmax_samples(rng: np.random.Generator) -> list[Sample]:
 
 _SOFTMAX_GRAD = OpDef(
     "softmax_grad", same_spec, _softmax_grad, replicated=shift_axes(_softmax_grad, "axis"),
+    widen_half=True,
     samples=lambda rng: [Sample((rng.normal(size=(4, 5)), rng.dirichlet(np.ones(5), 4)),
                                 {"axis": 1})],
 )
@@ -47,7 +48,8 @@ _SOFTMAX = OpDef("softmax", same_spec, _softmax,
                  lambda g, dy: (softmax_grad(dy, g.y(0), g.attrs["axis"]),),
                  samples=_softmax_samples, kernel_out=_softmax_out,
                  replicated=shift_axes(_softmax, "axis"),
-                 loop=lambda ins, axis: loops.float_only(ins[0], loops.softmax, ints=(axis,)))
+                 loop=lambda ins, axis: loops.float_only(ins[0], loops.softmax, ints=(axis,)),
+                 widen_half=True)
 
 
 @register(_SOFTMAX_GRAD)

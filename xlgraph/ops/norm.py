@@ -160,16 +160,19 @@ def _bn_grad_samples(rng: np.random.Generator) -> list[Sample]:
 _GROUP_NORM_GRAD = OpDef(
     "group_norm_grad", _norm_grad_infer, _norm_grad,
     samples=lambda rng: [Sample(_normal(rng, (2, 6, 3), (2, 6, 3), (6,)),
-                                {"num_groups": 2, "eps": 1e-5})])
+                                {"num_groups": 2, "eps": 1e-5})], widen_half=True)
 _GROUP_NORM = OpDef(
     "group_norm", _group_norm_infer, _norm,
-    lambda g, dy: group_norm_grad(dy, g.x(0), g.x(1), **g.attrs), samples=_group_norm_samples)
+    lambda g, dy: group_norm_grad(dy, g.x(0), g.x(1), **g.attrs), samples=_group_norm_samples,
+    widen_half=True)
 _LAYER_NORM_GRAD = OpDef(
     "layer_norm_grad", _norm_grad_infer, partial(_norm_grad, num_groups=None),
-    samples=lambda rng: [Sample(_normal(rng, (3, 5), (3, 5), (5,)), {"eps": 1e-5})])
+    samples=lambda rng: [Sample(_normal(rng, (3, 5), (3, 5), (5,)), {"eps": 1e-5})],
+    widen_half=True)
 _LAYER_NORM = OpDef(
     "layer_norm", _layer_norm_infer, partial(_norm, num_groups=None),
-    lambda g, dy: layer_norm_grad(dy, g.x(0), g.x(1), **g.attrs), samples=_layer_norm_samples)
+    lambda g, dy: layer_norm_grad(dy, g.x(0), g.x(1), **g.attrs), samples=_layer_norm_samples,
+    widen_half=True)
 _BN_GRAD = OpDef("batch_norm_inference_grad", _batch_norm_grad_infer, _batch_norm_grad,
                  samples=_bn_grad_samples)
 _BN = OpDef(

@@ -39,7 +39,8 @@ def available() -> bool:
 @functools.cache
 def _register_helpers() -> None:
     """Teach numba the loops' helpers (once per process, before the first compile):
-    ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32`` as itself."""
+    ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32`` as itself; and install
+    the compiled float16 conversions (``numba_half``)."""
     from llvmlite import ir
     from numba.extending import intrinsic, overload
 
@@ -58,6 +59,9 @@ def _register_helpers() -> None:
 
     overload(loops.scale_pow2)(lambda p, n: lambda p, n: _scale_pow2(p, n))
     overload(loops.exp32)(lambda t: loops.exp32)
+    from xlgraph.lower.backends import numba_half
+
+    numba_half.install()  # float16 <-> float32 conversions for the float32-register ops
 
 
 class NumbaBackend:

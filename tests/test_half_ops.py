@@ -1,0 +1,160 @@
+"""float16 ops computed in float32 registers and rounded on store (``xlgraph.ops.half``).
+
+Every op that sets ``OpDef.widen_half`` gives, on float16 inputs, its float32 kernel's result
+on the same (float16-exact) values rounded to float16: bit for bit on the numpy backend and in
+the reference interpreter, within one float16 step on the numba backend (whose float32 loops
+match numpy's to ``TOLERANCE``). The compiled conversions are ``astype``'s bits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from op_harness import build_op, run_forward, sample_arrays
+
+import xlgraph
+from xlgraph import ops
+from xlgraph.op import BUILDERS, REGISTRY
+from xlgraph.ops import half
+
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
+WIDE = sorted(n for n, d in REGISTRY.items() if d.widen_half and d.samples is not None)
+# The ops of a float16 transformer step, also run on the numba backend.
+STEP_OPS = ("add", "mul", "sum", "gelu", "gelu_grad", "softmax", "softmax_grad", "layer_norm",
+            "layer_norm_grad", "scaled_add_")
+
+
+def _reference(name: str, index: int) -> tuple[list[np.ndarray], list[np.ndarray], object]:
+    """The float16 inputs of sample ``index`` of op ``name``, and its float32 kernel's outputs
+    on those values rounded to float16 where the op's output is float16."""
+    defn = REGISTRY[name]
+    sample = defn.samples(np.random.default_rng(7))[index]
+    arrays = sample_arrays(sample, np.float16)
+    ir, _, d2h, op = build_op(defn, sample, arrays)
+    wide = [a.astype(np.float32) if a.dtype == np.float16 else a for a in arrays]
+    args, it = [], iter(wide)
+    for t in op.inputs:  # the op's inputs: the loaded arrays in order, or constants it made
+        args.append(next(it) if _loaded(t) else _wide(t.data))
+    result = defn.kernel(*[a.copy() for a in args], **op.attrs)
+    results = list(result) if isinstance(result, tuple) else [result]
+    expect = [np.asarray(r).astype(s.dtype.as_numpy()) for r, s in zip(results, d2h)]
+    return arrays, expect, sample
+
+
+def _loaded(t: xlgraph.Tensor) -> bool:
+    return t.producer is not None and t.producer.defn.kind == "host_load"
+
+
+def _wide(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float32) if a.dtype == np.float16 else a
+
+
+def _cases(names: tuple[str, ...] | list[str]) -> list[tuple[str, int]]:
+    """The samples whose op takes a float16 input, each input loaded or a constant (not made
+    by other ops inside the builder)."""
+    found = []
+    for name in names:
+        defn = REGISTRY[name]
+        for i, sample in enumerate(defn.samples(np.random.default_rng(7))):
+            _, _, _, op = build_op(defn, sample, sample_arrays(sample, np.float16))
+            if (any(t.dtype == xlgraph.float16 for t in op.inputs)
+                    and all(_loaded(t) or t.producer is None for t in op.inputs)):
+                found.append((name, i))
+    return found
+
+
+@pytest.mark.parametrize("name,index", _cases(WIDE))
+def test_numpy_backend_rounds_the_float32_result(name: str, index: int) -> None:
+    arrays, expect, sample = _reference(name, index)
+    got, op = run_forward(REGISTRY[name], sample, arrays, optimize=False, backend="numpy")
+    assert any(t.dtype == xlgraph.float16 for t in op.inputs)
+    for g, e in zip(got, expect):
+        np.testing.assert_array_equal(g, e, err_msg=name)
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="the numba backend needs numba (xlgraph[fast])")
+@pytest.mark.parametrize("name,index", _cases(STEP_OPS))
+def test_numba_backend_within_one_float16_step(name: str, index: int) -> None:
+    arrays, expect, sample = _reference(name, index)
+    got, _ = run_forward(REGISTRY[name], sample, arrays, optimize=True, backend="numba")
+    for g, e in zip(got, expect):
+        assert g.dtype == e.dtype
+        np.testing.assert_allclose(g.astype(np.float32), e.astype(np.float32), rtol=2.0 ** -10,
+                                   atol=2.0 ** -14, err_msg=name)
+
+
+def test_interpreter_rounds_the_float32_result() -> None:
+    """``check_numerics`` runs the reference interpreter: the same float16 form."""
+    x = np.random.default_rng(0).uniform(-3, 3, (4, 37)).astype(np.float16)
+    ir = xlgraph.Ir()
+    with ir.main_graph:
+        s = xlgraph.h2d_stream(x.shape, xlgraph.float16, "x")
+        out = xlgraph.d2h_stream(x.shape, xlgraph.float16, "y")
+        ops.host_store(out, ops.gelu(ops.host_load(s)))
+    with xlgraph.Session(ir, check_numerics=True) as session:
+        got = session.run({s: x})[out]
+    expect = REGISTRY["gelu"].kernel(x.astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(got, expect)
+
+
+@pytest.mark.parametrize("backend", ["numpy"] + (["numba"] if HAS_NUMBA else []))
+def test_float16_gelu_grad_and_layer_norm_at_least_as_accurate(backend: str) -> None:
+    """Against float64 truth, the float16 ops now err no more than numpy's float16 loops did
+    (every intermediate rounded to float16) and stay within a float16 step or two."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-4, 4, (64, 256)).astype(np.float16)
+    dy = rng.normal(size=(64, 256)).astype(np.float16)
+    w = (1 + 0.1 * rng.normal(size=256)).astype(np.float16)
+    b = (0.1 * rng.normal(size=256)).astype(np.float16)
+    ir = xlgraph.Ir()
+    with ir.main_graph:
+        streams = [xlgraph.h2d_stream(a.shape, xlgraph.float16, f"in{i}")
+                   for i, a in enumerate((x, dy, w, b))]
+        tx, tdy, tw, tb = (ops.host_load(s) for s in streams)
+        outs = [BUILDERS["gelu_grad"](tdy, tx), ops.layer_norm(tx, tw, tb)]
+        d2h = [xlgraph.d2h_stream(t.shape, t.dtype, f"out{i}") for i, t in enumerate(outs)]
+        for s, t in zip(d2h, outs):
+            ops.host_store(s, t)
+    with xlgraph.Session(ir, backend=backend, compile_in_background=False) as session:
+        got = session.run(dict(zip(streams, (x, dy, w, b))))
+    kernels = [(REGISTRY["gelu_grad"].kernel, (dy, x), {}),
+               (REGISTRY["layer_norm"].kernel, (x, w, b), {"eps": 1e-5})]
+    for stream, (kernel, args, attrs) in zip(d2h, kernels):
+        truth = kernel(*(a.astype(np.float64) for a in args), **attrs)
+        old = kernel(*args, **attrs).astype(np.float64)  # numpy's float16 loops
+        new = got[stream].astype(np.float64)
+        scale = np.abs(truth).max()
+        assert np.abs(new - truth).max() <= np.abs(old - truth).max()
+        assert np.abs(new - truth).max() <= 2 * 2.0 ** -11 * scale
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="the compiled conversions need numba")
+def test_compiled_conversions_are_astypes_bits() -> None:
+    from xlgraph.lower.backends import numba_half
+
+    assert numba_half.install()
+    every_half = np.arange(2 ** 16, dtype=np.uint16)
+    wide = np.empty(every_half.size, np.float32)
+    numba_half.widen(every_half, wide)
+    np.testing.assert_array_equal(wide, every_half.view(np.float16).astype(np.float32))
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32)
+    edges = (every_half.view(np.float16).astype(np.float32).view(np.uint32).astype(np.int64)
+             + np.array([[-1], [0], [1], [1 << 12], [(1 << 12) - 1], [(1 << 12) + 1]]))
+    bits = np.concatenate([bits, (edges.reshape(-1) % 2 ** 32).astype(np.uint32)])
+    values = bits.view(np.float32)
+    narrow = np.empty(values.size, np.uint16)
+    numba_half.narrow(values, narrow)
+    with np.errstate(over="ignore"):
+        expect = values.astype(np.float16)
+    nan = np.isnan(values)
+    np.testing.assert_array_equal(narrow[~nan], expect[~nan].view(np.uint16))
+    assert np.isnan(narrow[nan].view(np.float16)).all()
+    # and through the module's helpers, strided and contiguous
+    x = rng.normal(size=(40, 30)).astype(np.float16)
+    np.testing.assert_array_equal(half.widen(x.T), x.T.astype(np.float32))
+    out = np.empty((30, 40), np.float16)
+    half.narrow_into(out, x.T.astype(np.float32) * 3)
+    np.testing.assert_array_equal(out, (x.T.astype(np.float32) * 3).astype(np.float16))

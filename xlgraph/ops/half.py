@@ -1,0 +1,180 @@
+"""float16 in float32 registers, rounded on store: the IPU's AMP units' arithmetic.
+
+An op whose record sets ``OpDef.widen_half`` computes on float16 inputs in float32 and rounds
+each float16 result once, when it is stored, instead of running numpy's float16 loops (which
+convert every element in and out of float32 for every pass, many times slower than float32,
+and round every intermediate of a multi-pass kernel to float16). ``half_form(defn, ins, outs)``
+gives the record the lowering and the interpreter run for one op: ``defn`` itself when no input
+is float16, else a copy whose ``kernel``, ``kernel_out`` and ``loop`` widen the float16 inputs,
+run the float32 kernel (or the compiled float32 loop form) and narrow the float16 outputs.
+One ufunc (``add``, ``exp``) gives the same bits either way: numpy's float16 loops compute each
+element in float32 and round it; kernels of several passes (GELU, LayerNorm, softmax, sums) now
+round once, so they are at least as accurate as before.
+
+The conversions are exact (float16 to float32) and round to nearest even (float32 to float16),
+as ``ndarray.astype`` does; the compiled backend installs vectorised ones
+(``use_converters``) that give the same bits about ten times faster than numpy's casts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from xlgraph import dtypes
+from xlgraph.core.op import OpDef
+from xlgraph.core.tensor import TensorSpec
+from xlgraph.ops.loops import Composite
+
+__all__ = ["half_form", "widen", "narrow_into", "use_converters", "convert"]
+
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
+# Contiguous converters ``(source, destination)`` over 1-d uint16/float32 views, or None: numpy.
+_FAST: dict[str, Callable[[np.ndarray, np.ndarray], None] | None] = {"widen": None,
+                                                                      "narrow": None}
+
+
+def use_converters(widen_fn: Callable[[np.ndarray, np.ndarray], None],
+                   narrow_fn: Callable[[np.ndarray, np.ndarray], None]) -> None:
+    """Install conversion loops ``widen_fn(uint16 bits, float32 out)`` and ``narrow_fn(float32,
+    uint16 bits out)`` over 1-d C-contiguous arrays, bit for bit ``astype``'s."""
+    _FAST["widen"], _FAST["narrow"] = widen_fn, narrow_fn
+
+
+def widen(a: Any) -> np.ndarray:
+    """A fresh C-contiguous float32 copy of float16 ``a``."""
+    a = np.asarray(a)
+    fast = _FAST["widen"]
+    if fast is None or a.size < 64:
+        return a.astype(_F32, order="C")
+    a = np.ascontiguousarray(a)  # a strided copy of two bytes an element, then the fast loop
+    out = np.empty(a.shape, _F32)
+    fast(a.reshape(-1).view(np.uint16), out.reshape(-1))
+    return out
+
+
+def narrow_into(out: np.ndarray, value: Any) -> None:
+    """``out[...] = value`` rounded to ``out``'s float16 (``value`` broadcasts)."""
+    value = np.asarray(value)
+    fast = _FAST["narrow"]
+    if (fast is None or value.dtype != _F32 or value.shape != out.shape or value.size < 64
+            or not out.flags.c_contiguous):
+        np.copyto(out, value, casting="unsafe")
+        return
+    fast(np.ascontiguousarray(value).reshape(-1), out.reshape(-1).view(np.uint16))
+
+
+def convert(a: np.ndarray, dtype: Any) -> np.ndarray:
+    """``a.astype(dtype, order="C")``, through the fast converters between float16 and
+    float32."""
+    dtype = np.dtype(dtype)
+    if a.dtype == _F16 and dtype == _F32:
+        return widen(a)
+    if a.dtype == _F32 and dtype == _F16:
+        out = np.empty(a.shape, _F16)
+        narrow_into(out, a)
+        return out
+    return a.astype(dtype, order="C")
+
+
+def _is_half(spec: TensorSpec) -> bool:
+    return np.dtype(spec.dtype.as_numpy()) == _F16
+
+
+def half_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec]) -> OpDef:
+    """``defn``, or its float32-register form when it opts in and an input is float16."""
+    if not defn.widen_half or defn.replica != "local" or not any(_is_half(s) for s in ins):
+        return defn
+    return _wide(defn, tuple(_is_half(s) for s in ins), tuple(_is_half(s) for s in outs))
+
+
+def _widened(arrays: tuple[Any, ...], wide_in: tuple[bool, ...]) -> list[Any]:
+    return [widen(a) if w else a for a, w in zip(arrays, wide_in)]
+
+
+def _store(result: Any, wide_out: tuple[bool, ...], out: Any = None) -> Any:
+    """The kernel's float32 ``result`` rounded on store: into ``out`` (a buffer or a tuple of
+    them) when given, else into fresh float16 arrays where ``wide_out`` says so."""
+    many = isinstance(result, tuple)
+    results = result if many else (result,)
+    outs = (out if isinstance(out, tuple) else (out,)) if out is not None else (None,) * len(
+        results)
+    stored = []
+    for r, o, w in zip(results, outs, wide_out):
+        if o is None:
+            o = np.empty(np.shape(r), _F16) if w else None
+        if o is None:
+            stored.append(r)
+        else:
+            if w or o.dtype == _F16:
+                narrow_into(o, r)
+            else:
+                np.copyto(o, r, casting="unsafe")
+            stored.append(o)
+    return tuple(stored) if many else stored[0]
+
+
+@functools.cache
+def _wide(defn: OpDef, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]) -> OpDef:
+    kernel, place = defn.kernel, defn.inplace_of
+
+    def wide_kernel(*arrays: Any, **attrs: Any) -> Any:
+        args = _widened(arrays, wide_in)
+        if place is not None and not wide_in[place]:
+            args[place] = np.array(arrays[place])  # the kernel writes into it: a copy
+        result = kernel(*args, **attrs)
+        if place is not None:  # in place: the result goes back into the input
+            return _store(result, wide_out, arrays[place])
+        return _store(result, wide_out)
+
+    def wide_out_kernel(*arrays: Any, out: Any, scratch: Any = None, **attrs: Any) -> Any:
+        args = _widened(arrays, wide_in)
+        if place is not None and not wide_in[place]:
+            args[place] = np.array(arrays[place])
+        return _store(kernel(*args, **attrs), wide_out, out)
+
+    loop = defn.loop
+
+    def wide_loop(ins: list[TensorSpec], **attrs: Any) -> Any:
+        found = loop([TensorSpec(s.shape, dtypes.float32) if w else s
+                      for s, w in zip(ins, wide_in)], **attrs)
+        if found is None:
+            return None
+        fn, extra = found
+        if isinstance(fn, Composite):
+            inner: dict[str, Any] = {"inner": fn.fn, "inner_kwargs": fn.kwargs}
+            return Composite(_loop_call, {**inner, "wide_in": wide_in, "wide_out": wide_out},
+                             fn.loops, fn.parallel), extra
+        return Composite(_loop_call, {"wide_in": wide_in, "wide_out": wide_out},
+                         {"_loop": fn}), extra
+
+    for fn in (wide_kernel, wide_out_kernel):
+        fn.__name__ = fn.__qualname__ = f"{defn.name}_in_float32"
+    # fresh float16 results, C-contiguous (np.empty)
+    wide_kernel.c_contiguous = place is None and all(wide_out)  # type: ignore[attr-defined]
+    return dataclasses.replace(
+        defn, kernel=wide_kernel,
+        kernel_out=None if defn.kernel_out is None else wide_out_kernel,
+        loop=None if loop is None else wide_loop, scratch=0, replicated=None)
+
+
+def _loop_call(*args: Any, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...],
+               inner: Callable[..., Any] | None = None, inner_kwargs: dict | None = None,
+               **compiled: Any) -> None:
+    """A compiled float32 loop form run on float16 arrays: ``args`` are the inputs, the
+    outputs and the loop's constants."""
+    n_in, n_out = len(wide_in), len(wide_out)
+    ins = _widened(args[:n_in], wide_in)
+    outs = args[n_in:n_in + n_out]
+    tmp = [np.empty(o.shape, _F32) if w else o for o, w in zip(outs, wide_out)]
+    if inner is None:
+        compiled["_loop"](*ins, *tmp, *args[n_in + n_out:])
+    else:
+        inner(*ins, *tmp, *args[n_in + n_out:], **(inner_kwargs or {}), **compiled)
+    for o, t, w in zip(outs, tmp, wide_out):
+        if w:
+            narrow_into(o, t)
