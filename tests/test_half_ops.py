@@ -158,3 +158,21 @@ def test_compiled_conversions_are_astypes_bits() -> None:
     out = np.empty((30, 40), np.float16)
     half.narrow_into(out, x.T.astype(np.float32) * 3)
     np.testing.assert_array_equal(out, (x.T.astype(np.float32) * 3).astype(np.float16))
+
+
+def test_large_temporaries_are_reused_without_aliasing_results() -> None:
+    """Products of 8 MB and more widen into reused buffers (``half.temp``): consecutive calls
+    of different shapes give ``astype``-rounded float32 products and leave earlier results."""
+    from xlgraph.ops.matmul_kernel import matmul_out
+
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(2048, 64)).astype(np.float16)
+    b = rng.normal(size=(64, 1100)).astype(np.float16)
+    first = matmul_out(a, b)
+    second = matmul_out(b.T.copy(), a.T)  # another shape through the same slots
+    expect = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(first, expect)
+    np.testing.assert_array_equal(
+        second, np.matmul(b.T.astype(np.float32), a.T.astype(np.float32)).astype(np.float16))
+    t = half.temp((2048, 1100), 5)
+    assert t.nbytes >= 8 << 20 and half.temp((1100, 2048), 5).base is t.base

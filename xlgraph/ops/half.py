@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -45,16 +47,52 @@ def use_converters(widen_fn: Callable[[np.ndarray, np.ndarray], None],
     _FAST["widen"], _FAST["narrow"] = widen_fn, narrow_fn
 
 
-def widen(a: Any) -> np.ndarray:
-    """A fresh C-contiguous float32 copy of float16 ``a``."""
+# Temporaries of at least this many bytes are reused (one growing buffer per slot and thread):
+# glibc maps allocations of 32 MB and more afresh each time, and touching a new 32 MB costs
+# 5-10 ms of page faults (the float16 logits of the transformer, 1024 x 8192, widened).
+_REUSE_BYTES = 8 << 20
+_TEMPS = threading.local()
+
+
+def temp(shape: tuple[int, ...], slot: int) -> np.ndarray:
+    """An uninitialised float32 array of ``shape`` for a temporary that dies before the kernel
+    that asked returns; large ones share the buffer of ``slot`` (callers use distinct slots for
+    the temporaries alive together)."""
+    n = math.prod(shape)
+    if n * 4 < _REUSE_BYTES:
+        return np.empty(shape, _F32)
+    buffers = getattr(_TEMPS, "buffers", None)
+    if buffers is None:
+        buffers = _TEMPS.buffers = {}
+    found = buffers.get(slot)
+    if found is None or found.size < n:
+        found = buffers[slot] = np.empty(n, _F32)
+    return found[:n].reshape(shape)
+
+
+def _in_temp(a: Any) -> bool:
+    buffers = getattr(_TEMPS, "buffers", {})
+    return isinstance(a, np.ndarray) and any(np.may_share_memory(a, b) for b in buffers.values())
+
+
+def widen(a: Any, slot: int | None = None) -> np.ndarray:
+    """A float32 copy of float16 ``a``: C-contiguous, or F-contiguous where ``a`` is (a
+    transposed matrix stays a transposed view for BLAS). Fresh, or with a ``slot`` in the
+    temporary buffer of that slot (``temp``)."""
     a = np.asarray(a)
     fast = _FAST["widen"]
     if fast is None or a.size < 64:
-        return a.astype(_F32, order="C")
+        return a.astype(_F32, order="F" if _f_only(a) else "C")
+    if _f_only(a):
+        return widen(a.T, slot).T
     a = np.ascontiguousarray(a)  # a strided copy of two bytes an element, then the fast loop
-    out = np.empty(a.shape, _F32)
+    out = np.empty(a.shape, _F32) if slot is None else temp(a.shape, slot)
     fast(a.reshape(-1).view(np.uint16), out.reshape(-1))
     return out
+
+
+def _f_only(a: np.ndarray) -> bool:
+    return a.flags.f_contiguous and not a.flags.c_contiguous
 
 
 def narrow_into(out: np.ndarray, value: Any) -> None:
@@ -93,7 +131,8 @@ def half_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec]) -> OpD
 
 
 def _widened(arrays: tuple[Any, ...], wide_in: tuple[bool, ...]) -> list[Any]:
-    return [widen(a) if w else a for a, w in zip(arrays, wide_in)]
+    """The inputs, float16 ones widened into temporaries (slots 0, 1, ...)."""
+    return [widen(a, i) if w else a for i, (a, w) in enumerate(zip(arrays, wide_in))]
 
 
 def _store(result: Any, wide_out: tuple[bool, ...], out: Any = None) -> Any:
@@ -107,8 +146,8 @@ def _store(result: Any, wide_out: tuple[bool, ...], out: Any = None) -> Any:
     for r, o, w in zip(results, outs, wide_out):
         if o is None:
             o = np.empty(np.shape(r), _F16) if w else None
-        if o is None:
-            stored.append(r)
+        if o is None:  # not float16: the kernel's result (a copy if it is a temporary)
+            stored.append(np.array(r) if _in_temp(r) else r)
         else:
             if w or o.dtype == _F16:
                 narrow_into(o, r)
@@ -170,7 +209,7 @@ def _loop_call(*args: Any, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]
     n_in, n_out = len(wide_in), len(wide_out)
     ins = _widened(args[:n_in], wide_in)
     outs = args[n_in:n_in + n_out]
-    tmp = [np.empty(o.shape, _F32) if w else o for o, w in zip(outs, wide_out)]
+    tmp = [temp(o.shape, n_in + i) if w else o for i, (o, w) in enumerate(zip(outs, wide_out))]
     if inner is None:
         compiled["_loop"](*ins, *tmp, *args[n_in + n_out:])
     else:

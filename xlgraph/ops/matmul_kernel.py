@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xlgraph.ops.half import narrow_into, widen
+from xlgraph.ops.half import narrow_into, temp, widen
 
 __all__ = ["matmul_out"]
 
@@ -14,7 +14,13 @@ def matmul_out(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> n
     partials, as the IPU's AMP units accumulate) with the result rounded to float16 on store:
     numpy's own float16 product runs a scalar loop a hundred times slower than float32 BLAS."""
     if a.dtype == np.float16 and b.dtype == np.float16:
-        wide = np.matmul(widen(a), widen(b))
+        wa, wb = widen(a, 0), widen(b, 1)
+        if wa.ndim < 2 or wb.ndim < 2:
+            wide = np.matmul(wa, wb)
+        else:
+            shape = np.broadcast_shapes(wa.shape[:-2], wb.shape[:-2]) + (wa.shape[-2],
+                                                                          wb.shape[-1])
+            wide = np.matmul(wa, wb, out=temp(shape, 2))
         if out is None:
             out = np.empty(wide.shape, np.float16)
         narrow_into(out, wide)
