@@ -15,18 +15,16 @@ is ready the caller loads one itself rather than wait for the thread. The thread
 epoch, or when the caller leaves the loop early (``break``, an exception: the iterator is
 collected).
 
-``DataLoaderMode.Async`` and ``AsyncRebatched`` load ahead of the caller in a worker thread
-(PopTorch uses a worker process and shared memory; a thread keeps the batches in one address
-space and needs no pickling). Batches come out in the same order as synchronous loading.
+``DataLoaderMode.Async`` and ``AsyncRebatched`` load ahead of the caller in the worker process
+of an ``AsynchronousDataAccessor`` (``async_accessor.py``), one per epoch, as PopTorch does.
+Batches come out in the same order as synchronous loading.
 """
 
 from __future__ import annotations
 
 import collections
 import os
-import queue
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -34,8 +32,8 @@ from typing import Any
 import torch
 
 from xlgraph.errors import flag
-from xlgraph.poptorch.checks import whole
-from xlgraph.poptorch.enums import DataLoaderMode, SharingStrategy
+from xlgraph.poptorch.async_accessor import AsynchronousDataAccessor
+from xlgraph.poptorch.enums import DataLoaderMode
 from xlgraph.poptorch.options import Options
 
 __all__ = ["DataLoader", "AsynchronousDataAccessor"]
@@ -51,7 +49,7 @@ class DataLoader(torch.utils.data.DataLoader):
         persistent_workers: None means ``num_workers > 0``.
         auto_distributed_partitioning: with ``opts.Distributed``, each process reads its own
             share of the dataset.
-        mode: ``DataLoaderMode``; ``Async``/``AsyncRebatched`` load ahead in a worker thread.
+        mode: ``DataLoaderMode``; ``Async``/``AsyncRebatched`` load ahead in a worker process.
         async_options: keyword arguments of ``AsynchronousDataAccessor`` (``buffer_size``...).
         rebatched_worker_size: accepted (the worker always loads whole batches).
         **kwargs: passed to ``torch.utils.data.DataLoader``.
@@ -120,7 +118,7 @@ class DataLoader(torch.utils.data.DataLoader):
                                                **self._async_options))
 
     def terminate(self) -> None:
-        """Stop loading ahead (the worker thread ends with its iterator)."""
+        """Stop loading ahead (the worker process ends with its epoch's iterator)."""
 
 
 class _CombinedBatches:
@@ -149,7 +147,7 @@ class _CombinedBatches:
 
 
 def _epoch(accessor: AsynchronousDataAccessor) -> Iterator[Any]:
-    """One epoch of ``accessor``'s batches; its worker thread (and the worker processes of
+    """One epoch of ``accessor``'s batches; its worker process (and the worker processes of
     the loader it reads) stop when the epoch ends, fails or is left early (``break``: the
     generator is closed)."""
     try:
@@ -297,98 +295,3 @@ class _Queue:
                     self.load_one()
             if self.wants_more():
                 self.wanted.set()  # taken while loading: go on
-
-
-class AsynchronousDataAccessor:
-    """Iterates ``dataset`` (an iterable of batches, e.g. a ``DataLoader``) ahead of the caller.
-
-    A worker thread keeps up to ``buffer_size`` batches ready. With ``load_indefinitely`` the
-    accessor restarts the dataset after each epoch so loading never stalls; each ``iter()``
-    still yields one epoch. ``terminate()`` stops the worker, as does collecting the accessor
-    (the thread holds the dataset and the queue, never the accessor).
-    """
-
-    def __init__(self, dataset: Any, buffer_size: int = 3, miss_sleep_time_in_ms: float = 0.1,
-                 load_indefinitely: bool = True, early_preload: bool = False,
-                 sharing_strategy: SharingStrategy = SharingStrategy.ForkServer,
-                 rebatched_size: int | None = None) -> None:
-        self._stop = threading.Event()  # first: __del__ runs even when a check below fails
-        self._worker: threading.Thread | None = None
-        buffer_size = whole("AsynchronousDataAccessor", "buffer_size", buffer_size)
-        self.dataset = dataset
-        self.buffer_size = buffer_size
-        self.miss_sleep_time_in_ms = miss_sleep_time_in_ms
-        self.load_indefinitely = load_indefinitely
-        self.sharing_strategy = SharingStrategy(sharing_strategy)
-        self.rebatched_size = rebatched_size
-        self._queue: queue.Queue[Any] = queue.Queue(buffer_size)
-        if early_preload:
-            self._start()
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def _start(self) -> None:
-        if self._worker is None:
-            self._worker = threading.Thread(
-                target=_load, args=(self.dataset, self._queue, self._stop,
-                                    self.load_indefinitely),
-                daemon=True, name="poptorch-async-loader")
-            self._worker.start()
-
-    def __iter__(self) -> Iterator[Any]:
-        self._start()
-        while True:
-            try:
-                item = self._queue.get(timeout=self.miss_sleep_time_in_ms / 1000)
-            except queue.Empty:
-                if self._worker is None or not self._worker.is_alive():
-                    if self._queue.empty():
-                        return
-                time.sleep(0)
-                continue
-            if item is _DONE:
-                if not self.load_indefinitely:
-                    self._worker = None
-                return
-            if isinstance(item, BaseException):
-                self._worker = None
-                raise item
-            yield item
-
-    def terminate(self) -> None:
-        """Stop the worker thread."""
-        self._stop.set()
-        if self._worker is not None:
-            self._worker.join(timeout=5)
-            self._worker = None
-
-    def __del__(self) -> None:
-        self._stop.set()
-
-
-def _put(batches: queue.Queue[Any], stop: threading.Event, item: Any) -> bool:
-    """Queue ``item`` unless ``stop`` is set first (False then)."""
-    while not stop.is_set():
-        try:
-            batches.put(item, timeout=0.05)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
-def _load(dataset: Any, batches: queue.Queue[Any], stop: threading.Event,
-          load_indefinitely: bool) -> None:
-    """The worker thread of an ``AsynchronousDataAccessor``: epochs of ``dataset`` into
-    ``batches`` until ``stop`` (leaving the loop drops the dataset's iterator, whose worker
-    processes then shut down)."""
-    try:
-        while not stop.is_set():
-            for batch in dataset:
-                if not _put(batches, stop, batch):
-                    return
-            if not _put(batches, stop, _DONE) or not load_indefinitely:
-                return
-    except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
-        _put(batches, stop, exc)

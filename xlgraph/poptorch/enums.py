@@ -42,7 +42,7 @@ class MeanReductionStrategy(enum.IntEnum):
 
 
 class DataLoaderMode(enum.IntEnum):
-    """How ``poptorch.DataLoader`` loads: in the caller, or ahead of it in a worker thread."""
+    """How ``poptorch.DataLoader`` loads: in the caller, or ahead of it in a worker process."""
 
     Sync = 0
     Async = 1
