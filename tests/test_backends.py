@@ -113,6 +113,22 @@ def test_a_segment_that_does_not_compile_stays_separate_lines(
     np.testing.assert_allclose(losses, ref_losses, **TOLERANCE["float32"])
 
 
+def test_a_step_fuses_at_most_its_budget_of_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``FUSED_CALLS_MAX`` calls the step keeps its compiled calls as lines (numba's compile
+    time grows with a segment's calls), with the same results."""
+    from xlgraph.lower import segments
+
+    monkeypatch.setattr(segments, "FUSED_CALLS_MAX", 5)
+    losses, weights, source = _train("numba")
+    ref_losses, ref_weights, _ = _train("numpy")
+    fused = [line for line in source.splitlines() if "# fused: " in line]
+    assert fused and sum(line.count(" | ") + 1 for line in fused) <= 5
+    assert "j_gelu_grad(" in source or "j_scaled_add_(" in source  # calls left as lines
+    np.testing.assert_allclose(losses, ref_losses, **TOLERANCE["float32"])
+    for a, b in zip(weights, ref_weights):
+        np.testing.assert_allclose(a, b, **TOLERANCE["float32"])
+
+
 def test_segments_hold_one_raising_op_and_its_error_names_it() -> None:
     """Two label checks in a row: two segments; a failing run names the op that raised (its
     inputs and the user's line) and leaves the variables unchanged (one is updated first)."""

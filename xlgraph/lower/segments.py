@@ -5,7 +5,8 @@ call and each small 2-D matrix product here instead of writing its line. The fir
 is not fused (or a call at another indent, or a second call that can raise) flushes the queue:
 several calls become one function (``g0``, ``g1``, ...) and one call of it; a lone call, or a
 segment the backend does not compile, goes back to its own line. A segment holds at most one
-op that can raise (``loops.RAISING``), so the line, and the error, still names that op.
+op that can raise (``loops.RAISING``), so the line, and the error, still names that op. A step
+fuses at most ``FUSED_CALLS_MAX`` calls: numba's compile time grows with them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ _ARRAY_NAME = re.compile(r"\b[bwnsvc]\d+\b")
 # ones (784x256 @ 256x32 from a transposed operand 123 vs 84 us, 80x784 @ 784x32 40 vs 34);
 # there one call's overhead is lost in the product anyway.
 FUSED_MATMUL_MAX = 1 << 20
+# The most calls one generated step fuses. numba compiles a segment in time growing with its
+# calls (each links its callees' code: 30 calls 1.6 s, 58 calls 4.7 s, 118 calls 11.8 s of CPU
+# on the loaded 2-core machine), and a step holding hundreds of small compiled calls (a
+# 100-layer MLP: about 400) spent 39 s of CPU compiling its segments, on the kernel thread or,
+# without it, before the Session was ready. Past this budget the calls stay lines: each costs
+# the 0.3 us of a direct call instead of a segment's share. The MNIST training step fuses 19.
+FUSED_CALLS_MAX = 64
 
 
 @dataclass(eq=False)
@@ -59,6 +67,7 @@ class Segments:
         self.queued: list[FusedCall] = []  # calls waiting to be fused
         self.namespace: dict[str, Any] = {"np": np}  # the segments' globals
         self.sources: list[str] = []
+        self.budget = FUSED_CALLS_MAX  # calls this step may still fuse
 
     def fusable_matmul(self, s: Step, specs: Any, args: list[str], outs: list[str]) -> bool:
         """A 2-D float matrix product into a buffer, of contiguous operands that are not that
@@ -78,10 +87,11 @@ class Segments:
                    and not np.may_share_memory(a, out) for a in samples)
 
     def add(self, call: FusedCall) -> None:
-        """Queue ``call`` for the current segment (a new one at another indent, or when both
-        it and the segment can raise)."""
+        """Queue ``call`` for the current segment (a new one at another indent, when both
+        it and the segment can raise, or when the segment holds the calls left to fuse)."""
         if self.queued and (self.queued[0].indent != call.indent
-                            or call.raises and any(f.raises for f in self.queued)):
+                            or call.raises and any(f.raises for f in self.queued)
+                            or len(self.queued) >= max(self.budget, 1)):
             self.flush()
         self.queued.append(call)
 
@@ -91,7 +101,7 @@ class Segments:
         calls, self.queued = self.queued, []
         if not calls:
             return
-        call = self._compile(calls) if len(calls) > 1 else None
+        call = self._compile(calls) if 1 < len(calls) <= self.budget else None
         if call is None:
             for f in calls:
                 self._emit(f.indent, f.plain, f.op)
@@ -118,6 +128,7 @@ class Segments:
         fixed = all(p in self._fixed for p in params)
         direct = self.backend.direct(fn, samples) if fixed else None
         self.sources.append(source)
+        self.budget -= len(calls)
         return f"{self._bind_global(name, fn if direct is None else direct)}({', '.join(params)})"
 
     def comments(self) -> list[str]:
