@@ -161,8 +161,9 @@ def test_compiled_conversions_are_astypes_bits() -> None:
 
 
 def test_large_temporaries_are_reused_without_aliasing_results() -> None:
-    """Products of 8 MB and more widen into reused buffers (``half.temp``): consecutive calls
-    of different shapes give ``astype``-rounded float32 products and leave earlier results."""
+    """Widened operands and products go into reused buffers (``half.temp``): consecutive
+    calls of different shapes give ``astype``-rounded float32 products and leave earlier
+    results alone."""
     from xlgraph.ops.matmul_kernel import matmul_out
 
     rng = np.random.default_rng(1)
@@ -176,3 +177,26 @@ def test_large_temporaries_are_reused_without_aliasing_results() -> None:
         second, np.matmul(b.T.astype(np.float32), a.T.astype(np.float32)).astype(np.float16))
     t = half.temp((2048, 1100), 5)
     assert t.nbytes >= 8 << 20 and half.temp((1100, 2048), 5).base is t.base
+
+
+@pytest.mark.parametrize("backend", ["numpy"] + (["numba"] if HAS_NUMBA else []))
+def test_cast_between_float16_and_float32_is_astype(backend: str) -> None:
+    """``cast`` into pool buffers and as fresh arrays, both directions, gives ``astype``'s
+    bits (rounding to nearest even, overflow to infinity, NaN kept)."""
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=(64, 130)) * 3e4).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, 65520.0, 1e-8]
+    ir = xlgraph.Ir()
+    with ir.main_graph:
+        s = xlgraph.h2d_stream(x.shape, xlgraph.float32, "x")
+        h = ops.cast(ops.host_load(s), xlgraph.float16)
+        back = ops.cast(h * 1.0, xlgraph.float32)
+        outs = [xlgraph.d2h_stream(x.shape, t.dtype, n) for t, n in ((h, "h"), (back, "b"))]
+        ops.host_store(outs[0], h)
+        ops.host_store(outs[1], back)
+    with (xlgraph.Session(ir, backend=backend, compile_in_background=False) as session,
+          np.errstate(over="ignore")):  # numpy's cast warns of the overflow to infinity
+        got = session.run({s: x})
+        expect = x.astype(np.float16)
+    np.testing.assert_array_equal(got[outs[0]], expect)
+    np.testing.assert_array_equal(got[outs[1]], expect.astype(np.float32))

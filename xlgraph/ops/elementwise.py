@@ -270,8 +270,13 @@ def _cast(x: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
 _cast.c_contiguous = True  # type: ignore[attr-defined] - ``convert`` gives C order
 
 
+def _cast_out(x: np.ndarray, out: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
+    convert(x, dtype.as_numpy(), out)
+    return out
+
+
 _CAST = OpDef(
-    "cast", _cast_infer, _cast, lambda g, dy: (dy,), elementwise=True,
+    "cast", _cast_infer, _cast, lambda g, dy: (dy,), elementwise=True, kernel_out=_cast_out,
     samples=lambda rng: [
         Sample((rng.normal(size=(3, 4)),), {"data_type": dtypes.float64}),
         Sample((rng.normal(size=(3, 4)) * 4,), {"data_type": dtypes.int32}, grad=False),

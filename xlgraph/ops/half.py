@@ -47,10 +47,11 @@ def use_converters(widen_fn: Callable[[np.ndarray, np.ndarray], None],
     _FAST["widen"], _FAST["narrow"] = widen_fn, narrow_fn
 
 
-# Temporaries of at least this many bytes are reused (one growing buffer per slot and thread):
-# glibc maps allocations of 32 MB and more afresh each time, and touching a new 32 MB costs
-# 5-10 ms of page faults (the float16 logits of the transformer, 1024 x 8192, widened).
-_REUSE_BYTES = 8 << 20
+# Temporaries reuse one growing buffer per slot and thread: glibc maps allocations of 32 MB and
+# more afresh each time, and touching a new 32 MB costs 5-10 ms of page faults (the float16
+# logits of the transformer, 1024 x 8192, widened); smaller ones then sit in memory the last
+# op touched. The buffers keep the largest temporary of each slot (a few, per thread).
+_REUSE_BYTES = 4096
 _TEMPS = threading.local()
 
 
@@ -106,10 +107,21 @@ def narrow_into(out: np.ndarray, value: Any) -> None:
     fast(np.ascontiguousarray(value).reshape(-1), out.reshape(-1).view(np.uint16))
 
 
-def convert(a: np.ndarray, dtype: Any) -> np.ndarray:
-    """``a.astype(dtype, order="C")``, through the fast converters between float16 and
-    float32."""
+def convert(a: np.ndarray, dtype: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """``a.astype(dtype, order="C")`` (into ``out`` when given), through the fast converters
+    between float16 and float32."""
     dtype = np.dtype(dtype)
+    fast = _FAST["widen"]
+    if out is not None and a.dtype == _F16 and dtype == _F32 and fast is not None and (
+            a.flags.c_contiguous and out.flags.c_contiguous and a.size >= 64):
+        fast(a.reshape(-1).view(np.uint16), out.reshape(-1))
+        return out
+    if out is not None and dtype == _F16:
+        narrow_into(out, a)
+        return out
+    if out is not None:
+        np.copyto(out, a, casting="unsafe")
+        return out
     if a.dtype == _F16 and dtype == _F32:
         return widen(a)
     if a.dtype == _F32 and dtype == _F16:
