@@ -4,8 +4,8 @@ MPI) against 1 instance x 2 replicas.
 
 Prints JSON. In-process contenders are timed in interleaved rounds in one process; the
 instance comparison runs each layout as its own job, alternating, and reports per-sample
-times measured by instance 0. Run ``python benchmarks/replicas.py [--quick] [--no-instances]
-[--backend numpy|numba]``.
+times measured by instance 0. Run ``python benchmarks/replicas.py [--quick] [--no-instances |
+--instances-only] [--backend numpy|numba]``.
 """
 
 from __future__ import annotations
@@ -147,6 +147,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="shorter timing loops")
     parser.add_argument("--no-instances", action="store_true",
                         help="skip the MPI instance comparison")
+    parser.add_argument("--instances-only", action="store_true",
+                        help="only the MPI instance comparison")
     parser.add_argument("--backend", choices=("numpy", "numba"), action="append",
                         help="backend(s) to time (default: both)")
     parser.add_argument("--instance-job", nargs=2, type=int, metavar=("BATCH", "STEPS"),
@@ -156,8 +158,10 @@ def main() -> None:
         instance_job(*args.instance_job)
         return
     backends = args.backend or ["numpy", "numba"]
-    result = {"benchmark": "replicas", "machine": machine(),
-              "in_process": in_process(args.quick, backends)}
+    result: dict[str, Any] = {"benchmark": "replicas", "machine": machine(),
+                              "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+    if not args.instances_only:
+        result["in_process"] = in_process(args.quick, backends)
     if not args.no_instances:
         result["instances"] = instances(args.quick)
     result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
