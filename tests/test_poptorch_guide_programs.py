@@ -258,3 +258,100 @@ def test_batching_combines_iterations_replicas_and_accumulation_like_torch(tmp_p
     data = torch.stack([d for d, _ in s["dataset"]])
     labels = torch.tensor([label for _, label in s["dataset"]])
     assert s["correct"] == int((ref.eval()(data).argmax(1) == labels).sum())
+
+
+def test_precompilation_exports_loads_and_trains_like_torch(tmp_path, monkeypatch):
+    s = _run("precompilation.py", tmp_path, monkeypatch)
+    x, target = s["input"], s["target"]
+    ref = _fresh(s, "ExampleModelWithLoss", 0)
+    # 3 calls of 2 device iterations, each an SGD step on 2 rows; Final: the 2nd step's loss
+    losses = _train(ref, [[(x[:2], target[:2])], [(x[2:], target[2:])]] * 3, 0.1,
+                    lambda m, x, t: m(x, t)[1], momentum=0.5)
+    assert s["loaded_losses"] == pytest.approx(losses[1::2], rel=1e-5)
+    assert s["rebuilt_losses"] == pytest.approx(losses[1::2], rel=1e-5)
+    assert s["poptorch_model"].isCompiled()
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x):
+        self.steps += 1
+        return torch.relu(self.fc(x))
+
+
+def test_saved_inference_model_loads_with_its_weights_and_options(tmp_path):
+    torch.manual_seed(0)
+    net = _Net()
+    opts = poptorch.Options().deviceIterations(2).outputMode(poptorch.OutputMode.Final)
+    model = poptorch.inferenceModel(net, opts)
+    x = torch.randn(6, 4)
+    with pytest.raises(poptorch.Error, match="not been compiled"):
+        model.save(str(tmp_path / "m"))
+    model(x)
+    model.save(str(tmp_path / "m"))
+    with torch.no_grad():
+        net.fc.bias.add_(5.0)                     # the file keeps the weights at save()
+    loaded = poptorch.load(str(tmp_path / "m"),
+                           edit_opts_fn=lambda o: o.outputMode(poptorch.OutputMode.All))
+    assert loaded.options.device_iterations == 2
+    assert loaded.options.output_mode == poptorch.OutputMode.All
+    torch.testing.assert_close(loaded(x), torch.relu(net.fc(x) - 5.0).detach())
+    assert float(loaded.model.steps) == 2.0 + 2.0   # buffers too: 2 iterations before, 2 now
+
+
+def test_executable_files_are_checked_and_never_unpickled(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    path = str(tmp_path / "exe")
+    poptorch.inferenceModel(_Net()).compileAndExport(path, x, export_model=False)
+    with pytest.raises(poptorch.Error, match="export_model=False: wrap the model again"):
+        poptorch.load(path)
+    with pytest.raises(poptorch.Error, match="holds an inferenceModel, this wrapper is a "
+                                             "trainingModel"):
+        poptorch.trainingModel(_Net()).loadExecutable(path)
+    other = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    with pytest.raises(poptorch.Error, match="parameters differ from the exported ones"):
+        poptorch.inferenceModel(other).loadExecutable(path)
+    net = _Net()
+    model = poptorch.inferenceModel(net)
+    model.loadExecutable(path)                        # compiled for (2, 4) inputs
+    torch.testing.assert_close(model(x), torch.relu(net.fc(x)).detach())
+    with pytest.raises(poptorch.Error, match="already compiled"):
+        model.loadExecutable(path)
+    # a pickle in the archive is refused, not run
+    import numpy as np
+    evil = tmp_path / "evil.npz"
+    np.savez(evil, meta=np.array([object()], dtype=object))
+    with pytest.raises(poptorch.Error, match="not an executable exported by compileAndExport"):
+        poptorch.load(str(evil))
+    (tmp_path / "text").write_text("hello")
+    with pytest.raises(poptorch.Error, match="not an executable exported by compileAndExport"):
+        poptorch.load(str(tmp_path / "text"))
+
+
+def test_malformed_executables_are_poptorch_errors(tmp_path):
+    torch.manual_seed(0)
+    path = str(tmp_path / "exe")
+    poptorch.inferenceModel(_Net()).compileAndExport(path, torch.randn(2, 4))
+    import json
+
+    import numpy as np
+    archive = dict(np.load(path))
+    good = archive["meta"]
+    meta = json.loads(bytes(good).decode())
+    meta["inputs"]["x"]["tensor"] = [[-1, 4], "float32"]
+    archive["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    with open(path, "wb") as f:
+        np.savez(f, **archive)
+    with pytest.raises(poptorch.Error, match="input 'x' has a bad shape or dtype"):
+        poptorch.load(path)
+    archive["meta"] = good
+    del archive["graph"]
+    with open(path, "wb") as f:
+        np.savez(f, **archive)
+    with pytest.raises(poptorch.Error, match="a malformed executable"):
+        poptorch.load(path)

@@ -153,8 +153,15 @@ def poptorchAtExit() -> None:  # noqa: N802
 
 
 def load(filename: str, edit_opts_fn: Any = None) -> PoplarExecutor:
-    """Refused: executables are not cached to disk (see the support page)."""
-    refuse("load")
+    """The wrapper ``compileAndExport``/``save`` wrote to ``filename``, compiled; the options
+    go through ``edit_opts_fn(opts)`` first when given."""
+    from xlgraph.poptorch import executable_file
+
+    saved = executable_file.read_model(filename, edit_opts_fn)
+    wrapper = trainingModel(saved.model, saved.options, saved.optimizer) if saved.training \
+        else inferenceModel(saved.model, saved.options)
+    wrapper.compile(**saved.inputs)
+    return wrapper
 
 
 def ctc_beam_search_decoder(probs: Any, lengths: Any, blank: int = 0, beam_width: int = 100,

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from xlgraph.poptorch import executable_file, optim_changes, weights
 from xlgraph.poptorch import optim as pt_optim
-from xlgraph.poptorch import optim_changes, weights
 from xlgraph.poptorch.enums import OutputMode
 from xlgraph.poptorch.executor_calls import (  # noqa: F401 - the old path re-exports them
     BatchDimensionError,
@@ -45,7 +45,7 @@ from xlgraph.poptorch.executor_weights import (  # noqa: F401 - the old path re-
 )
 from xlgraph.poptorch.lowering import torch_to_numpy
 from xlgraph.poptorch.options import Options
-from xlgraph.poptorch.support import Error, refuse
+from xlgraph.poptorch.support import Error
 
 __all__ = ["Error", "PoplarExecutor", "trainingModel", "inferenceModel",
            "registerPostCompileHook"]
@@ -306,17 +306,20 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
 
     def save(self, filename: str, export_model: bool = True, save_rng_state: bool = True,
              ) -> None:
-        """Refused: executables are not cached to disk."""
-        refuse("PoplarExecutor.save")
+        """Write the compiled model to ``filename`` for ``poptorch.load`` / ``loadExecutable``
+        (``executable_file``); the random state is not saved."""
+        if not self.isCompiled():
+            raise Error("save: the model has not been compiled; call it or compile() first")
+        executable_file.save(self, filename, export_model)
 
     def loadExecutable(self, filename: str) -> None:  # noqa: N802
-        """Refused: executables are not cached to disk."""
-        refuse("PoplarExecutor.loadExecutable")
+        """Compile for the inputs ``filename`` was exported with (same model and options)."""
+        executable_file.load_executable(self, filename)
 
     def compileAndExport(self, filename: str, *args: Any, export_model: bool = True,  # noqa: N802
                          **kwargs: Any) -> None:
-        """Refused: executables are not cached to disk."""
-        refuse("PoplarExecutor.compileAndExport")
+        """Compile for these arguments and write the result to ``filename``."""
+        executable_file.export(self, filename, args, kwargs, export_model)
 
     # -- the wrapped module ------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:

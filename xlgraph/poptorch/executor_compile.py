@@ -120,6 +120,7 @@ class _CompileStep:
         return int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else seed
 
     def _compile(self, args: dict[str, Any]) -> None:
+        self._compiled_args = args  # the signature save() exports
         if self.training and not self._hooked:  # compiled again after destroy()
             weights.hook_module(self._user_model, self)
             self._hooked = True

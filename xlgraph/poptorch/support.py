@@ -32,7 +32,6 @@ _SIM_STATS = "recorded; the ipu_model models one chip's tiles and ignores it"
 STATUS: dict[str, tuple[str, str]] = {
     "poptorchAtExit": (IGNORED, "nothing to release: the simulator holds no device"),
     "setLogLevel": (IGNORED, "xlgraph does not log"),
-    "load": (REFUSED, "executables are not saved to disk; rebuild the wrapper instead"),
     "registerGeometricCustomArgParsers": (IGNORED, "torch_geometric types are not converted"),
     "ctc_beam_search_decoder": (REFUSED, "no CTC beam search op in xlgraph"),
     "fps": (REFUSED, "torch_cluster's farthest point sampling is not in xlgraph"),
@@ -101,9 +100,6 @@ STATUS: dict[str, tuple[str, str]] = {
     "opts.TensorLocations.setWeightLocation": (RECORDED, "all tensors stay on chip"),
     "opts.TensorLocations.setOptimizerLocation": (RECORDED, "all tensors stay on chip"),
     "opts.TensorLocations.setAccumulatorLocation": (RECORDED, "all tensors stay on chip"),
-    "PoplarExecutor.save": (REFUSED, "executable caching is not built; rebuild the wrapper"),
-    "PoplarExecutor.loadExecutable": (REFUSED, "executable caching is not built"),
-    "PoplarExecutor.compileAndExport": (REFUSED, "executable caching is not built"),
     "optim.SGD": (RECORDED, "velocity_scaling and use_combined_accum are recorded: the "
                             "velocity is kept unscaled (equal in float32)"),
     "optim.RMSprop": (RECORDED, "use_tf_variant=True is refused (torch's variant only)"),
