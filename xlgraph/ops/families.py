@@ -31,9 +31,12 @@ __all__ = ["unary", "binary", "reduction", "inplace", "copied_out"]
 def copied_out(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """An ``OpDef.kernel_out`` for a ``kernel`` that returns a fresh array: its result copied
     into ``out``. It lets an op whose loop form writes into a buffer (and so can join a fused
-    segment) keep numpy's kernel where that loop form does not apply."""
-    def kernel_out(*arrays: np.ndarray, out: np.ndarray, **attrs: Any) -> np.ndarray:
-        np.copyto(out, kernel(*arrays, **attrs))
+    segment) keep numpy's kernel where that loop form does not apply. A tuple ``out`` takes
+    the kernel's results in order."""
+    def kernel_out(*arrays: np.ndarray, out: Any, **attrs: Any) -> Any:
+        result = kernel(*arrays, **attrs)
+        for o, r in zip(out, result) if isinstance(out, tuple) else ((out, result),):
+            np.copyto(o, r)
         return out
 
     return kernel_out

@@ -168,6 +168,9 @@ def _gather(x: np.ndarray, indices: np.ndarray, axis: int, zero_OOR: bool) -> np
     return np.where(mask, out, np.zeros((), x.dtype))
 
 
+_gather.c_contiguous = True  # type: ignore[attr-defined] - np.take's and np.where's results
+
+
 def _gather_ref(x: np.ndarray, indices: np.ndarray, axis: int, zero_OOR: bool) -> np.ndarray:
     out = np.zeros(x.shape[:axis] + indices.shape + x.shape[axis + 1:], x.dtype)
     n = x.shape[axis]
@@ -200,6 +203,8 @@ def _gather_grad(dy: np.ndarray, indices: np.ndarray, shape: tuple[int, ...], ax
     add_rows_at(out, dy, indices, axis)
     return out
 
+
+_gather_grad.c_contiguous = True  # type: ignore[attr-defined] - np.zeros' C order
 
 _GATHER_GRAD = OpDef(
     "gather_grad", _gather_grad_infer, _gather_grad,

@@ -208,6 +208,91 @@ def softmax(x, out, axis):  # noqa: ANN001, ANN201
                 outs[k + j * inner] /= total
 
 
+def softmax_rows32(x, out):  # noqa: ANN001, ANN201
+    """``softmax`` of float32 along the last axis with ``exp32``, vectorised: 18 against 67 ms
+    for the C library's ``exp`` on 1024 x 8192 (numpy 51). Exponents below -87 give 0 (numpy:
+    at most 1e-38); each row's sum runs in eight partial sums (numpy: pairwise); ``out`` may
+    be ``x``."""
+    n = x.shape[-1]
+    xs, outs = x.reshape(-1), out.reshape(-1)
+    tail = n - n % 8
+    zero = _ONE - _ONE
+    for base in range(0, xs.size, n):
+        xr, o = xs[base:base + n], outs[base:base + n]
+        top = xr[0]
+        for j in range(1, n):
+            top = max(top, xr[j])
+        for j in range(n):
+            d = xr[j] - top
+            o[j] = zero if d <= _EXP_LOW else exp32(d)  # NaN stays NaN
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+        for j in range(0, tail, 8):
+            s0 += o[j]
+            s1 += o[j + 1]
+            s2 += o[j + 2]
+            s3 += o[j + 3]
+            s4 += o[j + 4]
+            s5 += o[j + 5]
+            s6 += o[j + 6]
+            s7 += o[j + 7]
+        total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+        for j in range(tail, n):
+            total += o[j]
+        for j in range(n):
+            o[j] /= total
+
+
+def row_stats(xr, eps, one, width):  # noqa: ANN001, ANN201
+    """The mean of row ``xr`` and ``1 / sqrt(var + eps)`` (biased variance of the centred
+    row), sums left to right, in the row's dtype (``one`` and ``width`` of that dtype)."""
+    total = one - one
+    for j in range(xr.size):
+        total += xr[j]
+    mean = total / width
+    sq = one - one
+    for j in range(xr.size):
+        c = xr[j] - mean
+        sq += c * c
+    return mean, one / np.sqrt(sq / width + eps)
+
+
+def layer_norm(x, w, b, out, eps, one, width):  # noqa: ANN001, ANN201
+    """``layer_norm`` over the last axis, row by row: ``(x - mean) / sqrt(var + eps) * w + b``
+    (``row_stats``)."""
+    n = w.size
+    xs, outs = x.reshape(-1), out.reshape(-1)
+    for base in range(0, xs.size, n):
+        xr, o = xs[base:base + n], outs[base:base + n]
+        mean, invstd = row_stats(xr, eps, one, width)
+        for j in range(n):
+            o[j] = (xr[j] - mean) * invstd * w[j] + b[j]
+
+
+def layer_norm_grad(dy, x, w, dx, dw, db, eps, one, width):  # noqa: ANN001, ANN201
+    """``layer_norm_grad`` row by row: with ``h = (x - mean) / std`` and ``g = dy w``,
+    ``dx = (g - mean(g) - h mean(g h)) / std``; ``dw`` and ``db`` sum ``dy h`` and ``dy`` over
+    the rows, first row first (as numpy reduces a C-ordered array over its leading axes)."""
+    n = w.size
+    dys, xs, dxs = dy.reshape(-1), x.reshape(-1), dx.reshape(-1)
+    for j in range(n):
+        dw[j] = db[j] = 0
+    for base in range(0, xs.size, n):
+        xr, dr, o = xs[base:base + n], dys[base:base + n], dxs[base:base + n]
+        mean, invstd = row_stats(xr, eps, one, width)
+        sg = sgh = one - one
+        for j in range(n):
+            h = (xr[j] - mean) * invstd
+            g = dr[j] * w[j]
+            sg += g
+            sgh += g * h
+            dw[j] += dr[j] * h
+            db[j] += dr[j]
+        mg, mgh = sg / width, sgh / width
+        for j in range(n):
+            h = (xr[j] - mean) * invstd
+            o[j] = (dr[j] * w[j] - mg - h * mgh) * invstd
+
+
 def nll_softmax(probs, labels, loss, grad, scale, count):  # noqa: ANN001, ANN201
     """``nll_loss_with_softmax_grad`` without ``ignore_index``: ``loss = -sum(log p[label])``
     (divided by ``count`` for the mean, else ``count`` is 1), ``grad = p scale`` minus ``scale``

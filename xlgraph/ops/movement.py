@@ -196,6 +196,8 @@ def _slice_grad(dy: np.ndarray, shape: tuple[int, ...], index: tuple[Any, ...]) 
     return out
 
 
+_slice_grad.c_contiguous = True  # type: ignore[attr-defined] - np.zeros' C order
+
 def _slice_samples(rng: np.random.Generator) -> list[Sample]:
     x = rng.normal(size=(5, 6))
     return [Sample((x,), {"start": [1, 5], "stop": [4, None], "step": [1, -2], "axis": [0, 1]}),

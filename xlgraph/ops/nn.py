@@ -38,6 +38,13 @@ def _softmax_samples(rng: np.random.Generator) -> list[Sample]:
             Sample((rng.normal(size=(2, 3, 4)),), {"axis": 0})]
 
 
+def _softmax_loop(x: TensorSpec, axis: int) -> Any:
+    """float32 along the last axis: the vectorised rows loop; else the general loop."""
+    if axis == len(x.shape) - 1 and x.dtype is dtypes.float32 and x.shape[-1]:
+        return loops.float_only(x, loops.softmax_rows32)
+    return loops.float_only(x, loops.softmax, ints=(axis,))
+
+
 _SOFTMAX_GRAD = OpDef(
     "softmax_grad", same_spec, _softmax_grad, replicated=shift_axes(_softmax_grad, "axis"),
     widen_half=True,
@@ -48,8 +55,7 @@ _SOFTMAX = OpDef("softmax", same_spec, _softmax,
                  lambda g, dy: (softmax_grad(dy, g.y(0), g.attrs["axis"]),),
                  samples=_softmax_samples, kernel_out=_softmax_out,
                  replicated=shift_axes(_softmax, "axis"),
-                 loop=lambda ins, axis: loops.float_only(ins[0], loops.softmax, ints=(axis,)),
-                 widen_half=True)
+                 loop=lambda ins, axis: _softmax_loop(ins[0], axis), widen_half=True)
 
 
 @register(_SOFTMAX_GRAD)

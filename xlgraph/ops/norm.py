@@ -7,11 +7,14 @@ differentiable inputs at once (one node instead of a dozen primitives).
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, register, same_dtype
+from xlgraph.ops import loops
+from xlgraph.ops.families import copied_out
 from xlgraph.tensor import Tensor, TensorSpec
 
 
@@ -37,11 +40,12 @@ def _normalised(x: np.ndarray, view: tuple[int, ...], eps: float):
 
 
 def _norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, num_groups: int | None,
-          eps: float) -> np.ndarray:
+          eps: float, out: np.ndarray | None = None) -> np.ndarray:
+    """The normalised data times ``w`` plus ``b``, into ``out`` when given."""
     view, wshape, _ = _layout(x.shape, num_groups)
     xhat, _ = _normalised(x, view, eps)
     y = xhat.reshape(x.shape)
-    y *= w.reshape(wshape)
+    y = np.multiply(y, w.reshape(wshape), out=y if out is None else out)
     y += b.reshape(wshape)
     return y
 
@@ -58,6 +62,21 @@ def _norm_grad(dy: np.ndarray, x: np.ndarray, w: np.ndarray, num_groups: int | N
     dx -= xhat * np.mean(g * xhat, axis=-1, keepdims=True)
     dx *= invstd
     return dx.reshape(x.shape), dw, db
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """``layer_norm`` into a fresh C-ordered array (declared to the lowering's layouts)."""
+    return _norm(x, w, b, None, eps, out=np.empty(x.shape, x.dtype))
+
+
+def _layer_norm_grad(dy: np.ndarray, x: np.ndarray, w: np.ndarray,
+                     eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``layer_norm_grad`` as fresh C-ordered arrays (declared to the lowering's layouts)."""
+    dx, dw, db = _norm_grad(dy, x, w, None, eps)
+    return np.ascontiguousarray(dx), dw, db
+
+
+_layer_norm.c_contiguous = _layer_norm_grad.c_contiguous = True  # type: ignore[attr-defined]
 
 
 # -- inference ---------------------------------------------------------------------------------
@@ -165,13 +184,28 @@ _GROUP_NORM = OpDef(
     "group_norm", _group_norm_infer, _norm,
     lambda g, dy: group_norm_grad(dy, g.x(0), g.x(1), **g.attrs), samples=_group_norm_samples,
     widen_half=True)
+
+
+def _layer_norm_loop(kernel: Any) -> Any:
+    """An ``OpDef.loop`` running ``kernel`` (``xlgraph.ops.loops``) on rows of a non-empty
+    last axis."""
+    def loop(ins: list[TensorSpec], eps: float) -> Any:
+        if not ins[0].shape[-1]:
+            return None
+        return loops.float_only(ins[0], kernel, (eps, 1.0, ins[0].shape[-1]))
+
+    return loop
+
+
 _LAYER_NORM_GRAD = OpDef(
-    "layer_norm_grad", _norm_grad_infer, partial(_norm_grad, num_groups=None),
+    "layer_norm_grad", _norm_grad_infer, _layer_norm_grad, kernel_out=copied_out(_layer_norm_grad),
+    loop=_layer_norm_loop(loops.layer_norm_grad),
     samples=lambda rng: [Sample(_normal(rng, (3, 5), (3, 5), (5,)), {"eps": 1e-5})],
     widen_half=True)
 _LAYER_NORM = OpDef(
-    "layer_norm", _layer_norm_infer, partial(_norm, num_groups=None),
+    "layer_norm", _layer_norm_infer, _layer_norm,
     lambda g, dy: layer_norm_grad(dy, g.x(0), g.x(1), **g.attrs), samples=_layer_norm_samples,
+    kernel_out=partial(_norm, num_groups=None), loop=_layer_norm_loop(loops.layer_norm),
     widen_half=True)
 _BN_GRAD = OpDef("batch_norm_inference_grad", _batch_norm_grad_infer, _batch_norm_grad,
                  samples=_bn_grad_samples)

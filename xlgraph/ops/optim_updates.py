@@ -23,6 +23,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, as_tensor, register
+from xlgraph.ops.adam_loops import adam_loop
 from xlgraph.ops.elementwise import add_
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -81,6 +82,29 @@ def _updater(m: np.ndarray, v: np.ndarray, *rest: np.ndarray, mode: str, decay: 
     return out.astype(np.promote_types(m.dtype, v.dtype), copy=False)
 
 
+def _updater_out(m: np.ndarray, v: np.ndarray, *rest: np.ndarray, out: np.ndarray,
+                 scratch: tuple[np.ndarray], mode: str, decay: bool, bias: bool) -> np.ndarray:
+    """``_updater`` into ``out``, the corrected ``v`` term in a scratch array: the kernel's
+    operations in its order and dtypes (arrays of several dtypes: the kernel's result copied)."""
+    p, tmp = _unpack(rest, mode, decay, bias), scratch[0]
+    if not m.dtype == v.dtype == out.dtype == p.get("weight", out).dtype:
+        np.copyto(out, _updater(m, v, *rest, mode=mode, decay=decay, bias=bias))
+        return out
+    if bias:
+        step = p["step"].item()
+        np.divide(m, 1.0 - p["b1"].item() ** step, out=out)
+        if mode != "adamax":
+            v = np.divide(v, 1.0 - p["b2"].item() ** step, out=tmp)
+    else:
+        np.copyto(out, m)
+    v = v if mode == "adamax" else np.sqrt(v, out=tmp)
+    np.add(v, p["eps"].item(), out=tmp)
+    np.divide(out, tmp, out=out)
+    if decay:
+        out += np.multiply(p["weight"], p["wd"].item(), out=tmp)
+    return out
+
+
 def _updater_ref(m, v, *rest, mode, decay, bias):
     """The formulas in float64, from the time step *before* the op increments it."""
     p = {k: np.asarray(a, np.float64) for k, a in _unpack(rest, mode, decay, bias).items()}
@@ -107,8 +131,8 @@ def _updater_samples(mode: str):
 
 
 def _updater_def(name: str, mode: str) -> OpDef:
-    return OpDef(name, _updater_infer, _updater, ref=_updater_ref,
-                 samples=_updater_samples(mode))
+    return OpDef(name, _updater_infer, _updater, ref=_updater_ref, kernel_out=_updater_out,
+                 scratch=1, loop=adam_loop, samples=_updater_samples(mode))
 
 
 def _updater_builder(defn: OpDef, mode: str, m: Tensor, v: Tensor, weight: Tensor | None,

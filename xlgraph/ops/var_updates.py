@@ -9,6 +9,7 @@ import numpy as np
 from xlgraph.cost import per_output
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, as_tensor, broadcast_shapes, register, same_dtype
+from xlgraph.ops.adam_loops import moving_average_loop
 from xlgraph.ops.indexing import add_rows_at, as_index_tensor, check_int_indices
 from xlgraph.ops.optim_updates import (
     adam_updater,
@@ -127,23 +128,47 @@ def _moving_average_square(t: np.ndarray, x: np.ndarray, f: np.ndarray) -> np.nd
     return _moving_average(t, np.square(x), f)
 
 
+def _moving_average_out(square: bool) -> Any:
+    """The ``kernel_out`` of ``accumulate_moving_average(_square)_``: into ``out`` (``t``
+    itself, or a spare array of its shape), ``(1 - f) X`` (of ``X**2``) in a scratch array, in
+    the kernel's order (``X`` being ``t``: squared before, else read after ``t`` is scaled, as
+    the kernel does)."""
+    def kernel_out(t: np.ndarray, x: np.ndarray, f: np.ndarray, out: np.ndarray,
+                   scratch: tuple[np.ndarray]) -> np.ndarray:
+        f = f.item()
+        src = np.square(x, out=scratch[0]) if square else x
+        np.multiply(t, f, out=out)
+        if src is t:
+            src = out
+        np.multiply(src, 1.0 - f, out=scratch[0])
+        return np.add(out, scratch[0], out=out)
+
+    return kernel_out
+
+
 def _factor_samples(rng: np.random.Generator) -> list[Sample]:
     return [Sample((rng.normal(size=(3, 4)), rng.normal(size=(3, 4)), np.array(0.3))),
             Sample((rng.normal(size=(2, 3)), rng.normal(size=(3,)), np.array(4.0)))]
 
 
-def _factor_def(name: str, kernel: Any, ref: Any) -> OpDef:
-    return OpDef(name, _factor_infer, kernel, inplace_of=0, ref=ref, samples=_factor_samples)
+def _factor_def(name: str, kernel: Any, ref: Any, **fast: Any) -> OpDef:
+    """An in-place update with a scalar factor; ``fast``: its ``kernel_out``, ``scratch`` and
+    ``loop``."""
+    return OpDef(name, _factor_infer, kernel, inplace_of=0, ref=ref, samples=_factor_samples,
+                 **fast)
 
 
 _ACCUMULATE_SQUARE = _factor_def("accumulate_square_", _accumulate_square,
                                  lambda t, x, f: t + f * x * x)
 _ACCUMULATE_MEAN = _factor_def("accumulate_mean_", _accumulate_mean,
                                lambda t, x, n: t * (n / (n + 1.0)) + x / (n + 1.0))
-_MOVING_AVERAGE = _factor_def("accumulate_moving_average_", _moving_average,
-                              lambda t, x, f: f * t + (1.0 - f) * x)
-_MOVING_AVERAGE_SQUARE = _factor_def("accumulate_moving_average_square_", _moving_average_square,
-                                     lambda t, x, f: f * t + (1.0 - f) * x * x)
+_MOVING_AVERAGE = _factor_def(
+    "accumulate_moving_average_", _moving_average, lambda t, x, f: f * t + (1.0 - f) * x,
+    kernel_out=_moving_average_out(False), scratch=1, loop=moving_average_loop(False))
+_MOVING_AVERAGE_SQUARE = _factor_def(
+    "accumulate_moving_average_square_", _moving_average_square,
+    lambda t, x, f: f * t + (1.0 - f) * x * x, kernel_out=_moving_average_out(True), scratch=1,
+    loop=moving_average_loop(True))
 
 
 @register(_ACCUMULATE_SQUARE)

@@ -7,7 +7,7 @@ types, so a later process loads instead of compiling. The cache lives where numb
 (``__pycache__`` beside ``xlgraph/ops/loops.py``, or ``NUMBA_CACHE_DIR``).
 
 A ``NumbaBackend`` holds its own dispatchers (one per loop form) and belongs to one Session;
-only numba's knowledge of two helpers of the loops is per process (``_register_helpers``).
+only numba's knowledge of the loops' helpers is per process (``_register_helpers``).
 numba itself is imported by the first compile, not when the backend is made, so a Session can
 hand the compiling to a thread (``xlgraph.runtime.kernels``) and start at once.
 """
@@ -39,8 +39,8 @@ def available() -> bool:
 @functools.cache
 def _register_helpers() -> None:
     """Teach numba the loops' helpers (once per process, before the first compile):
-    ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32`` as itself; and install
-    the compiled float16 conversions (``numba_half``)."""
+    ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32`` and ``row_stats`` as
+    themselves; and install the compiled float16 conversions (``numba_half``)."""
     from llvmlite import ir
     from numba.extending import intrinsic, overload
 
@@ -59,6 +59,7 @@ def _register_helpers() -> None:
 
     overload(loops.scale_pow2)(lambda p, n: lambda p, n: _scale_pow2(p, n))
     overload(loops.exp32)(lambda t: loops.exp32)
+    overload(loops.row_stats)(lambda xr, eps, one, width: loops.row_stats)
     from xlgraph.lower.backends import numba_half
 
     numba_half.install()  # float16 <-> float32 conversions for the float32-register ops

@@ -1,0 +1,114 @@
+"""The transformer step's loop forms (issue 35): the float32 softmax rows loop, LayerNorm and
+its gradient, and the Adam step's moving averages and update term, against the numpy kernels;
+and the decoder's training step running them on the compiled backend."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xlgraph.lower.backends import TOLERANCE
+
+pytest.importorskip("numba", reason="needs the fast extra")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+@pytest.fixture(scope="module")
+def backend():  # noqa: ANN201
+    from xlgraph.lower.backends.numba_backend import NumbaBackend
+
+    return NumbaBackend()
+
+
+def test_float32_softmax_rows_loop_matches_numpy_with_masks_and_edges(backend) -> None:  # noqa: ANN001
+    """Rows of 8192 (the logits) and 13 (not a multiple of the eight partial sums), masked
+    entries (-30000, -inf: exactly 0), a NaN row (stays NaN), in place and not."""
+    from xlgraph.ops import loops, nn
+
+    rng = np.random.default_rng(5)
+    fn = backend.jitted(loops.softmax_rows32)
+    for shape in ((6, 8192), (3, 4, 13)):
+        x = (rng.normal(size=shape) * 6).astype(np.float32)
+        x[..., 2, :][..., :3] = -30000
+        x[..., 1, :][..., -2:] = -np.inf
+        x.reshape(-1, shape[-1])[-1, 4] = np.nan
+        want = nn._softmax(x, x.ndim - 1)
+        got = np.empty_like(x)
+        fn(x, got)
+        np.testing.assert_allclose(got, want, **TOLERANCE["float32"])
+        assert np.all(got[..., 2, :][..., :3] == 0) and np.all(got[..., 1, :][..., -2:] == 0)
+        assert np.isnan(got.reshape(-1, shape[-1])[-1]).all()
+        fn(x, x)
+        assert np.array_equal(x, got, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_loops_match_the_numpy_kernels(backend, dtype: type) -> None:  # noqa: ANN001
+    from xlgraph.ops import loops, norm
+
+    rng = np.random.default_rng(6)
+    x = (rng.normal(size=(2, 37, 19)) * 3 + 1).astype(dtype)
+    w, b = rng.normal(size=(2, 19)).astype(dtype)
+    dy = rng.normal(size=x.shape).astype(dtype)
+    consts = (dtype(1e-5), dtype(1), dtype(19))
+    y = np.empty_like(x)
+    backend.jitted(loops.layer_norm)(x, w, b, y, *consts)
+    np.testing.assert_allclose(y, norm._layer_norm(x, w, b, 1e-5), **TOLERANCE[dtype.__name__])
+    grads = np.empty_like(x), np.empty_like(w), np.empty_like(w)
+    backend.jitted(loops.layer_norm_grad)(dy, x, w, *grads, *consts)
+    for got, want in zip(grads, norm._layer_norm_grad(dy, x, w, 1e-5)):
+        np.testing.assert_allclose(got, want, **TOLERANCE[dtype.__name__])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_loops_and_kernel_outs_give_the_kernels_bits(backend, dtype: type) -> None:  # noqa: ANN001
+    """The update term (with and without weight decay) and both moving averages: the loops
+    and the ``kernel_out``s do the numpy kernels' operations in their order and dtype."""
+    from xlgraph.ops import adam_loops, optim_updates, var_updates
+
+    rng = np.random.default_rng(7)
+    m, w = rng.normal(size=(2, 33, 9)).astype(dtype)
+    v = rng.uniform(1e-6, 2, m.shape).astype(dtype)
+    step, wd, b1, b2, eps = (np.array(x, dtype) for x in (5.0, 0.01, 0.9, 0.999, 1e-8))
+    got, scratch = np.empty_like(m), (np.empty_like(m),)
+    for decay in (True, False):
+        ins = (m, v, w, step, wd, b1, b2, eps) if decay else (m, v, step, b1, b2, eps)
+        want = optim_updates._updater(*ins, mode="adam", decay=decay, bias=True)
+        fn = adam_loops.adam_term_decay if decay else adam_loops.adam_term
+        backend.jitted(fn)(*ins, got)
+        assert got.tobytes() == want.tobytes()
+        optim_updates._updater_out(*ins, out=got, scratch=scratch, mode="adam", decay=decay,
+                                   bias=True)
+        assert got.tobytes() == want.tobytes()
+    f = np.array(0.95, dtype)
+    for square, kernel in ((False, var_updates._moving_average),
+                           (True, var_updates._moving_average_square)):
+        want = kernel(v.copy(), m, f)
+        fn = adam_loops.moving_average_square if square else adam_loops.moving_average
+        backend.jitted(fn)(v, m, f, got)
+        assert got.tobytes() == want.tobytes()
+        var_updates._moving_average_out(square)(v, m, f, out=got, scratch=scratch)
+        assert got.tobytes() == want.tobytes()
+        t, want = v.copy(), v.copy()  # the updater being the accumulator itself
+        var_updates._moving_average_out(square)(t, t, f, out=t, scratch=scratch)
+        assert t.tobytes() == kernel(want, want, f).tobytes()
+
+
+def test_the_decoder_step_runs_the_loop_forms() -> None:
+    """The tiny decoder's training step on the compiled backend: LayerNorm, its gradient, the
+    softmaxes and every Adam term run as compiled loops (the lowering knows the layouts of the
+    residual stream and of the embeddings' gradients). Its losses against torch's and JAX's:
+    ``tests/test_benchmark_transformer.py``."""
+    import gpt_model as gm
+
+    import xlgraph as popxl
+
+    ir, _, _, _ = gm.build_train(gm.TINY, 2)
+    src = popxl.Session(ir, backend="numba", compile_in_background=False,
+                        fuse_steps=False).source
+    for op in ("layer_norm", "layer_norm_grad", "adam_updater", "softmax",
+               "accumulate_moving_average_", "accumulate_moving_average_square_"):
+        assert f"j_{op}(" in src and f"o_{op}(" not in src, op
