@@ -355,3 +355,31 @@ def test_malformed_executables_are_poptorch_errors(tmp_path):
         np.savez(f, **archive)
     with pytest.raises(poptorch.Error, match="a malformed executable"):
         poptorch.load(path)
+
+
+def _eager_group(w: torch.Tensor, rows: torch.Tensor, steps: int, lr: float) -> tuple:
+    """One replica group in eager torch: SGD on the mean of its replicas' mean losses
+    (equal micro-batches: the mean over the group's rows), and the outputs of each step."""
+    w = torch.nn.Parameter(w.clone())
+    opt = torch.optim.SGD([w], lr=lr)
+    outs = []
+    for _ in range(steps):
+        opt.zero_grad()
+        z = rows @ w
+        outs.append(z.detach())
+        (z ** 2).mean().backward()
+        opt.step()
+    return w.detach(), outs
+
+
+def test_replica_grouped_weights_train_each_group_like_eager(tmp_path, monkeypatch):
+    scope = _run("replica_grouped_weights.py", tmp_path, monkeypatch)
+    w_init, x, trained = scope["W_init"], scope["X"], scope["trained_W"]
+    assert trained.shape == (2, 2, 2)
+    rows = x.view(4, 3, 2)  # one micro-batch per replica
+    for group, replicas in enumerate(([0, 1], [2, 3])):
+        want, outs = _eager_group(w_init[group], rows[replicas].reshape(6, 2), 3, 0.05)
+        torch.testing.assert_close(trained[group], want, rtol=1e-5, atol=1e-6)
+        for step, z in enumerate(scope["outputs"]):  # OutputMode.All: every replica's rows
+            torch.testing.assert_close(z.view(4, 3, 2)[replicas].reshape(6, 2), outs[step],
+                                       rtol=1e-5, atol=1e-6)

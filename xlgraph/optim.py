@@ -79,9 +79,14 @@ class Optimizer:
             state[f"{self.name}.step"] = variable(np.float32(0), dtypes.float32,
                                                   name=f"{self.name}.step")
         for pname, p in params.items():
+            # a replica-grouped parameter's buffers are grouped as it is (one value per group)
+            grouping = getattr(p, "replica_grouping", None)
+            grouped = grouping is not None and grouping.num_groups > 1
+            shape = (grouping.num_groups, *p.shape) if grouped else p.shape
             for slot in self.slots:
                 key = self.slot_name(slot, pname)
-                state[key] = variable(np.zeros(p.shape, p.dtype.as_numpy()), p.dtype, name=key)
+                state[key] = variable(np.zeros(shape, p.dtype.as_numpy()), p.dtype, name=key,
+                                      replica_grouping=grouping if grouped else None)
         return state
 
     def set_lr(self, session: Any, lr: float) -> None:

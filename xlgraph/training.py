@@ -291,11 +291,15 @@ def build_train_step(
             ops.host_store(loss_stream, step_loss)
             for s, t in zip(out_streams, step_outs):
                 ops.host_store(s, t)
-        if ir.replication_factor > 1:  # data parallel: every replica gets the summed gradient
-            total = [replicated_all_reduce(g, "add") for g in total]
-        count = accumulation * ir.replication_factor
-        if count > 1 and accumulation_reduction == "mean":
-            total = [g * (1.0 / count) for g in total]
+        # data parallel: every replica gets the gradient summed over the replicas sharing the
+        # parameter (all of them, or its replica group: a grouped variable has one value each)
+        groups = [model.variables[k].replica_grouping for k in names]
+        if ir.replication_factor > 1:
+            total = [replicated_all_reduce(g, "add", group=None if rg.num_groups == 1 else rg)
+                     for g, rg in zip(total, groups)]
+        if accumulation_reduction == "mean":
+            total = [g if accumulation * rg.group_size == 1 else
+                     g * (1.0 / (accumulation * rg.group_size)) for g, rg in zip(total, groups)]
         for k, g in zip(names, total):
             for _ in range(accumulation if k in grad_streams else 0):  # once per transfer
                 ops.host_store(grad_streams[k], g)

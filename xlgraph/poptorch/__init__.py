@@ -90,7 +90,10 @@ from xlgraph.poptorch.options import (
     Stage,
     TensorLocationSettings,
 )
+from xlgraph.poptorch.replica_grouped import install as _install_replica_grouping
 from xlgraph.poptorch.support import Error, refuse, unknown
+
+_install_replica_grouping()  # torch.nn.Parameter.replicaGrouping, as PopTorch adds it
 
 __all__ = [
     "AnchorMode", "AsynchronousDataAccessor", "Attribute", "AutoStage", "BeginBlock", "Block",

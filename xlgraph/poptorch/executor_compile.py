@@ -18,7 +18,7 @@ from tqdm import tqdm as raw_tqdm
 from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
 from xlgraph.poptorch import optim as pt_optim
-from xlgraph.poptorch import optim_changes, weights
+from xlgraph.poptorch import optim_changes, replica_grouped, weights
 from xlgraph.poptorch.blocks import custom_structures, recorded_blocks, static_blocks
 from xlgraph.poptorch.enums import (
     HalfFloatCastingBehavior,
@@ -129,7 +129,9 @@ class _CompileStep:
         sample = {k: pytree.tree_map_only(torch.Tensor, lambda t, k=k: self._micro_batch(k, t), v)
                   for k, v in args.items()}
         ir = Ir(replication=self._replicas)
-        with recorded_blocks() as blocks:
+        groupings = replica_grouped.groupings(self._traced, self._replicas)
+        with recorded_blocks() as blocks, replica_grouped.traced_per_replica(self._traced,
+                                                                             groupings):
             lowered = lower_module(
                 ir, self._traced, sample, self.training, downcast_half=(
                     self.options.Precision.half_float_casting
@@ -138,7 +140,8 @@ class _CompileStep:
         bar.update(40)
         tensors = named_tensors(self._traced)
         with ir.main_graph:
-            variables = {k: variable(torch_to_numpy(tensors[k], f"parameter {k!r}"), name=k)
+            variables = {k: variable(torch_to_numpy(tensors[k], f"parameter {k!r}"), name=k,
+                                     replica_grouping=groupings.get(k))
                          for k in lowered.params.values()}
         params = {t: variables[k] for t, k in lowered.params.items()}
         specs = [TensorSpec(t.shape, t.dtype) for t in lowered.data_inputs]
