@@ -383,3 +383,20 @@ def test_replica_grouped_weights_train_each_group_like_eager(tmp_path, monkeypat
         for step, z in enumerate(scope["outputs"]):  # OutputMode.All: every replica's rows
             torch.testing.assert_close(z.view(4, 3, 2)[replicas].reshape(6, 2), outs[step],
                                        rtol=1e-5, atol=1e-6)
+
+
+def test_error_handling_catches_poptorch_errors_with_their_fields(tmp_path, monkeypatch, capfd):
+    s = _run("error_handling.py", tmp_path, monkeypatch)
+    assert s["success"] == "ok"
+    error = s["failure"]
+    assert type(error) is poptorch.Error and isinstance(error, RuntimeError)
+    assert error.message == "Model has not been compiled or has been destroyed."
+    line = next(i for i, text in enumerate(
+        (PROGRAMS / "error_handling.py").read_text().splitlines(), 1)
+        if "copyWeightsToDevice()" in text)
+    assert error.location == f"error_handling.py:{line}"
+    assert f"from component {error.type}, location: error_handling.py:{line}" in \
+        capfd.readouterr().out
+    assert issubclass(poptorch.RecoverableError, poptorch.Error)
+    assert issubclass(poptorch.UnrecoverableError, poptorch.Error)
+    assert poptorch.Error("x").location == ""        # not raised yet

@@ -91,14 +91,15 @@ from xlgraph.poptorch.options import (
     TensorLocationSettings,
 )
 from xlgraph.poptorch.replica_grouped import install as _install_replica_grouping
-from xlgraph.poptorch.support import Error, refuse, unknown
+from xlgraph.poptorch.support import Error, RecoverableError, UnrecoverableError, refuse, unknown
 
 _install_replica_grouping()  # torch.nn.Parameter.replicaGrouping, as PopTorch adds it
 
 __all__ = [
     "AnchorMode", "AsynchronousDataAccessor", "Attribute", "AutoStage", "BeginBlock", "Block",
     "BlockFunction", "CPU", "CommGroupType", "ConfigFileError", "ConnectionType", "DataLoader",
-    "DataLoaderMode", "Error", "HalfFloatCastingBehavior", "ICustomArgParser",
+    "DataLoaderMode", "Error", "RecoverableError", "UnrecoverableError",
+    "HalfFloatCastingBehavior", "ICustomArgParser",
     "LegacyBeginBlockFn", "Liveness", "MatMulSerializationMode", "MeanReductionStrategy",
     "MultiConv", "MultiConvPlanType", "NameScope", "Options", "OutputMode", "OverlapMode",
     "ParallelPhasedExecution", "Phase", "PipelinedExecution", "PoplarExecutor", "ReductionType",

@@ -8,11 +8,14 @@ surface JSON. ``refuse`` and ``unknown`` give the one-line errors that name the 
 
 from __future__ import annotations
 
+import os
+import sysconfig
 from typing import NoReturn
 
 from xlgraph.errors import XlgraphError
 
-__all__ = ["Error", "SUPPORT_PAGE", "STATUS", "refuse", "unknown", "status"]
+__all__ = ["Error", "RecoverableError", "UnrecoverableError", "SUPPORT_PAGE", "STATUS", "refuse",
+           "unknown", "status"]
 
 SUPPORT_PAGE = "docs/poptorch-support.md"
 
@@ -22,7 +25,47 @@ REFUSED = "refused"  # raises poptorch.Error naming it and this page
 
 
 class Error(XlgraphError, RuntimeError):
-    """``poptorch.Error``: misuse of a PopTorch API, or a name xlgraph refuses."""
+    """``poptorch.Error``: misuse of a PopTorch API, or a name xlgraph refuses. Like
+    PopTorch's, it has ``message``, ``type`` (the component that raised it) and ``location``
+    (``file:line`` of the user's code the error came through, once raised)."""
+
+    type = "xlgraph.poptorch"
+
+    @property
+    def message(self) -> str:
+        """The error's text."""
+        return str(self.args[0]) if self.args else ""
+
+    @property
+    def location(self) -> str:
+        """``file:line`` of the innermost frame of the traceback outside xlgraph, torch and
+        the standard library ("" before the error is raised)."""
+        tb, where = self.__traceback__, ""
+        while tb is not None:
+            path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+            if not path.startswith(_LIBRARY_DIRS) and "<frozen" not in path:
+                where = f"{os.path.basename(path)}:{tb.tb_lineno}"
+            tb = tb.tb_next
+        return where
+
+
+_LIBRARY_DIRS = tuple(os.path.abspath(d) + os.sep for d in {
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the xlgraph package
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+    sysconfig.get_paths()["platlib"]})
+
+
+class RecoverableError(Error):
+    """PopTorch raises it for a device failure that a reset recovers from, naming the reset in
+    ``recovery_action``. The simulator has no device that fails, so xlgraph never raises it;
+    it exists so that PopTorch's ``except poptorch.RecoverableError`` clauses run."""
+
+    recovery_action = "IPU_RESET"
+
+
+class UnrecoverableError(Error):
+    """PopTorch raises it when the machine must be taken offline; never raised by xlgraph (no
+    device), it exists so that PopTorch's ``except`` clauses run."""
 
 
 _HW = "no IPU hardware: the simulator needs no device selection"
