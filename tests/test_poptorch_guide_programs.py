@@ -178,6 +178,8 @@ def test_annotations_and_pipelined_stages_train_like_torch(tmp_path, monkeypatch
 def test_poptorch_ops_compute_and_train_like_torch(tmp_path, monkeypatch):
     s = _run("ops.py", tmp_path, monkeypatch)
     torch.testing.assert_close(s["out"], s["model"](s["x"]).detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(s["ipu_or_host"], s["x"] * 2.0)
+    torch.testing.assert_close(s["IpuOrHost"]()(s["x"]), s["x"] * 3.0)
     ref = s["TrainingNetwork"]()
     ref.load_state_dict(s["initial"])
     losses = _train(ref, [[(s["x"], s["labels"])]] * 3, 0.1, lambda m, x, t: m(x, t)[1])
@@ -247,6 +249,9 @@ def test_batching_combines_iterations_replicas_and_accumulation_like_torch(tmp_p
     s = _run("batching.py", tmp_path, monkeypatch)
     assert s["training_data"].combinedBatchSize == 2 * 2 * 2 * 3
     assert len(s["training_data"]) == len(s["batches"]) == 100 // 24
+    assert len(s["async_batches"]) == len(s["batches"])
+    for (got_x, got_y), (want_x, want_y) in zip(s["async_batches"], s["batches"], strict=True):
+        assert torch.equal(got_x, want_x) and torch.equal(got_y, want_y)
     ref = s["ExampleModelWithLoss"]([3, 2], 2)
     ref.load_state_dict(s["initial"])
     # each call: 2 device iterations, each one SGD step over 2 replicas x 3 micro-batches x 2

@@ -1,5 +1,6 @@
 """PopTorch user guide, batching: ``poptorch.DataLoader`` feeding a training model with
-device iterations, replicas and gradient accumulation, then the model validated.
+device iterations, replicas and gradient accumulation (synchronously and from a worker
+process), then the model validated.
 
 ``import poptorch`` became ``import xlgraph.poptorch as poptorch``.
 """
@@ -63,6 +64,12 @@ for data, labels in training_data:
     _, loss = poptorch_model(data, labels)
     losses.append(loss)
 poptorch_model.detachFromDevice()
+
+# The same batches from a worker process that loads ahead.
+async_data = poptorch.DataLoader(opts, dataset=dataset, batch_size=model_batch_size,
+                                 mode=poptorch.DataLoaderMode.Async)
+async_batches = [(data.clone(), labels.clone()) for data, labels in async_data]
+async_data.terminate()
 
 # Validate with a batch of 10 per call and 5 device iterations.
 val_opts = poptorch.Options().deviceIterations(5)

@@ -1,6 +1,6 @@
 """PopTorch user guide, PopTorch's own operations: a layer run on the CPU (``poptorch.CPU``),
 ``MultiConv``, ``serializedMatMul``, ``nop``, ``for_loop`` and ``NameScope``, in one inference
-model and one training model.
+model and one training model; a ``forward`` with an IPU-only path (``isRunningOnIpu``).
 
 ``import poptorch`` became ``import xlgraph.poptorch as poptorch``.
 """
@@ -37,6 +37,13 @@ class Network(nn.Module):
         return poptorch.for_loop(3, body, [out])[0]
 
 
+class IpuOrHost(nn.Module):
+    def forward(self, x):
+        if poptorch.isRunningOnIpu():
+            return x * 2.0   # the IPU path
+        return x * 3.0       # the host path
+
+
 class TrainingNetwork(Network):
     def forward(self, x, labels):
         out = super().forward(x)
@@ -50,6 +57,7 @@ labels = torch.randint(0, 6, (4,))
 model = Network()
 model.cpu.registerPersistentData()
 out = poptorch.inferenceModel(model)(x)
+ipu_or_host = poptorch.inferenceModel(IpuOrHost())(x)
 
 training_model_cpu = TrainingNetwork()
 initial = {k: v.clone() for k, v in training_model_cpu.state_dict().items()}
