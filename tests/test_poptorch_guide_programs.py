@@ -405,3 +405,23 @@ def test_error_handling_catches_poptorch_errors_with_their_fields(tmp_path, monk
     assert issubclass(poptorch.RecoverableError, poptorch.Error)
     assert issubclass(poptorch.UnrecoverableError, poptorch.Error)
     assert poptorch.Error("x").location == ""        # not raised yet
+
+
+def test_sum_output_mode_sums_every_micro_batch_loss_like_torch(tmp_path, monkeypatch):
+    s = _run("sum_output_mode.py", tmp_path, monkeypatch)
+    ref = s["ExampleModelWithLoss"]([3, 2], 2)
+    ref.load_state_dict(s["initial"])
+    opt = torch.optim.SGD(ref.parameters(), lr=0.2)
+    want = []
+    for data, labels in s["training_data"]:       # 20 rows: 5 steps of 2 micro-batches of 2
+        total = 0.0
+        for step in range(5):
+            opt.zero_grad()
+            micro = [ref(data[i:i + 2], labels[i:i + 2])[1] for i in (4 * step, 4 * step + 2)]
+            total += float(sum(micro).detach())
+            (sum(micro) / 2).backward()
+            opt.step()
+        want.append(total)
+    assert [float(v) for v in s["call_losses"]] == pytest.approx(want, rel=1e-5)
+    assert s["call_losses"][0].shape == () and s["output"].shape == (2, 2)
+    _same_weights(s["model"], ref, rtol=1e-5, atol=1e-6)
