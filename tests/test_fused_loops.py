@@ -1,6 +1,7 @@
-"""The transformer step's loop forms (issue 35): the float32 softmax rows loop, LayerNorm and
-its gradient, and the Adam step's moving averages and update term, against the numpy kernels;
-and the decoder's training step running them on the compiled backend."""
+"""The transformer step's loop forms (issue 35): the float32 softmax rows loop and the softmax
+gradient, LayerNorm and its gradient, the embedding's gradient, and the Adam step's moving
+averages and update term, against the numpy kernels; and the decoder's training step running
+them on the compiled backend."""
 
 from __future__ import annotations
 
@@ -63,6 +64,30 @@ def test_layer_norm_loops_match_the_numpy_kernels(backend, dtype: type) -> None:
         np.testing.assert_allclose(got, want, **TOLERANCE[dtype.__name__])
 
 
+def test_embedding_gradient_loop_adds_rows_as_add_at(backend) -> None:  # noqa: ANN001
+    """Repeated, negative and out-of-range indices: numpy's ``np.add.at`` bits."""
+    from xlgraph.ops import indexing, loops
+
+    rng = np.random.default_rng(8)
+    idx = np.concatenate([rng.integers(-50, 50, 300), [60, -61, 3, 3]]).astype(np.int32)
+    dy = rng.normal(size=(idx.size, 7)).astype(np.float32)
+    got = np.full((50, 7), np.nan, np.float32)
+    backend.jitted(loops.gather_grad_rows)(dy, idx, got)
+    want = indexing._gather_grad(dy, idx, (50, 7), 0, False)
+    assert got.tobytes() == want.tobytes()
+
+
+def test_softmax_grad_rows_loop_matches_numpy(backend) -> None:  # noqa: ANN001
+    from xlgraph.ops import loss_loops, nn
+
+    rng = np.random.default_rng(9)
+    y = nn._softmax(rng.normal(size=(3, 5, 130)).astype(np.float32), 2)
+    dy = rng.normal(size=y.shape).astype(np.float32)
+    got = np.empty_like(y)
+    backend.jitted(loss_loops.softmax_grad_rows)(dy, y, got)
+    np.testing.assert_allclose(got, nn._softmax_grad(dy, y, 2), **TOLERANCE["float32"])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_adam_loops_and_kernel_outs_give_the_kernels_bits(backend, dtype: type) -> None:  # noqa: ANN001
     """The update term (with and without weight decay) and both moving averages: the loops
@@ -109,6 +134,6 @@ def test_the_decoder_step_runs_the_loop_forms() -> None:
     ir, _, _, _ = gm.build_train(gm.TINY, 2)
     src = popxl.Session(ir, backend="numba", compile_in_background=False,
                         fuse_steps=False).source
-    for op in ("layer_norm", "layer_norm_grad", "adam_updater", "softmax",
-               "accumulate_moving_average_", "accumulate_moving_average_square_"):
+    for op in ("layer_norm", "layer_norm_grad", "adam_updater", "softmax", "softmax_grad",
+               "gather_grad", "accumulate_moving_average_", "accumulate_moving_average_square_"):
         assert f"j_{op}(" in src and f"o_{op}(" not in src, op

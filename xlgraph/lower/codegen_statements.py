@@ -73,12 +73,15 @@ class Statements(Writer):
 
     def compiled_loop(self, s: Step, args: list[str], indent: int) -> bool:
         """Emit a call of the backend's compiled loop form of ``s`` instead of its
-        ``kernel_out``, when there is one, every input is C-contiguous and no two inputs are
+        ``kernel_out``, when there is one, every input is C-contiguous (a view made dense
+        counts where it has one axis: ``dense`` gives it C-contiguous) and no two inputs are
         different views of one buffer (numpy buffers overlapping operands; a loop would not)."""
         d, plan, specs = s.defn, self.plan, self.program.specs
         roots = {plan.root[x]: x for x in s.ins}
-        if (d.loop is None or s in plan.densify
-                or s in plan.copies or any(plan.layout[x] != "C" for x in s.ins)
+        dense = plan.densify.get(s, ())
+        if (d.loop is None or any(len(specs[s.ins[i]].shape) > 1 for i in dense)
+                or s in plan.copies
+                or any(plan.layout[x] != "C" for i, x in enumerate(s.ins) if i not in dense)
                 or len(roots) != len(set(s.ins))):
             return False
         ins = [specs[x] for x in s.ins]
@@ -102,7 +105,7 @@ class Statements(Writer):
             fn, [*fixed, *extra])
         name = self.bind_global(f"j_{d.name}", fn if direct is None else direct)
         call = f"{name}({', '.join([*args, *outs, *consts])})"
-        if self.fuse and hasattr(fn, "overloads"):  # a compiled loop (not Python calling some)
+        if self.fuse and hasattr(fn, "overloads") and not dense:  # compiled, plain arguments
             for c in consts:
                 if not c[0].isdigit() and c[0] != "-":
                     self.segments.namespace[c] = self.namespace[c]

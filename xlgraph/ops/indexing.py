@@ -12,6 +12,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, explained, normalize_axes, register, same_dtype
+from xlgraph.ops.loops import float_only, gather_grad_rows
 from xlgraph.ops.movement import init, slice
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
@@ -206,11 +207,28 @@ def _gather_grad(dy: np.ndarray, indices: np.ndarray, shape: tuple[int, ...], ax
 
 _gather_grad.c_contiguous = True  # type: ignore[attr-defined] - np.zeros' C order
 
+
+def _gather_grad_out(dy: np.ndarray, indices: np.ndarray, out: np.ndarray,
+                     shape: tuple[int, ...], axis: int, zero_OOR: bool) -> np.ndarray:
+    out.fill(0)
+    add_rows_at(out, dy, indices, axis)
+    return out
+
+
+def _gather_grad_loop(ins: list[TensorSpec], shape: tuple[int, ...], axis: int,
+                      zero_OOR: bool) -> Any:
+    """Rows along axis 0 (an embedding's gradient), float data."""
+    return float_only(ins[0], gather_grad_rows) if axis == 0 and ins[1].dtype.is_int else None
+
+
 _GATHER_GRAD = OpDef(
     "gather_grad", _gather_grad_infer, _gather_grad,
     lambda g, dy: (gather(dy, g.x(1), g.attrs["axis"], zero_OOR=g.attrs["zero_OOR"]), None),
+    kernel_out=_gather_grad_out, loop=_gather_grad_loop,
     samples=lambda rng: [Sample((rng.normal(size=(2, 3)), rng.integers(0, 4, (2,))),
-                                {"shape": (2, 4), "axis": 1, "zero_OOR": False})],
+                                {"shape": (2, 4), "axis": 1, "zero_OOR": False}),
+                         Sample((rng.normal(size=(6, 3)), np.array([1, -2, 1, 7, 0, -9])),
+                                {"shape": (4, 3), "axis": 0, "zero_OOR": False})],
     widen_half=True,
 )
 

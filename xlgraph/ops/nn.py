@@ -45,8 +45,17 @@ def _softmax_loop(x: TensorSpec, axis: int) -> Any:
     return loops.float_only(x, loops.softmax, ints=(axis,))
 
 
+def _softmax_grad_loop(ins: list[TensorSpec], axis: int) -> Any:
+    """Rows along a non-empty last axis."""
+    shape = ins[1].shape
+    if axis != len(shape) - 1 or not shape[-1]:
+        return None
+    return loops.float_only(ins[1], loss_loops.softmax_grad_rows)
+
+
 _SOFTMAX_GRAD = OpDef(
     "softmax_grad", same_spec, _softmax_grad, replicated=shift_axes(_softmax_grad, "axis"),
+    kernel_out=copied_out(_softmax_grad), loop=_softmax_grad_loop,
     widen_half=True,
     samples=lambda rng: [Sample((rng.normal(size=(4, 5)), rng.dirichlet(np.ones(5), 4)),
                                 {"axis": 1})],
