@@ -200,3 +200,23 @@ def test_cast_between_float16_and_float32_is_astype(backend: str) -> None:
         expect = x.astype(np.float16)
     np.testing.assert_array_equal(got[outs[0]], expect)
     np.testing.assert_array_equal(got[outs[1]], expect.astype(np.float32))
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="the compiled conversions need numba")
+def test_float16_overflow_still_trips_floating_point_checks() -> None:
+    """A float32 result past float16's range raises under the traps, with the compiled
+    conversions installed, as numpy's float16 loops did."""
+    from xlgraph.lower.backends import numba_half
+
+    assert numba_half.install()
+    x = np.full((16, 16), 300.0, np.float16)
+    ir = xlgraph.Ir()
+    ir.session_options.enableFloatingPointChecks = True
+    with ir.main_graph:
+        s = xlgraph.h2d_stream(x.shape, xlgraph.float16, "x")
+        t = ops.host_load(s)
+        out = xlgraph.d2h_stream(x.shape, xlgraph.float16, "y")
+        ops.host_store(out, ops.mul(t, t))
+    with xlgraph.Session(ir, backend="numpy") as session, pytest.raises(Exception,
+                                                                         match="overflow"):
+        session.run({s: x})

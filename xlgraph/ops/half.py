@@ -97,12 +97,14 @@ def _f_only(a: np.ndarray) -> bool:
 
 
 def narrow_into(out: np.ndarray, value: Any) -> None:
-    """``out[...] = value`` rounded to ``out``'s float16 (``value`` broadcasts)."""
+    """``out[...] = value`` rounded to ``out``'s float16 (``value`` broadcasts). Under
+    ``np.errstate(over="raise")`` (``enableFloatingPointChecks``) a result past float16's range
+    raises, as numpy's float16 arithmetic did."""
     value = np.asarray(value)
     fast = _FAST["narrow"]
     if (fast is None or value.dtype != _F32 or value.shape != out.shape or value.size < 64
-            or not out.flags.c_contiguous):
-        np.copyto(out, value, casting="unsafe")
+            or not out.flags.c_contiguous or np.geterr()["over"] == "raise"):
+        np.copyto(out, value, casting="unsafe")  # numpy's cast: raises an overflow if trapped
         return
     fast(np.ascontiguousarray(value).reshape(-1), out.reshape(-1).view(np.uint16))
 
