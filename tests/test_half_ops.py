@@ -220,3 +220,29 @@ def test_float16_overflow_still_trips_floating_point_checks() -> None:
     with xlgraph.Session(ir, backend="numpy") as session, pytest.raises(Exception,
                                                                          match="overflow"):
         session.run({s: x})
+
+
+@pytest.mark.parametrize("backend", ["numpy"] + (["numba"] if HAS_NUMBA else []))
+def test_embedding_gradient_accumulates_in_float32(backend: str) -> None:
+    """``gather_grad`` (not a public op, so not in the sample cases above) on float16 rows:
+    the float32 sums of the repeated indices, rounded once."""
+    from xlgraph.core.op import apply1
+    from xlgraph.ops.indexing import _GATHER_GRAD
+
+    rng = np.random.default_rng(4)
+    dy = rng.normal(size=(300, 64)).astype(np.float16)
+    idx = rng.integers(-10, 10, 300).astype(np.int32)
+    ir = xlgraph.Ir()
+    with ir.main_graph:
+        s_dy = xlgraph.h2d_stream(dy.shape, xlgraph.float16, "dy")
+        s_idx = xlgraph.h2d_stream(idx.shape, xlgraph.int32, "idx")
+        grad = apply1(_GATHER_GRAD, [ops.host_load(s_dy), ops.host_load(s_idx)],
+                      {"shape": (10, 64), "axis": 0, "zero_OOR": False})
+        out = xlgraph.d2h_stream(grad.shape, grad.dtype, "grad")
+        ops.host_store(out, grad)
+    with xlgraph.Session(ir, backend=backend, compile_in_background=False) as session:
+        got = session.run({s_dy: dy, s_idx: idx})[out]
+    expect = np.zeros((10, 64), np.float32)
+    np.add.at(expect, idx, dy.astype(np.float32))
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, expect.astype(np.float16))
