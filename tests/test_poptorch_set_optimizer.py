@@ -186,3 +186,13 @@ def test_set_optimizer_while_detached_applies_at_attach():
     training.setOptimizer(opt)
     _steps(training, reference, eager_opt, rest)
     _assert_same(model, reference)
+
+
+def test_param_group_changes_without_set_optimizer_do_not_reach_the_device():
+    # a new input shape compiles again: still with the settings last applied, as PopTorch
+    # applies param_groups changes only through setOptimizer
+    model, reference, opt, eager_opt, training, rest = _start(
+        lambda m: poptorch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9))
+    opt.param_groups[0].update(momentum=0.1, lr=1.0)
+    _steps(training, reference, eager_opt, [(x[:2], y[:2]) for x, y in rest])
+    _assert_same(model, reference)

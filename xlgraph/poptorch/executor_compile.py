@@ -147,10 +147,14 @@ class _CompileStep:
         specs = [TensorSpec(t.shape, t.dtype) for t in lowered.data_inputs]
         if self.training:
             self._state_keys = {id(t): k for k, t in tensors.items()}
-            self._settings = optim_changes.settings_of(  # constants stay those of the first
-                self._optimizer, None if self._settings is None else self._settings.constants)
+            # the settings last applied (at compilation or by setOptimizer): param_groups
+            # changes made since without setOptimizer do not reach the device, as in PopTorch
+            if self._settings is None:
+                self._settings = optim_changes.settings_of(self._optimizer)
             self._stale_step = False
-            xl_optimizer = pt_optim.to_xlgraph(self._optimizer, self._state_keys)
+            xl_optimizer = pt_optim.to_xlgraph(self._optimizer, self._state_keys,
+                                               settings=self._settings.groups,
+                                               extras=self._settings.extras)
             trained = pt_optim.parameter_ids(self._optimizer)
             frozen = [k for k in variables if id(tensors[k]) not in trained
                       or not tensors[k].requires_grad]
@@ -158,7 +162,7 @@ class _CompileStep:
             index = lowered.loss_index
             seed = self._seed(lowered)
             reduction = self.options.Training.accumulation_and_replication_reduction_type
-            scale = pt_optim.loss_scaling(self._optimizer)
+            scale = float(self._settings.extras.get("loss_scaling", 1.0))
 
             def loss(outs: Any) -> Any:  # scaled: the optimiser unscales the gradients
                 single = not isinstance(outs, (list, tuple))  # one forward output

@@ -25,7 +25,7 @@ from xlgraph.ops.var_updates import copy_var_update_
 from xlgraph.tensor import Tensor, Variable, constant
 
 __all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LAMB", "Optimizer", "VariableAttributes",
-           "to_xlgraph", "hyperparameters", "loss_scaling", "PopTorchUpdate"]
+           "to_xlgraph", "hyperparameters", "PopTorchUpdate"]
 
 _EXTRAS = ("loss_scaling", "velocity_scaling", "use_combined_accum", "accum_type",
            "velocity_accum_type", "first_order_momentum_accum_type",
@@ -321,12 +321,6 @@ def _extras_of(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     return dict(getattr(optimizer, "poptorch_extras", {}))
 
 
-def loss_scaling(optimizer: torch.optim.Optimizer) -> float:
-    """The factor the loss is multiplied by before backpropagation (1 when not set)."""
-    value = _extras_of(optimizer).get("loss_scaling")
-    return 1.0 if value is None else float(value)
-
-
 def _float(v: Any) -> Any:
     return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
@@ -340,19 +334,19 @@ class PopTorchUpdate:
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, keys: dict[int, str],
-                 name: str = "optimizer") -> None:
+                 name: str = "optimizer", settings: Any = None, extras: Any = None) -> None:
         kind = _kind(optimizer)
-        extras = _extras_of(optimizer)
+        extras = _extras_of(optimizer) if extras is None else dict(extras)
+        settings = hyperparameters(optimizer) if settings is None else settings
         # AdamW's and LAMB's (PopTorch's own classes only; torch's AdamW always corrects)
         correction = {"bias_correction": bool(extras.get("bias_correction", True))} \
             if issubclass(kind, xl_optim.Adam) else {}
         self.groups: list[tuple[xl_optim.Optimizer, set[str]]] = []
-        for i, (group, settings) in enumerate(zip(optimizer.param_groups,
-                                                  hyperparameters(optimizer))):
+        for i, (group, values) in enumerate(zip(optimizer.param_groups, settings)):
             opt = kind(name=name if i == 0 else f"{name}.group{i}",
-                       **{k: _float(v) for k, v in settings.items()}, **correction)
+                       **{k: _float(v) for k, v in values.items()}, **correction)
             self.groups.append((opt, {keys[id(p)] for p in group["params"] if id(p) in keys}))
-        self.loss_scaling = loss_scaling(optimizer)
+        self.loss_scaling = float(extras.get("loss_scaling", 1.0))
         self.max_grad_norm = extras.get("max_grad_norm")
         self.half_grads = extras.get("accum_type") == torch.float16
         self.half_slots = {slot for key, slots in _SLOT_TYPES.items()
@@ -403,10 +397,13 @@ def _round_half(t: Tensor) -> Tensor:
 
 
 def to_xlgraph(optimizer: torch.optim.Optimizer, keys: dict[int, str],
-               name: str = "optimizer") -> PopTorchUpdate:
+               name: str = "optimizer", settings: Any = None,
+               extras: Any = None) -> PopTorchUpdate:
     """The xlgraph update for ``optimizer``: ``keys`` maps ``id(tensor)`` to its variable name;
-    state variables are named ``name.*`` (``name.group<i>.*`` for later groups)."""
-    return PopTorchUpdate(optimizer, keys, name)
+    state variables are named ``name.*`` (``name.group<i>.*`` for later groups). ``settings``
+    (per-group hyperparameters) and ``extras`` (PopTorch's optimiser-wide arguments) replace
+    the optimiser's current ones when given."""
+    return PopTorchUpdate(optimizer, keys, name, settings, extras)
 
 
 def parameter_ids(optimizer: torch.optim.Optimizer) -> set[int]:
