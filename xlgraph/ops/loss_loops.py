@@ -43,16 +43,24 @@ def log_softmax_grad_rows(dy, y, out):  # noqa: ANN001, ANN201
 
 
 def softmax_grad_rows(dy, y, out):  # noqa: ANN001, ANN201
-    """``y (dy - sum(dy y))`` per row (the attention's softmax gradient: 0.5 against 2 ms of
-    numpy for 8 x 4 x 128 x 128 float32)."""
+    """``y (dy - sum(dy y))`` per row, the sum in four partial sums (numpy: pairwise): 0.7
+    against 1.4 ms of numpy for the attention's 8 x 4 x 128 x 128 float32."""
     n = y.shape[-1]
+    tail = n - n % 4
     dys, ys, outs = dy.reshape(-1), y.reshape(-1), out.reshape(-1)
     for base in range(0, ys.size, n):
-        total = dys[base] * ys[base]
-        for j in range(base + 1, base + n):
-            total += dys[j] * ys[j]
-        for j in range(base, base + n):
-            outs[j] = ys[j] * (dys[j] - total)
+        d, p, o = dys[base:base + n], ys[base:base + n], outs[base:base + n]
+        s0 = s1 = s2 = s3 = out.dtype.type(0)
+        for j in range(0, tail, 4):
+            s0 += d[j] * p[j]
+            s1 += d[j + 1] * p[j + 1]
+            s2 += d[j + 2] * p[j + 2]
+            s3 += d[j + 3] * p[j + 3]
+        total = (s0 + s1) + (s2 + s3)
+        for j in range(tail, n):
+            total += d[j] * p[j]
+        for j in range(n):
+            o[j] = p[j] * (d[j] - total)
 
 
 def nll_loss_rows(probs, labels, out, one, ignore, has_ignore, mean, log_prob):  # noqa: ANN001, ANN201
