@@ -425,3 +425,24 @@ def test_sum_output_mode_sums_every_micro_batch_loss_like_torch(tmp_path, monkey
     assert [float(v) for v in s["call_losses"]] == pytest.approx(want, rel=1e-5)
     assert s["call_losses"][0].shape == () and s["output"].shape == (2, 2)
     _same_weights(s["model"], ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda g: g.replace("torch.ops.aten.relu.default", "torch.hub.load"),
+    lambda g: g.replace("torch.ops.aten.relu.default", "torch.ops.load_library.a.b"),
+    lambda g: g.replace('"guards_code": []', '"guards_code": ["__import__(\'os\')._exit(3)"]'),
+    lambda g: g.replace('"range_constraints": {}', '"range_constraints": {"s0": {}}'),
+])
+def test_graphs_that_could_run_code_are_refused_before_torch_reads_them(tmp_path, tamper):
+    import numpy as np
+    path = str(tmp_path / "exe")
+    poptorch.inferenceModel(_Net()).compileAndExport(path, torch.randn(2, 4))
+    archive = dict(np.load(path))
+    graph = bytes(archive["graph"]).decode()
+    assert "torch.ops.aten.relu.default" in graph and '"guards_code": []' in graph
+    archive["graph"] = np.frombuffer(tamper(graph).encode(), np.uint8)
+    with open(path, "wb") as f:
+        np.savez(f, **archive)
+    with pytest.raises(poptorch.Error, match="a malformed executable.*(not a torch operator|"
+                                             "guards or symbolic shapes)"):
+        poptorch.load(path)

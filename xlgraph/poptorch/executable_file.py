@@ -4,9 +4,10 @@
 An exported "executable" is what rebuilds the compiled program: the input signature it was
 compiled for, the options that shape the program, the optimiser's class and hyperparameters
 and, with ``export_model=True``, the model itself as torch.export's JSON graph with its weights.
-The file is an ``.npz`` archive read with ``allow_pickle=False``: loading one never runs code
-(operators are looked up by name in torch's registry). Loading compiles again, which takes
-seconds on the simulator, where PopTorch would skip Poplar's compilation.
+The file is an ``.npz`` archive read with ``allow_pickle=False``, and a graph that calls anything
+but torch operators, or holds guard code or symbolic shapes (which torch would ``exec`` or
+``eval``), is refused before torch reads it: loading one never runs code. Loading compiles
+again, which takes seconds on the simulator, where PopTorch would skip Poplar's compilation.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from xlgraph.poptorch.lowering import torch_to_numpy
 from xlgraph.poptorch.options import Options
 from xlgraph.poptorch.support import Error
 
-__all__ = ["Exported", "export", "save", "read_model", "load_executable"]
+__all__ = ["Exported", "check_graph", "export", "save", "read_model", "load_executable"]
 
 _FORMAT = "xlgraph-poptorch-executable"
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -48,7 +49,8 @@ def save(executor: Any, filename: str, export_model: bool) -> None:
     bound = executor._compiled_args
     executor.copyWeightsToHost()
     state = {k: v.detach() for k, v in executor.model.state_dict().items()}
-    micro = {k: executor._micro_batch(k, v) if isinstance(v, torch.Tensor) else v
+    # cloned: export gives a view of the call's batch unused shape symbols
+    micro = {k: executor._micro_batch(k, v).clone() if isinstance(v, torch.Tensor) else v
              for k, v in bound.items()}
     meta = {"format": _FORMAT, "version": 1, "training": executor.training,
             "inputs": {k: _input_spec(k, v) for k, v in bound.items()},
@@ -124,6 +126,11 @@ def _model_arrays(executor: Any, micro: dict[str, Any]) -> dict[str, np.ndarray]
                     f"({', '.join(sorted(program.constants))}); export with export_model=False "
                     f"and use loadExecutable")
     graph = serialize(program).exported_program
+    try:
+        check_graph(json.loads(graph.decode()))
+    except ValueError as exc:
+        raise Error(f"compileAndExport(export_model=True): {exc}; export with "
+                    f"export_model=False and use loadExecutable") from None
     trainable = json.dumps(list(program.graph_signature.parameters)).encode()
     arrays = {"graph": np.frombuffer(graph, np.uint8),
               "trainable": np.frombuffer(trainable, np.uint8)}
@@ -143,6 +150,50 @@ def _read(filename: str) -> tuple[dict[str, Any], Any]:
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT or meta.get("version") != 1:
         raise Error(f"{filename}: not an executable exported by compileAndExport")
     return meta, archive
+
+
+_OPERATORS = {f"_operator.{n}" for n in (
+    "getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "pow", "neg", "eq", "ne", "lt",
+    "le", "gt", "ge")}
+
+
+def check_graph(graph: Any) -> None:
+    """Refuse (``ValueError``) a serialised graph whose loading could run code: node targets
+    other than torch operators (``torch.ops.<namespace>.<op>.<overload>``) and plain
+    arithmetic, guard code (torch runs it with ``exec``) and symbolic shapes (parsed by
+    ``sympy`` with ``eval``); xlgraph's graphs have static shapes and need none of them."""
+    if not isinstance(graph, dict):
+        raise ValueError("the graph is not a JSON object")
+    if graph.get("guards_code") or graph.get("range_constraints"):
+        raise ValueError("the graph has guards or symbolic shapes")
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "expr_str" in node:
+                raise ValueError("the graph has symbolic shapes")
+            target = node.get("target")
+            if "inputs" in node and isinstance(target, str) and not _operator(target):
+                raise ValueError(f"the graph calls {target[:80]!r}, not a torch operator")
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(graph.get("graph_module"))
+
+
+def _operator(target: str) -> bool:
+    if target in _OPERATORS:
+        return True
+    parts = target.split(".")
+    if len(parts) != 5 or parts[:2] != ["torch", "ops"] or not all(p.isidentifier() for p in parts):
+        return False
+    try:
+        found = getattr(getattr(getattr(torch.ops, parts[2]), parts[3]), parts[4])
+    except (AttributeError, RuntimeError):
+        return False
+    return isinstance(found, torch._ops.OpOverload)
 
 
 @contextlib.contextmanager
@@ -234,7 +285,9 @@ def read_model(filename: str, edit_opts_fn: Callable[[Options], Any] | None = No
                 state[name] = torch.nn.Parameter(value) if name in params else value
         inputs = _example_inputs(meta, filename)
         sample = _example_inputs(meta, filename, "sample")
-        artifact = SerializedArtifact(bytes(archive["graph"]), state, {}, ((), sample))
+        graph = bytes(archive["graph"])
+        check_graph(json.loads(graph.decode()))
+        artifact = SerializedArtifact(graph, state, {}, ((), sample))
         serde_log = logging.getLogger("torch._export.serde.serialize")
         level = serde_log.level
         serde_log.setLevel(logging.ERROR)  # it warns of the shape symbols capture left unused
