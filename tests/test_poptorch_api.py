@@ -111,7 +111,11 @@ def test_wrong_batch_sizes_are_refused():
     with pytest.raises(poptorch.Error, match="Invalid batch dimension"):
         model(torch.randn(6, 6))
     model(torch.randn(8, 6))
-    x = torch.randn(12, 6)  # a new input signature compiles again, as in PopTorch
+    x = torch.randn(12, 6)  # PopTorch runs only the compiled shapes, until destroy()
+    with pytest.raises(poptorch.Error, match=r"Shape mismatch for x: expected \[8, 6\] but got "
+                                             r"\[12, 6\].*destroy\(\)"):
+        model(x)
+    model.destroy()
     torch.testing.assert_close(model(x), net(x), rtol=1e-5, atol=1e-5)
 
 

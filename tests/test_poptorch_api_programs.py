@@ -136,7 +136,8 @@ def test_cpu_multiconv_namescope_and_blocks_compute_as_unannotated():
     torch.manual_seed(3)
     net = Net()
     x = torch.randn(2, 1, 4, 4)
-    model = poptorch.inferenceModel(net, poptorch.Options().useIpuModel(True))
+    # two pipeline stages (PopTorch's default strategy): two micro-batches fill them
+    model = poptorch.inferenceModel(net, poptorch.Options().useIpuModel(True).deviceIterations(2))
     torch.testing.assert_close(model(x), net(x).detach(), rtol=1e-5, atol=1e-5)
     assert model.blocks == {"convs": 0, "head": 1}
     assert model._compiled.session.device.model.num_ipus == 2  # the blocks span two IPUs
@@ -158,7 +159,7 @@ def test_block_function_and_pipelined_execution_size_the_ipu_model():
             poptorch.Block.start("head", ipu_id=0)
             return tail(self.fc(x))
 
-    opts = poptorch.Options().useIpuModel(True)
+    opts = poptorch.Options().useIpuModel(True).deviceIterations(2)  # one per stage
     opts.setExecutionStrategy(poptorch.PipelinedExecution(
         poptorch.Stage("head").ipu(0), poptorch.Stage("tail").ipu(3)))
     net = Net()

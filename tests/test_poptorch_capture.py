@@ -136,12 +136,19 @@ def test_data_dependent_control_flow_names_the_module_and_line():
     assert "test_poptorch_capture.py" in message and "poptorch.cond" in message
 
 
-def test_a_new_input_signature_recompiles():
+def test_a_new_input_signature_needs_a_new_wrapper_or_destroy():
     model = nn.Linear(3, 2)
     inference = poptorch.inferenceModel(copy.deepcopy(model))
-    for shape in ((4, 3), (5, 3), (4, 3)):
+    compiled = (4, 3)
+    for shape in ((4, 3), (5, 3), (5, 3), (4, 3)):
         x = torch.randn(shape)
+        if shape != compiled:
+            with pytest.raises(poptorch.Error, match=r"Shape mismatch for input"):
+                inference(x)
+            inference.destroy()  # compiles again at the next call
+            compiled = shape
         torch.testing.assert_close(inference(x), model(x).detach())
+    inference.destroy()
     torch.testing.assert_close(inference(torch.randn(2, 7, 3)).shape, torch.Size([2, 7, 2]))
 
 

@@ -87,7 +87,10 @@ def test_calls_outside_the_plan_take_the_general_path() -> None:
         warnings.simplefilter("always")
         wrapped(x.clone().requires_grad_(), y)
     assert any("requires_grad" in str(w.message) for w in caught)
-    out = wrapped(x[:4], y[:4])  # a new signature compiles again
+    with pytest.raises(poptorch.Error, match="Shape mismatch"):  # as in PopTorch
+        wrapped(x[:4], y[:4])
+    wrapped.destroy()
+    out = wrapped(x[:4], y[:4])  # a new signature compiles after destroy()
     assert out[0].shape == (4, 5) and wrapped._compiled.fast is not None
     assert wrapped._compiled.fast.feeds((x[:4], y[:4])) is not None
 

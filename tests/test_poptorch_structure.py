@@ -46,7 +46,12 @@ def test_ordered_dict_and_custom_class_inputs_and_outputs_match_torch():
     torch.manual_seed(0)
     net = Structured()
     model = poptorch.inferenceModel(net)
-    for tag in ("first", "first", "second"):  # a new tag (a non-tensor value) recompiles
+    for tag in ("first", "first", "second"):
+        if tag == "second":  # a new tag (a non-tensor value) needs a new compilation
+            with pytest.raises(poptorch.Error, match="Value mismatch for pair"):
+                model(collections.OrderedDict(x=torch.randn(2, 3)),
+                      Pair(torch.randn(2, 3), torch.randn(2, 3), tag))
+            model.destroy()
         batch = collections.OrderedDict(x=torch.randn(2, 3))
         pair = Pair(torch.randn(2, 3), torch.randn(2, 3), tag)
         got_dict, got_pair = model(batch, pair)

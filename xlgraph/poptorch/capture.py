@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from xlgraph.errors import XlgraphError
+from xlgraph.poptorch.support import Error
 
 __all__ = ["DataDependentError", "capturing", "decompositions", "export_module",
            "module_path", "source_line", "trace_function"]
@@ -34,8 +34,10 @@ KEEP = (aten.nll_loss_forward, aten.nll_loss2d_forward, aten.silu, aten.logsumex
         aten.upsample_nearest2d, aten.hardswish, aten.softplus, aten.mish, aten.glu)
 
 
-class DataDependentError(XlgraphError, RuntimeError):
-    """Python control flow on a tensor's value, which a captured graph cannot hold."""
+class DataDependentError(Error):
+    """Python control flow on a tensor's value, or a result whose shape depends on the data
+    (``x[mask]``), which a captured graph cannot hold; a ``poptorch.Error``, as PopTorch
+    refuses dynamic shapes."""
 
 
 @functools.cache

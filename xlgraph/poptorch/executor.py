@@ -44,6 +44,7 @@ from xlgraph.poptorch.executor_weights import (  # noqa: F401 - the old path re-
     _WeightTraffic,
 )
 from xlgraph.poptorch.lowering import torch_to_numpy
+from xlgraph.poptorch.option_rules import check_inference_options
 from xlgraph.poptorch.options import Options
 from xlgraph.poptorch.support import Error
 
@@ -61,8 +62,8 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
             raise TypeError(f"expected a poptorch.Options, got {type(options).__name__}")
         options.freeze()
         self._options = options.clone()
-        if not training and self._options.Training.gradient_accumulation != 1:
-            raise Error("inferenceModel needs Training.gradientAccumulation(1)")
+        if not training:
+            check_inference_options(self._options)
         mode = self._options.resolved_output_mode(training)
         self._options.outputMode(mode, self._options.output_return_period
                                  if mode == OutputMode.EveryN else None)
@@ -87,6 +88,7 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         self._settings: optim_changes.Settings | None = None  # the optimiser's, as compiled
         self._stale_step = False  # setOptimizer changed more than learning rates
         self._hooked = training
+        self._carried_state: dict[str, torch.Tensor] = {}  # kept by destroy() for a recompile
         if training:
             weights.hook_module(model, self)
 
@@ -169,6 +171,8 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         if self._compiled.session.is_attached:
             if self.training:
                 self._optimizer_state_to_host()
+                # a call with new inputs compiles again from this optimiser state
+                self._carried_state = self.read_optimizer_state()
             self._compiled.session.__exit__(None, None, None)
         self._compiled = None
         self._settings, self._stale_step = None, False

@@ -13,11 +13,12 @@ import torch
 import torch.utils._pytree as pytree
 
 from xlgraph.poptorch import weights
+from xlgraph.poptorch.arguments import bind_call
 from xlgraph.poptorch.enums import (
     CommGroupType,
     OutputMode,
 )
-from xlgraph.poptorch.executor_compile import _Compiled, _concrete
+from xlgraph.poptorch.executor_compile import _Compiled
 from xlgraph.poptorch.lowering import (
     flat_tensors,
     torch_to_numpy,
@@ -74,9 +75,8 @@ class _CallPlan:
         return tuple(n for n in (self._steps, self._replicas) if n > 1)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return dict(bound.arguments)
+        owner = f"{type(self._user_model).__name__}.forward"
+        return bind_call(self._signature, owner, args, kwargs)
 
     @property
     def _input_replicas(self) -> int:
@@ -116,9 +116,10 @@ class _CallPlan:
         compiled = self._compiled
         fast = None if compiled is None or kwargs or self._stale_step else compiled.fast
         feeds = None if fast is None else fast.feeds(args)
+        bound = None
         if feeds is None:  # the general path: bind, check the signature, convert
-            fast = None
-            compiled, feeds = self._prepare(self._bind(args, kwargs))
+            fast, bound = None, self._bind(args, kwargs)
+            compiled, feeds = self._prepare(bound)
         if not compiled.session.is_attached:
             self.attachToDevice()
         if not self.training:
@@ -142,6 +143,8 @@ class _CallPlan:
             compiled.sync.download()
         if fast is not None:
             return fast.results(tensors)
+        if compiled.input_updates:
+            self._write_back_inputs(out, flat_tensors(bound), compiled.input_updates)
         mode = self.options.output_mode
         period = self.options.output_return_period
         results = [_to_torch(_apply_output_mode(out[s], self._steps, self._replicas, mode,
@@ -149,9 +152,26 @@ class _CallPlan:
                    for s, dtype in zip(compiled.output_streams, compiled.lowered.output_dtypes)]
         return pytree.tree_unflatten(compiled.lowered.results(results), compiled.lowered.out_spec)
 
+    def _write_back_inputs(self, out: dict[Any, np.ndarray], tensors: list[torch.Tensor],
+                           updates: dict[Any, int]) -> None:
+        """PopTorch's in-place inputs: each input ``forward`` changed in place takes, in the
+        caller's tensor, the values every micro-batch left in its slice."""
+        for stream, position in updates.items():
+            t = tensors[position]
+            grid = out[stream].reshape((self._steps, self._replicas) + stream.shape)
+            if self._input_replicas != self._replicas:  # one slice per group: its first replica
+                firsts = np.unique(self._replica_inputs(), return_index=True)[1]
+                grid = grid[:, firsts]
+            with torch.no_grad():
+                t.copy_(torch.from_numpy(np.ascontiguousarray(grid)).reshape(t.shape))
+
     def _prepare(self, bound: dict[str, Any]) -> tuple[_Compiled, dict[Any, np.ndarray]]:
-        """Compile for ``bound`` if needed (again for a new input signature, as PopTorch does)
-        and convert its tensors to stream data."""
+        """Compile for ``bound`` if needed and convert its tensors to stream data.
+
+        Raises:
+            InputMismatchError: after compilation, inputs other than the compiled ones
+                (PopTorch does not compile again: ``destroy()`` or a new wrapper does).
+        """
         if self._compiled is None:
             self._compile(bound)
         compiled = self._compiled
@@ -160,9 +180,8 @@ class _CallPlan:
             warnings.warn("Input tensor has requires_grad=True set. This tensor will be "
                           "detached: the backward pass through inputs is not supported "
                           "(as in PopTorch)", stacklevel=3)
-        got = [(tuple(t.shape), t.dtype) for t in tensors]
-        if got != compiled.input_specs or _concrete(bound) != compiled.concrete or \
-                self._stale_step:
+        compiled.inputs.check(bound)  # PopTorch runs only what it compiled for
+        if self._stale_step:  # setOptimizer changed what the step compiled in
             if not compiled.session.is_attached:
                 self.attachToDevice()  # the state to carry over is on the device
             compiled.sync.download()

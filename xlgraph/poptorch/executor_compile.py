@@ -19,6 +19,7 @@ from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
 from xlgraph.poptorch import optim as pt_optim
 from xlgraph.poptorch import optim_changes, replica_grouped, weights
+from xlgraph.poptorch.arguments import CompiledInputs
 from xlgraph.poptorch.blocks import custom_structures, recorded_blocks, static_blocks
 from xlgraph.poptorch.enums import (
     HalfFloatCastingBehavior,
@@ -32,6 +33,8 @@ from xlgraph.poptorch.lowering import (
     named_tensors,
     torch_to_numpy,
 )
+from xlgraph.poptorch.narrowing import warn_narrowed
+from xlgraph.poptorch.option_rules import check_compile_options
 from xlgraph.poptorch.options import Options
 from xlgraph.progress import tqdm
 from xlgraph.runtime import Session
@@ -57,6 +60,8 @@ class _Compiled:
     fast: FastCall | None
     optimizer: Any = None
     seed: Any = None
+    inputs: CompiledInputs | None = None
+    input_updates: dict[Any, int] | None = None  # {stream: position among the inputs}
 
 
 class _HookHandle:
@@ -136,9 +141,14 @@ class _CompileStep:
                 ir, self._traced, sample, self.training, downcast_half=(
                     self.options.Precision.half_float_casting
                     == HalfFloatCastingBehavior.FloatDowncastToHalf))
+        recorded = dict(blocks)  # the blocks entered, in order (static ones may repeat them)
         blocks.update(static_blocks(self._traced))
+        check_compile_options(self.options, self.training, recorded or blocks)
         bar.update(40)
         tensors = named_tensors(self._traced)
+        warn_narrowed([(f"input {t.name!r}", v.dtype) for t, v in
+                       zip(lowered.data_inputs, flat_tensors(args))] +
+                      [(f"parameter {k!r}", tensors[k].dtype) for k in lowered.params.values()])
         with ir.main_graph:
             variables = {k: variable(torch_to_numpy(tensors[k], f"parameter {k!r}"), name=k,
                                      replica_grouping=groupings.get(k))
@@ -179,6 +189,7 @@ class _CompileStep:
                 accumulation_reduction="sum" if reduction == ReductionType.Sum else "mean")
             streams, loss_stream, seed_var = step.streams, step.loss_stream, step.seed
             out_streams = step.output_streams[: len(lowered.outputs)]
+            every = step.output_streams  # each graph output of the forward has a stream
             self._grad_streams = dict(step.grad_streams or {})
             self._optimizer_state = dict(step.state)
         else:
@@ -188,6 +199,8 @@ class _CompileStep:
                                    updates=lowered.buffer_updates, seed=self._seed(lowered),
                                    seed_input=lowered.seed)
             streams, out_streams, seed_var = step.streams, step.output_streams, step.seed
+            every = dict(zip([i for i in range(len(lowered.graph.outputs))
+                              if i not in lowered.buffer_updates], step.output_streams))
         bar.update(30)
         if self.options.TensorLocations.num_io_tiles:
             ir.session_options.numIOTiles = self.options.TensorLocations.num_io_tiles
@@ -197,16 +210,20 @@ class _CompileStep:
         sync = weights.WeightSync(session, variables, self._traced, torch_to_numpy)
         input_specs = [(tuple(v.shape), v.dtype) for v in flat_tensors(args)]
         concrete = _concrete(args)
-        fast = FastCall.plan(self._signature, input_specs, concrete, self._steps, self._replicas,
-                             self.options.synthetic_data, self.options.output_mode, streams,
-                             out_streams, lowered.output_dtypes, lowered.constant_outputs,
-                             session.io.d2h, lowered.out_spec)
+        input_updates = {every[i]: pos for i, pos in lowered.input_updates.items()}
+        fast = None if input_updates else FastCall.plan(
+            self._signature, input_specs, concrete, self._steps, self._replicas,
+            self.options.synthetic_data, self.options.output_mode, streams, out_streams,
+            lowered.output_dtypes, lowered.constant_outputs, session.io.d2h, lowered.out_spec)
         self._compiled = _Compiled(session, lowered, sync, streams, out_streams, loss_stream,
-                                   input_specs, concrete, fast, xl_optimizer, seed_var)
+                                   input_specs, concrete, fast, xl_optimizer, seed_var,
+                                   CompiledInputs.of(args), input_updates)
         self.blocks = dict(blocks)
         session.__enter__()
         if self.training:
             self._bind_optimizer(self._optimizer)
+            self.write_optimizer_state(self._carried_state)
+            self._carried_state = {}
         bar.update(30)
         bar.close()
         self._compile_seconds = time.perf_counter() - start

@@ -83,6 +83,8 @@ class Lowered:
         loss_index: the graph output holding the loss (None in inference).
         seed: the seed input of the random ops, if any.
         buffer_updates: ``{graph output index: state_dict key}`` of updated buffers.
+        input_updates: ``{graph output index: position in data_inputs}`` of the inputs
+            ``forward`` changes in place (PopTorch writes them back into the caller's tensors).
         constant_outputs: ``{position among forward's flattened outputs: value}`` of the
             outputs that are plain Python values (``None``, a size), returned as they are.
     """
@@ -96,6 +98,7 @@ class Lowered:
     loss_index: int | None = None
     seed: Tensor | None = None
     buffer_updates: dict[int, str] = field(default_factory=dict)
+    input_updates: dict[int, int] = field(default_factory=dict)
     constant_outputs: dict[int, Any] = field(default_factory=dict)
 
     def results(self, tensors: list[Any]) -> list[Any]:
@@ -244,6 +247,10 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
             # a plain tensor attribute changed in forward is a constant: nothing persists
             if spec.kind == OutputKind.BUFFER_MUTATION and spec.target not in attributes:
                 lowered.buffer_updates[len(graph.outputs)] = keys.get(spec.target, spec.target)
+                graph_output(value)
+            elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+                lowered.input_updates[len(graph.outputs)] = [
+                    t.name for t in data].index(spec.target)
                 graph_output(value)
     return lowered
 

@@ -90,6 +90,12 @@ class _TrainingOptions(OptionsDict):
         return self._set("mean_accumulation_and_replication_reduction_strategy",
                          MeanReductionStrategy(mean_reduction_strategy))
 
+    @property
+    def meanAccumulationAndReplicationReductionStrategy(  # noqa: N802
+            self) -> MeanReductionStrategy:
+        """The strategy as PopTorch reads it back (its option key is camelCase)."""
+        return self._values["mean_accumulation_and_replication_reduction_strategy"]
+
     def setAutomaticLossScaling(self, enabled: bool) -> _TrainingOptions:  # noqa: N802
         """Adjust the loss scale automatically (recorded)."""
         return self._set("automatic_loss_scaling", enabled)
