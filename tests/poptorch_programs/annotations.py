@@ -54,7 +54,9 @@ x, labels = torch.randn(24, 5), torch.randint(0, 5, (24,))
 models, losses = {}, {}
 for name, strategy in strategies.items():
     opts = poptorch.Options()
-    opts.Training.gradientAccumulation(6)
+    # up to four stages (AutoIncrement: one per block); training adds three backward stages,
+    # and PopTorch needs at least 2 x 4 - 1 = 7 accumulated micro-batches to fill them
+    opts.Training.gradientAccumulation(8)
     opts.setExecutionStrategy(strategy)
     models[name] = model = network()
     training_model = poptorch.trainingModel(
