@@ -189,10 +189,12 @@ def test_set_optimizer_while_detached_applies_at_attach():
 
 
 def test_param_group_changes_without_set_optimizer_do_not_reach_the_device():
-    # a new input shape compiles again: still with the settings last applied, as PopTorch
-    # applies param_groups changes only through setOptimizer
+    # PopTorch applies param_groups changes only through setOptimizer; a call with a new input
+    # shape is refused and changes nothing (it does not compile again and pick them up)
     model, reference, opt, eager_opt, training, rest = _start(
         lambda m: poptorch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9))
     opt.param_groups[0].update(momentum=0.1, lr=1.0)
-    _steps(training, reference, eager_opt, [(x[:2], y[:2]) for x, y in rest])
+    with pytest.raises(poptorch.Error, match="Shape mismatch"):
+        training(rest[0][0][:2], rest[0][1][:2])
+    _steps(training, reference, eager_opt, rest)
     _assert_same(model, reference)
