@@ -133,7 +133,9 @@ def test_phased_strategies_place_phases_and_train_like_torch(tmp_path, monkeypat
     parallel = s["parallel_strategy"]()
     assert [[st._ipu for st in parallel.phase(i).stages] for i in range(3)] == \
         [[0, 2], [1, 3], [0, 2]]
-    assert s["serial_strategy"]().liveness == poptorch.Liveness.OffChipAfterEachPhase
+    serial = s["serial_strategy"]()
+    assert serial.liveness == poptorch.Liveness.OffChipAfterEachPhase
+    assert serial.useSeparateBackwardPhase() is serial and serial.separate_backward_phase
     with pytest.raises(ValueError, match="phase 3 asked for, the strategy has 3"):
         parallel.phase(3)
 
