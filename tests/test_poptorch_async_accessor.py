@@ -113,3 +113,19 @@ def test_a_worker_exception_keeps_its_type():
         for batch in accessor:
             seen.append(batch.item())
     assert seen == [0.0, 1.0] and accessor.worker_pid is None
+
+
+def test_restarted_epochs_shuffle_anew_and_the_first_is_torchs():
+    data = torch.arange(16.0)
+
+    def loader():
+        return torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+
+    torch.manual_seed(3)
+    eager = [torch.cat(list(loader())).tolist() for _ in range(3)]
+    torch.manual_seed(3)
+    accessor = poptorch.AsynchronousDataAccessor(loader(), load_indefinitely=False)
+    epochs = [torch.cat(list(accessor)).tolist() for _ in range(3)]
+    assert epochs[0] == eager[0]
+    assert all(sorted(e) == data.tolist() for e in epochs)
+    assert len({tuple(e) for e in epochs}) == 3, "a restarted worker repeated an epoch's order"

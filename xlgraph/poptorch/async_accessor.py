@@ -15,6 +15,8 @@ Iterator state, as PopTorch's:
   one.
 * ``terminate()`` stops the worker (collecting the accessor or leaving the interpreter does too);
   iterating afterwards starts a new one.
+* a new worker starts from the caller's torch generator, which each start moves on: a shuffling
+  ``DataLoader`` gives each restarted epoch a new order, and the first epoch torch's order.
 * an exception in the worker is raised in the caller with its type; a worker process that dies
   (killed, crashed) raises ``poptorch.Error`` naming its pid and signal instead of waiting.
 """
@@ -84,6 +86,10 @@ class AsynchronousDataAccessor:
             target=_load, args=(self.dataset, batches, stop, self.load_indefinitely, os.getpid()),
             name="poptorch-async-loader", daemon=False)
         process.start()
+        # The worker draws its epoch's seeds (a DataLoader's shuffle and worker seeds) from the
+        # torch generator it inherited; one draw here moves the caller's generator on, as
+        # iterating in this process would, so a restarted worker does not repeat an epoch.
+        torch.empty((), dtype=torch.int64).random_()
         self._worker = (process, batches, stop)
         # runs when the accessor is collected, and at exit before multiprocessing joins children
         self._finalizer = multiprocessing.util.Finalize(
