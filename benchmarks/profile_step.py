@@ -6,7 +6,8 @@ inside whole steps run line by line (where lines evict each other's data, as in 
 ``--cpu`` times the CPU time of this thread (``time.thread_time``) instead of wall time: on a
 shared machine it moves much less with the other processes' load. The models: the PopXL MNIST
 tutorial MLP (``mlp``), the seed-000 MNIST CNN of ``cnn.py`` (``cnn``) and the decoder of
-``transformer.py`` (``gpt``, its float32 training step). The last line
+``transformer.py`` (``gpt``, its float32 training step;
+``gpt16`` its float16 one). The last line
 printed is one ``Session.run``.
 
 ``fashion`` is the seed-003 classifier's Session as ``poptorch.trainingModel`` builds it (the
@@ -53,10 +54,10 @@ def model_step(model: str, batch: int, backend: str,
     ``model``."""
     if model == "fashion":
         return poptorch_session(batch)
-    if model == "gpt":
+    if model in ("gpt", "gpt16"):
         import gpt_model as gm
 
-        ir, tok, _, named = gm.build_train(gm.FULL, batch)
+        ir, tok, _, named = gm.build_train(gm.FULL, batch, half=model == "gpt16")
         session = popxl.Session(ir, backend=backend, blas_threads=1,
                                 compile_in_background=False)
         gm.load(session, named, gm.initial_weights(gm.FULL))
@@ -131,7 +132,7 @@ def line_times(model: str, batch: int, backend: str, number: int = 2000, in_step
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn", "fashion", "gpt"])
+    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn", "fashion", "gpt", "gpt16"])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--backend", default="numba", choices=["numpy", "numba"])
     parser.add_argument("--number", type=int, default=None,
