@@ -16,9 +16,9 @@ Step = Any
 
 
 def torch_train(cfg: Config, weights: dict[str, np.ndarray], compiled: bool = False,
-                half: bool = False) -> Step:
+                half: bool = False, half_dtype: str = "bfloat16") -> Step:
     """PyTorch: the forward and loss (eager, or through ``torch.compile``; with ``half``
-    under bfloat16 autocast), backward, ``AdamW(fused=True)``."""
+    under autocast to ``half_dtype``), backward, ``AdamW(fused=True)``."""
     import torch
     import torch.nn.functional as F  # noqa: N812
 
@@ -51,7 +51,7 @@ def torch_train(cfg: Config, weights: dict[str, np.ndarray], compiled: bool = Fa
     def step(tokens: np.ndarray) -> float:
         t = torch.from_numpy(tokens).long()
         if half:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", dtype=getattr(torch, half_dtype)):
                 loss = forward(t)
         else:
             loss = forward(t)

@@ -6,8 +6,9 @@ sequence 128, causal attention, pre-LayerNorm, tanh GELU, tied embeddings, learn
 ``train_b8``: a training step at batch 8 (forward, cross-entropy, backward, AdamW) in xlgraph
 (popxl-addons ``Module``s), PyTorch eager, ``torch.compile`` and JAX ``jit`` (donated,
 asynchronous); ``train_b8_half``: the same step in low precision (xlgraph: float16 weights and
-activations, float32 loss and moments, loss scaling 1024; torch: bfloat16 autocast, torch's
-CPU float16 autocast being the slower; JAX: the forward in bfloat16). ``generate_b1`` and
+activations, float32 loss and moments, loss scaling 1024; torch: bfloat16 autocast, or
+float16 with ``--torch-half float16``, the slower on CPUs without float16 arithmetic; JAX: the
+forward in bfloat16). ``generate_b1`` and
 ``generate_b8``: 128 greedy tokens after an 8-token prompt with a KV cache, xlgraph against
 HuggingFace ``generate`` on the same weights. ``peak_rss_bytes``: the peak resident memory of
 a fresh process that builds one contender and runs 3 training steps (imports included).
@@ -56,15 +57,18 @@ def xlgraph_train(cfg: gm.Config, weights: dict[str, np.ndarray], batch: int,
 
 
 def make_train(name: str, cfg: gm.Config, weights: dict[str, np.ndarray], batch: int,
-               half: bool, data: list[np.ndarray]) -> tuple[Callable[[int], Any], Any]:
-    """``step(i)`` running contender ``name`` on ``data[i % len(data)]``, and its Session."""
+               half: bool, data: list[np.ndarray], torch_half: str = "bfloat16",
+               ) -> tuple[Callable[[int], Any], Any]:
+    """``step(i)`` running contender ``name`` on ``data[i % len(data)]`` (torch's low precision:
+    autocast to ``torch_half``), and its Session."""
     session = None
     if name == "xlgraph":
         fn, session = xlgraph_train(cfg, weights, batch, half)
     elif name == "jax":
         fn = gpt_peers.jax_train(cfg, weights, half)
     else:
-        fn = gpt_peers.torch_train(cfg, weights, compiled=name == "torch_compile", half=half)
+        fn = gpt_peers.torch_train(cfg, weights, compiled=name == "torch_compile", half=half,
+                                   half_dtype=torch_half)
         if name == "torch_compile":  # compile outside the timed loops
             start = time.perf_counter()
             fn(data[0])
@@ -147,6 +151,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the tiny decoder of the tests (a smoke run, not a figure)")
     parser.add_argument("--skip", nargs="*", default=[],
                         choices=["train", "half", "generate", "rss"], help="parts not to run")
+    parser.add_argument("--torch-half", default="bfloat16", choices=["bfloat16", "float16"],
+                        help="torch's autocast dtype in the low-precision step (bfloat16 is "
+                             "the faster on CPUs without float16 arithmetic)")
     parser.add_argument("--rss-of", choices=TRAIN, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -161,12 +168,13 @@ def main(argv: list[str] | None = None) -> None:
     weights = gm.initial_weights(cfg)
     rounds = 3 if args.quick else 5
     result: dict[str, Any] = {"benchmark": "transformer", "machine": machine(),
-                              "config": cfg.__dict__, "best": {}}
+                              "config": cfg.__dict__, "torch_half": args.torch_half, "best": {}}
     data = gm.token_batches(cfg, batch)
     for key, half in (("train_b8", False), ("train_b8_half", True)):
         if ("half" if half else "train") in args.skip:
             continue
-        makers = {n: (lambda n=n, h=half: make_train(n, cfg, weights, batch, h, data))
+        makers = {n: (lambda n=n, h=half: make_train(n, cfg, weights, batch, h, data,
+                                                     args.torch_half))
                   for n in TRAIN}
         timings = time_set(makers, args.threads, calls=1, rounds=rounds)
         result[key] = {f"threads_{n}": t for n, t in timings.items()}

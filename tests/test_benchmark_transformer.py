@@ -55,6 +55,16 @@ def test_the_float16_step_follows_the_float32_step() -> None:
     np.testing.assert_allclose(half, full, rtol=2e-3)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_torch_low_precision_steps_follow_float32(dtype: str) -> None:
+    pytest.importorskip("torch")
+    full = peer_losses(gpt_peers.torch_train(CFG, gm.initial_weights(CFG)))
+    low = peer_losses(gpt_peers.torch_train(CFG, gm.initial_weights(CFG), half=True,
+                                            half_dtype=dtype))
+    np.testing.assert_allclose(low, full, rtol=2e-2)
+    assert low != full  # autocast did compute in low precision
+
+
 def test_generation_matches_huggingface() -> None:
     pytest.importorskip("transformers")
     weights = gm.initial_weights(CFG)
@@ -75,6 +85,8 @@ def test_flags_parse_without_measuring(capsys) -> None:
     opts = transformer.parse_args(["--quick", "--threads", "1", "--skip", "rss", "generate"])
     assert (opts.quick, opts.threads, opts.skip, opts.tiny) == (True, [1], ["rss", "generate"],
                                                                  False)
+    assert opts.torch_half == "bfloat16"
+    assert transformer.parse_args(["--torch-half", "float16"]).torch_half == "float16"
     with pytest.raises(SystemExit):
         transformer.parse_args(["--help"])
     assert "--skip" in capsys.readouterr().out
