@@ -214,7 +214,8 @@ def test_streams_read_at_several_sites_count_their_transfers() -> None:
     assert "h0_i += 1" in session.source and "d0_i += 1" in session.source
 
 
-@pytest.mark.parametrize("case", ["broadcast", "transposed", "stepped"])
+@pytest.mark.parametrize("case", ["broadcast", "transposed", "stepped", "dynamic_rows",
+                                  "dynamic_columns"])
 def test_layouts_match_the_interpreter(case: str) -> None:
     """numpy picks result layouts (and so reduction orders) from input strides: views and
     pool buffers must not change them."""
@@ -229,6 +230,10 @@ def test_layouts_match_the_interpreter(case: str) -> None:
                 v = ops.expand(x[0], (40, 48))
             elif case == "transposed":
                 v = x.T
+            elif case.startswith("dynamic"):  # C-ordered rows; columns with gaps between rows
+                at = popxl.constant(np.array([3], np.int32))
+                axis = 0 if case == "dynamic_rows" else 1
+                v = ops.dynamic_slice(x, at, [axis], [20], True)
             else:
                 v = ops.slice(x, start=0, stop=32, step=3, axis=0)
             y = ops.exp(ops.tanh(v))

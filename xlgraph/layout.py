@@ -61,6 +61,14 @@ def broadcast_layout(spec: TensorSpec, shape: tuple[int, ...], **_: Any) -> str:
     return strides_layout(tuple(shape), strides)
 
 
+def region_layout(spec: TensorSpec, axes: tuple[int, ...], sizes: tuple[int, ...],
+                  **_: Any) -> str:
+    """Layout of a region of ``sizes`` along ``axes`` (a dynamic slice): the input's strides,
+    whatever the run-time offsets."""
+    shape = tuple(sizes[axes.index(i)] if i in axes else n for i, n in enumerate(spec.shape))
+    return strides_layout(shape, c_strides(spec.shape))
+
+
 def index_layout(spec: TensorSpec, index: tuple[Any, ...], **_: Any) -> str:
     """Layout of ``x[index]`` for basic indexing by ints, slices and one Ellipsis."""
     if any(k is Ellipsis for k in index):

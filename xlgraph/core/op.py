@@ -67,8 +67,9 @@ class OpDef:
         cost: ``cost(in_specs, out_specs, **attrs)`` -> ``xlgraph.cost.Cost``; None takes the
             family default (``xlgraph.cost.default_cost``).
         scratch: number of scratch arrays (each of the output's spec) ``kernel_out`` takes.
-        layout: for views, ``layout(in_spec, **attrs)`` -> the output's layout when the input
-            is C-contiguous: ``"C"``, ``"D"`` (dense, other axis order) or ``"?"`` (None).
+        layout: for views, ``layout(in_spec, **attrs)`` -> the output's layout when the
+            viewed input is C-contiguous, whatever the values of any other inputs (offsets):
+            ``"C"``, ``"D"`` (dense, other axis order) or ``"?"`` (None).
         threaded: the kernel runs its batch in chunks through ``ops.window.map_chunks``, on
             several threads when the Session enables them (``xlgraph.runtime.threads``).
         replicated: ``replicated(ctx, *arrays, **attrs)`` -> outputs for arrays with a leading

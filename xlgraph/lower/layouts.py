@@ -49,9 +49,11 @@ class _Layouts:
         return fn.signature is not None or all(lay == "C" for lay in layouts)
 
     def view_layout(self, s: Step) -> str:
-        """The layout a view step gives, as its op declares it (``OpDef.layout``)."""
+        """The layout a view step gives, as its op declares it (``OpDef.layout``: from the
+        viewed input's spec and the attributes, whatever the values of other inputs, such as a
+        dynamic slice's offsets)."""
         src = s.alias_source
-        if self.plan.layout[src] != "C" or not pure_view(s) or s.defn.layout is None:
+        if self.plan.layout[src] != "C" or s.defn.side_effect or s.defn.layout is None:
             return "?"
         return s.defn.layout(self.specs[src], **s.attrs)
 

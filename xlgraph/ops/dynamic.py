@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.errors import ShapeError
+from xlgraph.layout import region_layout
 from xlgraph.op import OpDef, Sample, apply1, normalize_axes, register, same_dtype
 from xlgraph.ops.indexing import as_index_tensor, check_int_indices
 from xlgraph.ops.movement import init
@@ -123,7 +124,7 @@ def _dynamic_samples(update: bool):
 
 _DYNAMIC_SLICE = OpDef("dynamic_slice", _dynamic_slice_infer, _dynamic_slice,
                        _dynamic_slice_grad, view=True, ref=_dynamic_slice_ref,
-                       samples=_dynamic_samples(False))
+                       samples=_dynamic_samples(False), layout=region_layout)
 _DYNAMIC_UPDATE = OpDef("dynamic_update", _dynamic_update_infer, _dynamic_update,
                         _dynamic_update_grad, ref=_dynamic_update_ref,
                         samples=_dynamic_samples(True))
