@@ -272,6 +272,43 @@ def test_failed_run_restores_variables_from_one_snapshot(optimize: bool) -> None
         np.testing.assert_array_equal(session.get_tensor_data(w), np.ones(3))
 
 
+@pytest.mark.parametrize("also_whole", [False, True])
+def test_failed_run_puts_back_the_regions_it_wrote(also_whole: bool) -> None:
+    """A cache written only by ``dynamic_update_`` is not snapshotted: each write saves its
+    region first, and a run that fails after two writes (a bad label) restores both. A
+    variable also written whole keeps the snapshot."""
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        pos_s = popxl.h2d_stream((2,), popxl.int32, "pos")
+        lab_s = popxl.h2d_stream((2,), popxl.int32, "labels")
+        cache = popxl.variable(np.arange(12, dtype=np.float32).reshape(4, 3), name="cache")
+        pos = ops.host_load(pos_s)
+        for i, value in enumerate((-1.0, -2.0)):
+            row = popxl.constant(np.full((1, 3), value, np.float32))
+            ops.dynamic_update_(cache, pos[i:i + 1], row, [0], [1], True)
+        if also_whole:
+            ops.scaled_add_(cache, popxl.constant(np.ones((4, 3), np.float32)), b=0.5)
+        _, grad = ops.nll_loss_with_softmax_grad(ops.softmax(cache[:2], axis=-1),
+                                                 ops.host_load(lab_s))
+        store(grad, "grad")
+    session = popxl.Session(ir)
+    expected = ["cache"] if also_whole else []
+    assert [v.name for v in session.executable.written_variables] == expected
+    assert ("u_dynamic_update_(UNDO" in session.source) is not also_whole
+    before = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with session:
+        with pytest.raises(popxl.errors.ExecutionError, match="nll_loss_with_softmax_grad"):
+            session.run({pos_s: np.array([1, 3], np.int32), lab_s: np.array([0, 7], np.int32)})
+        np.testing.assert_array_equal(session.get_tensor_data(cache), before)
+        session.run({pos_s: np.array([1, 1], np.int32), lab_s: np.array([0, 2], np.int32)})
+        after = before.copy()
+        after[1] = -2.0
+        if also_whole:
+            after += 0.5
+        np.testing.assert_array_equal(session.get_tensor_data(cache), after)
+    assert not (session.executable.compiled.undo or [])  # nothing kept after a run
+
+
 def test_blas_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     big = threads.PARALLEL_MIN_FLOPS
     assert threads.choose_threads(None, big) is None and threads.choose_threads(3, 0) == 3

@@ -70,6 +70,10 @@ class OpDef:
         layout: for views, ``layout(in_spec, **attrs)`` -> the output's layout when the
             viewed input is C-contiguous, whatever the values of any other inputs (offsets):
             ``"C"``, ``"D"`` (dense, other axis order) or ``"?"`` (None).
+        region: for in-place ops that write only part of input ``inplace_of``:
+            ``region(*inputs, **attrs)`` -> the index of that part. A variable written only
+            by such ops is not snapshotted whole before each run: each write first saves the
+            part it overwrites (``xlgraph.lower.undo``).
         threaded: the kernel runs its batch in chunks through ``ops.window.map_chunks``, on
             several threads when the Session enables them (``xlgraph.runtime.threads``).
         replicated: ``replicated(ctx, *arrays, **attrs)`` -> outputs for arrays with a leading
@@ -103,6 +107,7 @@ class OpDef:
     cost: Callable[..., Any] | None = None
     scratch: int = 0
     layout: Callable[..., str] | None = None
+    region: Callable[..., Any] | None = None
     threaded: bool = False
     replicated: Callable[..., Any] | None = None
     replica: str = "local"

@@ -54,6 +54,7 @@ class CompiledStep:
     source: str
     line_ops: dict[int, Op]
     loops: int = 0  # steps with a loop form that applies (compiled when a backend was given)
+    undo: list[Any] | None = None  # the regions a run overwrote (``lower.undo``), if any
 
 
 class _Writer(Loops):
@@ -132,7 +133,8 @@ class _Writer(Loops):
 def generate(program: Program, plans: dict[Program | Function, Plan],
              buffers: list[np.ndarray], swaps: dict[Step, int], h2d: list[Any], d2h: list[Any],
              transfers: int, backend: Backend | None = None,
-             arrays: list[np.ndarray] = (), fuse: bool = False) -> CompiledStep:
+             arrays: list[np.ndarray] = (), fuse: bool = False,
+             logged: set[Step] = frozenset()) -> CompiledStep:
     """Compile ``program`` into a Python function ``step(IN, OUT, V, N)``.
 
     ``plans`` maps each body (the program and each function) to its buffer plan and
@@ -142,15 +144,18 @@ def generate(program: Program, plans: dict[Program | Function, Plan],
     (``{step: variable slot}``, in slot order), which those steps write instead. With a
     ``backend``, steps whose op has a loop form call its compiled version instead; ``arrays``
     (the variables' device arrays, as ``V``) lets calls on variables skip its type dispatch;
-    ``fuse`` runs consecutive compiled calls as segments (see the module docstring).
+    ``fuse`` runs consecutive compiled calls as segments (see the module docstring);
+    ``logged`` steps save the regions they overwrite in the list ``CompiledStep.undo``
+    (``lower.undo``).
     """
     writer = _Writer(program, plans, buffers, swaps, h2d, d2h, transfers, backend, arrays,
-                     fuse)
+                     fuse, logged)
     source = writer.source()
     code = compile(source, _FILENAME, "exec")
     namespace = writer.namespace
     exec(code, namespace)  # noqa: S102 - generated from the Ir; names only in escaped comments
-    return CompiledStep(namespace["step"], source, writer.line_ops, writer.loops)
+    return CompiledStep(namespace["step"], source, writer.line_ops, writer.loops,
+                        namespace.get("UNDO"))
 
 
 def failing_op(compiled: CompiledStep, exc: BaseException) -> Op | None:

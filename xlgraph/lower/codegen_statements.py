@@ -7,6 +7,8 @@ binding and a call of a compiled function. ``codegen_loops.py`` adds loops and b
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from xlgraph.lower import annotate
@@ -15,6 +17,8 @@ from xlgraph.lower.layouts import pure_view
 from xlgraph.lower.plan import is_elementwise_ufunc, new_buffer
 from xlgraph.lower.program import Step
 from xlgraph.lower.segments import FusedCall
+from xlgraph.lower.undo import logging_kernel
+from xlgraph.op import OpDef
 from xlgraph.ops.loops import RAISING
 
 __all__ = ["Statements"]
@@ -41,6 +45,9 @@ class Statements(Writer):
                     self.names[src] = f"n{src}"
                 self.emit(indent, call_text(fn, args, f", out={self.names[src]}{extra}{attrs}"),
                           s.op)
+            elif s in self.logged:  # saves the region it overwrites first
+                fn = self.bind_global(f"u_{d.name}", self.undo_kernel(d))
+                self.emit(indent, call_text(fn, ["UNDO", *args], attrs), s.op)
             else:
                 fn = self.bind_global(f"k_{d.name}", d.kernel)
                 self.emit(indent, call_text(fn, args, attrs), s.op)
@@ -70,6 +77,13 @@ class Statements(Writer):
             self.names[o] = f"s{o}"
             if not self.program.specs[o].shape:  # ufuncs give numpy scalars for 0-d results
                 self.emit(indent, f"s{o} = np.asarray(s{o})")
+
+    def undo_kernel(self, d: OpDef) -> Any:
+        """``d``'s kernel recording an undo entry (one function per op definition)."""
+        found = self.undo_kernels.get(d.name)
+        if found is None or found[0] is not d:
+            found = self.undo_kernels[d.name] = (d, logging_kernel(d))
+        return found[1]
 
     def compiled_loop(self, s: Step, args: list[str], indent: int) -> bool:
         """Emit a call of the backend's compiled loop form of ``s`` instead of its

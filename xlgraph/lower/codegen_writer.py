@@ -54,7 +54,8 @@ class Writer:
     def __init__(self, program: Program, plans: dict[Program | Function, Plan],
                  buffers: list[np.ndarray], swaps: dict[Step, int], h2d: list[Any],
                  d2h: list[Any], transfers: int, backend: Backend | None = None,
-                 arrays: list[np.ndarray] = (), fuse: bool = False) -> None:
+                 arrays: list[np.ndarray] = (), fuse: bool = False,
+                 logged: set[Step] = frozenset()) -> None:
         self.program = program
         self.backend = backend
         self.plans = plans
@@ -75,6 +76,10 @@ class Writer:
             self.fixed[f"w{slot}"] = self.fixed[f"n{slot}"] = arr
         self.swaps = swaps
         self.swapped = set(swaps.values())
+        self.logged = logged  # steps that record what they overwrite (``lower.undo``)
+        if logged:
+            self.namespace["UNDO"] = []
+        self.undo_kernels: dict[str, tuple[Any, Any]] = {}
         for slot in program.variable_slots:
             self.names[slot] = f"w{slot}"
         self.carried = {d for s in program.walk() if s.kind == "loop" for d, _ in s.carried}

@@ -7,7 +7,8 @@ Both own the device arrays of the variables (``arrays``, one per entry of ``vari
 updates them. ``written_variables`` are the ones a failed run may have changed: the Session
 snapshots those. The compiled plan writes some variables into spare arrays instead and swaps
 them in only when the run succeeds, all at once by rebinding ``state`` (so ``arrays`` may hold
-other array objects after a run, and a run interrupted before that rebinding changed none of them).
+other array objects after a run, and a run interrupted before that rebinding changed none of them),
+and puts back the regions of variables written only in regions itself (``lower.undo``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from xlgraph.lower.plan import Plan, Pool, plan_body, swap_writes
 from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.lower.replicas import ReplicaContext, replicate
 from xlgraph.lower.transfers import check_host_transfers
+from xlgraph.lower.undo import logged_writes, replay
 from xlgraph.op import Op
 from xlgraph.ops.replicas import Exchange
 from xlgraph.tensor import Variable
@@ -121,6 +123,9 @@ class CompiledExecutable:
         # a large memmapped variable gets no spare array (the Session snapshots it on disk)
         spared = [s for s in slots if not is_large_map(program.variable_slots[s].host_memmap)]
         swaps = swap_writes(program.steps, spared, plan)
+        # variables written only in regions save those instead of a snapshot (one replica)
+        logged = set() if ctx is not None else logged_writes(
+            program.steps, written - set(swaps.values()), plan)
         self.variables = list(program.variable_slots.values())
         self.held_once = {v for s, v in program.variable_slots.items() if s not in varying}
         arrays = _device_arrays(self.variables, None if ctx is None else ctx.local,
@@ -138,22 +143,30 @@ class CompiledExecutable:
         self.buffers = pool.allocate()
         self._generate = functools.partial(generate, program, plans, self.buffers, swaps,
                                            self.h2d, self.d2h, ir.num_host_transfers,
-                                           arrays=arrays, fuse=fuse)
+                                           arrays=arrays, fuse=fuse, logged=logged)
         self.compiled = self._generate(None if defer else backend)
         self.source = self.compiled.source
         # With ``defer``, the backend whose kernels are still to compile (None when none of the
         # steps has a loop form): a Session's kernel thread compiles them and calls ``use``.
         self.deferred = backend if defer and self.compiled.loops else None
-        swapped = set(swaps.values())
+        unsaved = set(swaps.values()) | {s.modifies for s in logged}
         self.written_variables = [program.variable_slots[s] for s in sorted(written)
-                                  if s not in swapped]
+                                  if s not in unsaved]
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         state = self.state
         if self.single_replica:
             inputs = _with_replica_axis(inputs, self.transfers)
             outputs = _with_replica_axis(outputs, self.transfers)
-        self.compiled.fn(inputs, outputs, *state)
+        compiled = self.compiled
+        try:
+            compiled.fn(inputs, outputs, *state)
+        except BaseException:
+            if compiled.undo:  # put back the regions the run overwrote
+                replay(compiled.undo)
+            raise
+        if compiled.undo:
+            compiled.undo.clear()
         self.state = self._next(state)  # the commit: one rebinding, all or nothing
 
     def _next(self, state: tuple[list[np.ndarray], list[np.ndarray]],

@@ -83,6 +83,10 @@ def _dynamic_update_inplace(x, index, update, axes, sizes, no_overlap):
     return x
 
 
+def _written_region(x, index, update, axes, sizes, no_overlap):
+    return _region(x.shape, index, axes, sizes)
+
+
 def _dynamic_update(x, index, update, axes, sizes, no_overlap):
     return _dynamic_update_inplace(x.copy(), index, update, axes, sizes, no_overlap)
 
@@ -129,7 +133,8 @@ _DYNAMIC_UPDATE = OpDef("dynamic_update", _dynamic_update_infer, _dynamic_update
                         _dynamic_update_grad, ref=_dynamic_update_ref,
                         samples=_dynamic_samples(True))
 _DYNAMIC_UPDATE_ = OpDef("dynamic_update_", _dynamic_update_infer, _dynamic_update_inplace,
-                         inplace_of=0, ref=_dynamic_update_ref, samples=_dynamic_samples(True))
+                         inplace_of=0, ref=_dynamic_update_ref, samples=_dynamic_samples(True),
+                         region=_written_region)
 
 
 def _dynamic_attrs(t: Tensor, axes: Sequence[int], sizes: Sequence[int],
