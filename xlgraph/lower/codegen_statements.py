@@ -91,6 +91,9 @@ class Statements(Writer):
         counts where it has one axis: ``dense`` gives it C-contiguous) and no two inputs are
         different views of one buffer (numpy buffers overlapping operands; a loop would not)."""
         d, plan, specs = s.defn, self.plan, self.program.specs
+        per = getattr(d.kernel, "per_replica", None)
+        if per is not None:
+            return self.per_replica_loop(s, per, args, indent)
         roots = {plan.root[x]: x for x in s.ins}
         dense = plan.densify.get(s, ())
         if (d.loop is None or any(len(specs[s.ins[i]].shape) > 1 for i in dense)
@@ -107,29 +110,73 @@ class Statements(Writer):
             return False
         self.loops += 1
         fn, extra = found
+        consts = self.loop_consts(d.name, extra)
         src = s.alias_source
         if src is not None and s in self.swaps:  # the result goes to the spare array
             self.names[src] = f"n{src}"
         outs = [self.names[src]] if src is not None else [f"b{plan.buffer_of[o]}"
                                                            for o in s.outs]
-        consts = [repr(x) if isinstance(x, int) else self.bind_global(f"x_{d.name}", x)
-                  for x in extra]
         fixed = [self.fixed.get(name) for name in (*args, *outs)]
         direct = None if any(a is None for a in fixed) else self.backend.direct(
             fn, [*fixed, *extra])
         name = self.bind_global(f"j_{d.name}", fn if direct is None else direct)
         call = f"{name}({', '.join([*args, *outs, *consts])})"
         if self.fuse and hasattr(fn, "overloads") and not dense:  # compiled, plain arguments
-            for c in consts:
-                if not c[0].isdigit() and c[0] != "-":
-                    self.segments.namespace[c] = self.namespace[c]
-            self.segments.namespace[name] = fn
+            self.share_with_segments(name, fn, consts)
             raises = getattr(fn, "py_func", None) in RAISING
             self.segments.add(FusedCall(indent, call, call, s.op, raises))
         else:
             self.emit(indent, call, s.op)
         for o, name in zip(s.outs, outs):
             self.set_name(o, name, indent)
+        return True
+
+    def loop_consts(self, name: str, extra: tuple) -> list[str]:
+        """The text of a loop form's extra arguments (ints as literals, others as globals)."""
+        return [repr(x) if isinstance(x, int) else self.bind_global(f"x_{name}", x)
+                for x in extra]
+
+    def share_with_segments(self, name: str, fn: object, consts: list[str]) -> None:
+        """Make loop ``fn`` (called ``name``) and its constant globals known to segments."""
+        for c in consts:
+            if not c[0].isdigit() and c[0] != "-":
+                self.segments.namespace[c] = self.namespace[c]
+        self.segments.namespace[name] = fn
+
+    def per_replica_loop(self, s: Step, per: tuple, args: list[str], indent: int) -> bool:
+        """A replicated step whose op has a loop form (``replica_forms.replica_defn`` leaves
+        ``per_replica``: the op, which inputs vary, one replica's specs): with segments,
+        the loop form once per replica inside a compiled segment (``for r in range(n):``,
+        varying arrays indexed by ``r``, values held once as they are), each replica's bits
+        those of a one-replica step; the line it falls back to is the replicated kernel."""
+        defn, vary, ins, outs = per
+        plan = self.plan
+        if self.backend is None:  # count it: a backend may compile it later
+            self.loops += self.fuse and defn.loop(ins, **s.attrs) is not None
+            return False
+        if (not self.fuse or s in plan.copies or plan.densify.get(s)
+                or len({plan.root[x] for x in s.ins}) != len(set(s.ins))
+                or any(plan.layout[x] != "C" for x in s.ins)):
+            return False
+        found = self.backend.kernel(defn.loop, ins, outs, s.attrs)
+        if found is None or not hasattr(found[0], "overloads"):
+            return False
+        self.loops += 1
+        fn, extra = found
+        consts = self.loop_consts(defn.name, extra)
+        name = self.bind_global(f"j_{defn.name}", fn)
+        self.share_with_segments(name, fn, consts)
+        out_names = [f"b{plan.buffer_of[o]}" for o in s.outs]
+        sliced = [f"{a}[r]" if v else a for a, v in zip(args, vary)]
+        text = (f"for r in range({self.program.specs[s.outs[0]].shape[0]}): "
+                f"{name}({', '.join([*sliced, *(f'{o}[r]' for o in out_names), *consts])})")
+        out = out_names[0] if len(out_names) == 1 else f"({', '.join(out_names)})"
+        plain = call_text(self.bind_global(f"o_{s.defn.name}", s.defn.kernel_out), args,
+                          f", out={out}{self.attr_text(s.attrs)}")
+        raises = getattr(fn, "py_func", None) in RAISING
+        self.segments.add(FusedCall(indent, text, plain, s.op, raises, alone=True))
+        for o, out_name in zip(s.outs, out_names):
+            self.set_name(o, out_name, indent)
         return True
 
     def scratch_text(self, s: Step) -> str:

@@ -150,6 +150,9 @@ class Writer:
         if i in self.plan.copies.get(s, ()):
             return f"np.array({name})"
         if i in self.plan.densify.get(s, ()):
+            fixed = self.unmoved(name)
+            if fixed is not None and (fixed.flags.c_contiguous or fixed.flags.f_contiguous):
+                return name  # always dense: ``dense`` would give it as it is
             return f"{self.bind_global('dense', dense)}({name})"
         return name
 

@@ -144,9 +144,27 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
 
     run.loops = defn.replicated is None  # type: ignore[attr-defined]
     run.c_contiguous = contiguous  # type: ignore[attr-defined]  # see ``layouts``
-    return dataclasses.replace(defn, kernel=run, kernel_out=None, loop=None,
+    kernel_out = None
+    if defn.replica == "local" and defn.loop is not None and contiguous and all(out_vary):
+        # a compiling backend may run the op's loop form once per replica in a segment
+        # (``codegen_statements``): the results then go to pool buffers
+        run.per_replica = (defn, vary, ins, outs)  # type: ignore[attr-defined]
+        kernel_out = _copied_out(run)
+    return dataclasses.replace(defn, kernel=run, kernel_out=kernel_out, loop=None,
                                layout=_view_layout(defn, ins[0]) if defn.view else None,
                                replicated=None)
+
+
+def _copied_out(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``kernel_out`` that copies ``kernel``'s results into ``out``."""
+
+    def kernel_out(*arrays: np.ndarray, out: Any, **attrs: Any) -> Any:
+        result = kernel(*arrays, **attrs)
+        for o, r in zip(_results(out), _results(result)):
+            np.copyto(o, r)
+        return out
+
+    return kernel_out
 
 
 def _view_layout(defn: OpDef, one: TensorSpec) -> Callable[..., str] | None:

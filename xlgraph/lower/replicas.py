@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.lower.program import Function, Program, Step, walk
+from xlgraph.lower.replica_folds import fold_batch, folded_steps, summed_steps
 from xlgraph.lower.replica_forms import (
     agree_defn,
     is_global,
@@ -218,6 +219,19 @@ class _Rewriter:
         self.one[slot] = self.one[like]
         return slot
 
+    def fresh(self, spec: TensorSpec) -> int:
+        """A new slot of ``spec`` (without the replica axis: it is the full spec)."""
+        slot = self.program.num_slots
+        self.program.num_slots += 1
+        self.one[slot] = spec
+        return slot
+
+    def varying(self, like: int) -> int:
+        """A new slot that carries the replica axis, of one replica's spec of ``like``."""
+        slot = self.new_slot(like)
+        self.vary.mark(slot)
+        return slot
+
     def lifted(self, slot: int, op: Op | None, steps: list[Step]) -> int:
         """A varying copy of uniform ``slot``, made by a step appended to ``steps``."""
         out = self.new_slot(slot)
@@ -236,13 +250,25 @@ class _Rewriter:
         vary = self.vary
         for s in steps:
             if s in self.contracted:
-                s.defn = _finish_defn(s.defn, 1 if self.prescaled(s) else self.ctx.total)
+                divisor = 1 if self.prescaled(s) else self.ctx.total
+                if s.attrs["op"] == "add" or divisor == 1:  # the input holds the result
+                    s = Step("ref", s.ins[:1], s.outs, s.op)
+                else:
+                    s.defn = _finish_defn(s.defn, divisor)
             elif s in self.producers:
                 scale = 1 / self.ctx.total if self.prescaled(self.producers[s]) else 1
+                steps = summed_steps(s, self.one, self.ctx.local, scale, self.fresh, self.varying)
+                if steps is not None:
+                    out.extend(steps)
+                    continue
                 s.defn = _summed_defn(s.defn, self.ctx, [self.one[x] for x in s.ins],
                                       self.one[s.outs[0]], scale)
             elif s.kind == "kernel" and (any(x in vary for x in s.ins)
                                          or s.defn.replica != "local"):
+                batch = fold_batch(s.defn, [x in vary for x in s.ins], [self.one[x] for x in s.ins])
+                if batch is not None:
+                    out.extend(folded_steps(s, batch, self.one, self.ctx.local, self.fresh))
+                    continue
                 s.defn = replica_defn(s.defn, [x in vary for x in s.ins],
                                       [o in vary for o in s.outs],
                                       [self.one[x] for x in s.ins],

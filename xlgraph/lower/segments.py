@@ -49,6 +49,7 @@ class FusedCall:
     plain: str
     op: Op
     raises: bool
+    alone: bool = False  # worth a segment of its own (a loop over replicas)
 
 
 class Segments:
@@ -101,7 +102,8 @@ class Segments:
         calls, self.queued = self.queued, []
         if not calls:
             return
-        call = self._compile(calls) if 1 < len(calls) <= self.budget else None
+        worth = len(calls) > 1 or calls[0].alone
+        call = self._compile(calls) if worth and len(calls) <= self.budget else None
         if call is None:
             for f in calls:
                 self._emit(f.indent, f.plain, f.op)

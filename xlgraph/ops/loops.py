@@ -176,6 +176,14 @@ def scaled_add(x, y, out, a, b):  # noqa: ANN001, ANN201
             outs[i] = xs[i] * a + ys[i] * b
 
 
+def scale(x, out, s):  # noqa: ANN001, ANN201
+    """``x * s`` into ``out`` (one rounding per element, as numpy's multiply by a scalar of
+    ``x``'s dtype): a summed weight gradient's power-of-two mean (``lower.replica_folds``)."""
+    xs, outs = x.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        outs[i] = xs[i] * s
+
+
 def sum_leading(x, out, outer):  # noqa: ANN001, ANN201
     """Sum over the leading axes (``outer`` elements of them): row by row, as numpy reduces a
     C-ordered array over its first axes, so the bits are the same."""

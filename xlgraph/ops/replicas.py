@@ -17,6 +17,7 @@ import numpy as np
 
 from xlgraph.ops.matmul_kernel import matmul_out
 from xlgraph.replica_grouping import ReplicaGrouping
+from xlgraph.tensor import TensorSpec
 
 __all__ = ["Exchange", "ReplicaContext", "aligned", "shift_axes", "unchanged", "matmul_rule",
            "held_once", "batch_rule"]
@@ -168,6 +169,13 @@ def batch_rule(kernel: Callable[..., Any], batch: tuple[int, ...] = (0,),
         np.copyto(out, kernel(*args, **attrs))
         return out
 
+    def folds(specs: list[TensorSpec], local: int) -> list[tuple[None, tuple[int, ...]]] | None:
+        """The summed form as the kernel on inputs whose replica axis folds into the batch."""
+        if len(batch) != len(specs):
+            return None
+        return [(None, (local * s.shape[0], *s.shape[1:])) for s in specs]
+
+    summed.folds = folds  # type: ignore[attr-defined]  # see ``lower.replica_folds``
     replicated.summed = summed if sums else None  # type: ignore[attr-defined]
     replicated.batch = None if sums else lambda specs: batch  # type: ignore[attr-defined]
     return replicated
@@ -201,6 +209,16 @@ def matmul_rule(ctx: ReplicaContext, a: np.ndarray, b: np.ndarray) -> np.ndarray
     return out
 
 
+def _matmul_folds(specs: list[TensorSpec], local: int) -> list[Any] | None:
+    """``_matmul_summed`` as one product of matrices: ``a`` with its replica axis moved next
+    to (and joined with) its columns, ``b`` with it joined with its rows."""
+    if len(specs[0].shape) != 2 or len(specs[1].shape) != 2:
+        return None
+    (m, k), (_, n) = specs[0].shape, specs[1].shape
+    return [((1, 0, 2), (m, local * k)), (None, (local * k, n))]
+
+
+_matmul_summed.folds = _matmul_folds  # type: ignore[attr-defined]
 matmul_rule.summed = _matmul_summed  # type: ignore[attr-defined]
 matmul_rule.batch = lambda specs: (  # type: ignore[attr-defined]
     (0,) if len(specs[0].shape) >= 2 and len(specs[1].shape) == 2 else None)

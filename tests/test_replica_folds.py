@@ -1,0 +1,95 @@
+"""Replicated steps rewritten as one-replica ops on a longer batch (``lower.replica_folds``) and
+loop forms run once per replica in compiled segments: the replicated step computes what the
+one-replica step computes for the whole batch, bit for bit, on both backends, fused or not."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import xlgraph
+from xlgraph import ops
+from xlgraph.lower.replicas import loops_over_replicas
+from xlgraph.ops.collectives import replicated_all_reduce
+from xlgraph.transforms import grad_of_call
+
+BACKENDS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(
+    importlib.util.find_spec("numba") is None, reason="needs numba"))]
+
+
+def _mlp(x, labels, w0, w1):
+    return ops.nll_loss(ops.softmax(ops.gelu(x @ w0) @ w1, axis=-1), labels)
+
+
+def _cnn(x, labels, k, w):
+    h = ops.max_pool(ops.relu(ops.conv(x, k, padding=(1, 1, 1, 1))), (2, 2), (2, 2))
+    return ops.nll_loss(ops.softmax(h.reshape((x.shape[0], -1)) @ w, axis=-1), labels)
+
+
+MODELS = {"mlp": (_mlp, (12,), [(12, 16), (16, 5)]),
+          "cnn": (_cnn, (1, 6, 6), [(3, 1, 3, 3), (3 * 3 * 3, 5)])}
+
+
+def _train(model: str, replicas: int, batch: int, backend: str, op: str = "mean",
+           fuse: bool = True, steps: int = 2) -> tuple[list[np.ndarray], xlgraph.Session]:
+    """SGD steps of ``model`` whose gradients are all-reduced with ``op``; every replica
+    gets its own slice of one global batch of ``replicas * batch`` items."""
+    fn, item, shapes = MODELS[model]
+    ir = xlgraph.Ir(replication=replicas)
+    init = np.random.default_rng(0)
+    with ir.main_graph, xlgraph.in_sequence():
+        streams = (xlgraph.h2d_stream((batch, *item), xlgraph.float32, "x"),
+                   xlgraph.h2d_stream((batch,), xlgraph.int32, "y"))
+        weights = [xlgraph.variable(init.normal(0, 0.3, s).astype(np.float32)) for s in shapes]
+        graph = ir.create_graph(fn, *(t.spec for t in (*streams, *weights)))
+        site = ops.call_with_info(graph, *map(ops.host_load, streams), *weights)
+        for w, g in grad_of_call(site, wrt=weights).items():
+            ops.scaled_add_(w, replicated_all_reduce(g, op) if replicas > 1 else g, b=-0.25)
+    session = xlgraph.Session(ir, backend=backend, compile_in_background=False,
+                              fuse_steps=fuse)
+    data = np.random.default_rng(1)
+    with session:
+        for _ in range(steps):
+            x = data.normal(size=(replicas * batch, *item)).astype(np.float32)
+            y = data.integers(0, 5, replicas * batch).astype(np.int32)
+            lead = (replicas, batch) if replicas > 1 else (batch,)
+            session.run(dict(zip(streams, (x.reshape(*lead, *item), y.reshape(lead)))))
+        return [session.get_tensor_data(w) for w in weights], session
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_replicas_compute_the_one_replica_step_of_the_whole_batch(backend, model, replicas=4):
+    """A mean over a power-of-two count of replicas: the weight gradients contract the
+    replica axis with the batch in one product (its mean scales the smaller operand, exactly),
+    so the weights equal those of one replica on the whole batch bit for bit."""
+    got, session = _train(model, replicas, 3, backend)
+    want, _ = _train(model, 1, 3 * replicas, backend)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert loops_over_replicas(session.executable.program) == []
+    source = session.executable.source
+    if model == "cnn":  # one convolution of the 12 items, a reshape view of the replicas'
+        assert "shape=(12, 1, 6, 6))" in source
+        assert f"{'j' if backend == 'numba' else 'o'}_conv(s" in source  # the loop if any
+
+
+@pytest.mark.parametrize(("model", "replicas", "op"),
+                         [("mlp", 4, "mean"), ("cnn", 3, "mean"), ("mlp", 2, "add")])
+def test_segments_over_replicas_equal_the_unfused_step(model, replicas, op):
+    """The numba step with segments (loop forms once per replica inside them) against the
+    same step without segments; a mean over 3 replicas divides the summed product, a sum
+    keeps it."""
+    pytest.importorskip("numba")
+    fused, session = _train(model, replicas, 2, "numba", op)
+    unfused, _ = _train(model, replicas, 2, "numba", op, fuse=False)
+    for f, u in zip(fused, unfused):
+        np.testing.assert_array_equal(f, u)
+    source = session.executable.source
+    assert f"#     for r in range({replicas}): j_nll_loss_grad(" in source  # in a segment
+    assert "k_nll_loss_grad" not in source and "k_matmul" not in source
+    body = source.split("    return None")[0]  # the summed product is the sum: no step
+    assert ("k_replicated_all_reduce" in body) == (op == "mean" and replicas == 3)
+
