@@ -72,7 +72,7 @@ def test_mnist_step_runs_compiled_loops_and_trains_like_numpy(fuse: bool, loop: 
     code = [line.split("  #")[0] for line in source.splitlines() if not line.startswith("#")]
     if fuse:  # the whole step is one segment between the host transfers, matmuls included
         assert sum("g0(" in line for line in code) == 1 and "g1(" not in source
-        assert "#     np.dot(" in source and not any("j_" in line for line in code)
+        assert "#     j_matmul(" in source and not any("j_" in line for line in code)
     else:
         assert "o_matmul(" in source and "g0(" not in source  # BLAS stays with numpy
     np.testing.assert_allclose(losses, ref_losses, **TOLERANCE["float32"])

@@ -56,9 +56,11 @@ class Statements(Writer):
         if s in plan.use_out:
             outs = [f"b{plan.buffer_of[o]}" for o in s.outs]
             fn = self.bind_global(f"o_{d.name}", d.kernel_out)
-            if self.fuse and self.segments.fusable_matmul(s, self.program.specs, args, outs):
-                self.segments.add(FusedCall(indent, f"np.dot({args[0]}, {args[1]}, {outs[0]})",
-                                            call_text(fn, args, f", out={outs[0]}"), s.op, False))
+            fused = self.segments.matmul_call(s, self.program.specs, args, outs) \
+                if self.fuse else None
+            if fused is not None:
+                self.segments.add(FusedCall(indent, fused, call_text(fn, args, f", out={outs[0]}"),
+                                            s.op, False))
             elif is_elementwise_ufunc(d.kernel_out) and not attrs:
                 self.emit(indent, f"{fn}({', '.join([*args, outs[0]])})", s.op)
             else:

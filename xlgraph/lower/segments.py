@@ -25,11 +25,11 @@ from xlgraph.lower.program import Step
 from xlgraph.op import Op
 
 _ARRAY_NAME = re.compile(r"\b[bwnsvc]\d+\b")
-# The largest matrix product (multiply-adds) a segment takes: numba's ``np.dot`` calls scipy's
-# OpenBLAS, which is as fast as numpy's for the MNIST step's small products (float32, one
-# thread: 784x8 @ 8x32 3.0 vs 3.3 us, 8x784 @ 784x32 3.7 vs 3.8) but slower for some larger
-# ones (784x256 @ 256x32 from a transposed operand 123 vs 84 us, 80x784 @ 784x32 40 vs 34);
-# there one call's overhead is lost in the product anyway.
+# The largest matrix product (multiply-adds) a segment takes: past it, one call's overhead is
+# lost in the product. A segment multiplies matrices with numpy's own ``gemm`` (the numpy
+# kernel's call and bits); without numpy's OpenBLAS, or for a vector, with numba's ``np.dot``,
+# which calls scipy's OpenBLAS: slower for some shapes (scipy 1.17.1, float32, one thread:
+# 8x784 @ 784x32 22 against numpy's 8.5 us; 80x784 @ 784x32 50 against 67).
 FUSED_MATMUL_MAX = 1 << 20
 # The most calls one generated step fuses. numba compiles a segment in time growing with its
 # calls (each links its callees' code: 30 calls 1.6 s, 58 calls 4.7 s, 118 calls 11.8 s of CPU
@@ -70,22 +70,36 @@ class Segments:
         self.sources: list[str] = []
         self.budget = FUSED_CALLS_MAX  # calls this step may still fuse
 
-    def fusable_matmul(self, s: Step, specs: Any, args: list[str], outs: list[str]) -> bool:
-        """A 2-D float matrix product into a buffer, of contiguous operands that are not that
-        buffer: ``np.dot`` in a segment (the backend's BLAS)."""
-        if not (self.backend is not None and self.backend.blas and not s.attrs
-                and getattr(s.defn.kernel_out, "blas_matmul", False) and len(outs) == 1):
-            return False
+    def matmul_call(self, s: Step, specs: Any, args: list[str], outs: list[str]) -> str | None:
+        """The segment's call for a 2-D float matrix product into a buffer, of contiguous
+        operands that are not that buffer, or None to keep its line: numpy's own ``gemm``
+        (``backend.matmul``, the same bits as numpy's kernel) for matrices, else numba's
+        ``np.dot`` (scipy's BLAS) where scipy is installed."""
+        if not (self.backend is not None and not s.attrs and len(outs) == 1
+                and getattr(s.defn.kernel_out, "blas_matmul", False)):
+            return None
         shapes = [specs[x] for x in (*s.ins, *s.outs)]
         dtype = shapes[0].dtype.as_numpy()
         if any(len(x.shape) != 2 or x.dtype.as_numpy() != dtype for x in shapes) or (
                 np.dtype(dtype) not in (np.float32, np.float64)
                 or math.prod(shapes[0].shape) * shapes[1].shape[1] > FUSED_MATMUL_MAX):
-            return False
+            return None
         samples = [self._sample(a) for a in args]
         out = self._fixed[outs[0]]
-        return all(a is not None and (a.flags.c_contiguous or a.flags.f_contiguous)
-                   and not np.may_share_memory(a, out) for a in samples)
+        if not (out.flags.c_contiguous and all(
+                a is not None and (a.flags.c_contiguous or a.flags.f_contiguous)
+                and not np.may_share_memory(a, out) for a in samples)):
+            return None
+        matrices = all(d > 1 for x in shapes[:2] for d in x.shape)
+        found = self.backend.matmul(dtype) if matrices else None
+        if found is None:
+            return f"np.dot({args[0]}, {args[1]}, {outs[0]})" if self.backend.blas else None
+        fn, extra = found
+        values = [fn, *extra]
+        names = [self._bind_global("j_matmul" if i == 0 else "x_matmul", x)
+                 for i, x in enumerate(values)]
+        self.namespace.update(zip(names, values))
+        return f"{names[0]}({', '.join([*args, outs[0], *names[1:]])})"
 
     def add(self, call: FusedCall) -> None:
         """Queue ``call`` for the current segment (a new one at another indent, when both

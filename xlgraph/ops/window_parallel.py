@@ -18,58 +18,29 @@ regions: a region costs about 2 us and the matmul halves take 111 us against 215
 (same bits: each item's product is one BLAS call either way).
 
 The functions follow ``xlgraph.ops.loops``' rules (explicit loops, constants in the arrays'
-dtype). ``prange`` and ``gemm`` are bound to the compiled backend's versions when it loads
-this module (``xlgraph.lower.backends.numba_parallel``); before that they are plain Python
-stand-ins and the loops are not meant to run.
+dtype). ``prange`` is bound to the compiled backend's when it loads this module
+(``xlgraph.lower.backends.numba_parallel``) and ``gemm`` (``xlgraph.ops.blas``) compiles to a
+call of numpy's BLAS; before that they are plain Python stand-ins and the loops are not meant
+to run.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import math
 import os
 from typing import Any
 
 import numpy as np
 
+from xlgraph.ops.blas import GEMM_DTYPES, gemm, gemm_address
 from xlgraph.ops.loops import Composite, float_only
 from xlgraph.ops.window import Ints, channels_last, chunk_threads, out_shape
 from xlgraph.ops.window_loops import is_2x2, max_pool_2x2, max_pool_2x2_grad
 from xlgraph.tensor import TensorSpec
 
 prange = range  # the backend's parallel range once bound
-
-
-def gemm(fn: int, ta: int, tb: int, m: int, n: int, k: int, alpha: Any, a: np.ndarray,
-         lda: int, b: np.ndarray, ldb: int, beta: Any, c: np.ndarray, ldc: int) -> None:
-    """``c = alpha op(a) op(b) + beta c`` by the row-major BLAS routine at address ``fn``
-    (``op`` transposes when ``ta``/``tb`` is 1); arrays stand for their first element."""
-    raise NotImplementedError("gemm runs only compiled (the numba backend binds it)")
-
-
-# -- BLAS --------------------------------------------------------------------------------------
-_GEMM_NAMES = {np.dtype(np.float32): ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
-               np.dtype(np.float64): ("scipy_cblas_dgemm64_", "cblas_dgemm64_")}
-
-
-@functools.cache
-def gemm_address(dtype: np.dtype) -> int | None:
-    """The address of numpy's own BLAS ``cblas_?gemm`` for ``dtype`` (the 64-bit integer
-    interface that numpy's wheels ship), or None where numpy has another BLAS."""
-    names = _GEMM_NAMES.get(np.dtype(dtype), ())
-    libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs", "*blas*")
-    for path in sorted(glob.glob(libs)):
-        try:
-            lib = ctypes.CDLL(path)  # already loaded by numpy: the same handle
-        except OSError:
-            continue
-        for name in names:
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                return ctypes.cast(fn, ctypes.c_void_p).value
-    return None
 
 
 @functools.cache
@@ -118,7 +89,7 @@ def parallel_form(spec: TensorSpec, loop: Any, extra: tuple[Any, ...] = (),
     ``blas``, ``extra`` is followed by ``one`` and ``zero`` in the data's dtype and the address
     of numpy's ``gemm`` for it (None without that BLAS)."""
     dtype = np.dtype(spec.dtype.as_numpy())
-    if dtype not in _GEMM_NAMES or not math.prod(spec.shape):
+    if dtype not in GEMM_DTYPES or not math.prod(spec.shape):
         return None
     if blas:
         address = gemm_address(dtype)

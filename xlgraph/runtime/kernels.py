@@ -45,6 +45,11 @@ class _Stoppable:
             raise Stopped
         return self._backend.fuse(*args)
 
+    def matmul(self, *args: Any) -> Any:
+        if self._stop.is_set():
+            raise Stopped
+        return self._backend.matmul(*args)
+
     def direct(self, *args: Any) -> Any:
         return self._backend.direct(*args)
 

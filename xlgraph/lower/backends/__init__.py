@@ -34,6 +34,10 @@ class Backend(Protocol):
     def kernel(self, loop: Callable[..., Any], ins: list[TensorSpec], outs: list[TensorSpec],
                attrs: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]] | None: ...
 
+    def matmul(self, dtype: Any) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
+        """A fused segment's 2-D matrix product of ``dtype`` as ``(fn, extra)``, called as
+        ``fn(a, b, out, *extra)``, or None (numba's ``np.dot`` then multiplies)."""
+
     def direct(self, fn: Callable[..., Any], args: list[Any]) -> Callable[..., Any] | None:
         """``fn``'s machine code for exactly these arguments' types, called without the
         per-call type dispatch, when it is compiled for them (else None: call ``fn``)."""

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.ops import loops
+from xlgraph.ops.blas import GEMM_DTYPES, gemm_address, matmul_into
 from xlgraph.ops.loops import Composite
 from xlgraph.tensor import TensorSpec
 
@@ -40,7 +41,8 @@ def available() -> bool:
 def _register_helpers() -> None:
     """Teach numba the loops' helpers (once per process, before the first compile):
     ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32`` and ``row_stats`` as
-    themselves; and install the compiled float16 conversions (``numba_half``)."""
+    themselves, ``xlgraph.ops.blas.gemm`` as a call of numpy's BLAS (``numba_blas``); and
+    install the compiled float16 conversions (``numba_half``)."""
     from llvmlite import ir
     from numba.extending import intrinsic, overload
 
@@ -60,7 +62,7 @@ def _register_helpers() -> None:
     overload(loops.scale_pow2)(lambda p, n: lambda p, n: _scale_pow2(p, n))
     overload(loops.exp32)(lambda t: loops.exp32)
     overload(loops.row_stats)(lambda xr, eps, one, width: loops.row_stats)
-    from xlgraph.lower.backends import numba_half
+    from xlgraph.lower.backends import numba_blas, numba_half  # noqa: F401 - numba_blas: gemm
 
     numba_half.install()  # float16 <-> float32 conversions for the float32-register ops
 
@@ -76,6 +78,7 @@ class NumbaBackend:
         if not available():
             raise ImportError("backend='numba' needs numba: pip install xlgraph[fast]")
         self._jitted: dict[Callable[..., Any], Any] = {}  # loop form -> its numba dispatcher
+        self._matmul: dict[np.dtype, Any] = {}  # dtype -> ``matmul``'s result
 
     def jitted(self, fn: Callable[..., Any], parallel: bool = False) -> Any:
         """The numba dispatcher of a loop form (made once per backend); ``parallel`` loops
@@ -112,6 +115,17 @@ class NumbaBackend:
         types = [numba.typeof(np.empty(s.shape, s.dtype.as_numpy())) for s in (*ins, *outs)]
         dispatcher.compile(tuple(types + [numba.typeof(x) for x in extra]))
         return dispatcher, extra
+
+    def matmul(self, dtype: np.dtype) -> tuple[Any, tuple[Any, ...]] | None:
+        """A segment's 2-D matrix product: ``xlgraph.ops.blas.matmul_into`` compiled (called as
+        ``fn(a, b, out, *extra)``), which calls numpy's own ``gemm`` (the address, one and zero
+        of ``dtype`` in ``extra``); None where numpy's BLAS is not found."""
+        dtype = np.dtype(dtype)
+        if dtype not in self._matmul:  # one set of constants: the segments share their names
+            address = gemm_address(dtype) if dtype in GEMM_DTYPES else None
+            self._matmul[dtype] = None if address is None else (
+                self.jitted(matmul_into), (address, dtype.type(1), dtype.type(0)))
+        return self._matmul[dtype]
 
     def fuse(self, fn: Callable[..., Any], args: list[np.ndarray]) -> Any:
         """``fn`` (a generated segment: Python calling this backend's dispatchers and
