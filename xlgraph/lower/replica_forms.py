@@ -145,9 +145,12 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
     run.loops = defn.replicated is None  # type: ignore[attr-defined]
     run.c_contiguous = contiguous  # type: ignore[attr-defined]  # see ``layouts``
     kernel_out = None
-    if defn.replica == "local" and defn.loop is not None and contiguous and all(out_vary):
+    sliced = [s for s, v in zip(ins, vary) if v] + outs  # what a loop gets one replica of
+    if (defn.replica == "local" and defn.loop is not None and contiguous and all(out_vary)
+            and all(s.shape for s in sliced)):
         # a compiling backend may run the op's loop form once per replica in a segment
-        # (``codegen_statements``): the results then go to pool buffers
+        # (``codegen_statements``; ``a[r]`` of a 0-d value would be a scalar, not an array):
+        # the results then go to pool buffers
         run.per_replica = (defn, vary, ins, outs)  # type: ignore[attr-defined]
         kernel_out = _copied_out(run)
     return dataclasses.replace(defn, kernel=run, kernel_out=kernel_out, loop=None,
