@@ -93,3 +93,32 @@ def test_segments_over_replicas_equal_the_unfused_step(model, replicas, op):
     body = source.split("    return None")[0]  # the summed product is the sum: no step
     assert ("k_replicated_all_reduce" in body) == (op == "mean" and replicas == 3)
 
+
+
+def test_ops_with_per_replica_scalars_keep_their_replicated_form_beside_a_segment():
+    """A loop form is not run per replica where it would get one replica of a 0-d value (a
+    scalar in a segment, which would not compile): the NLL's per-replica loss keeps its
+    replicated form, and the product and softmax before it still fuse."""
+    pytest.importorskip("numba")
+    ir = xlgraph.Ir(replication=2)
+    weight = np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5)
+    with ir.main_graph, xlgraph.in_sequence():
+        w = xlgraph.variable(weight)
+        s_x = xlgraph.h2d_stream((3, 4), xlgraph.float32, "x")
+        s_y = xlgraph.h2d_stream((3,), xlgraph.int32, "y")
+        s_loss = xlgraph.d2h_stream((), xlgraph.float32, "loss")
+        probs = ops.softmax(ops.host_load(s_x) @ w, axis=-1)
+        loss, _ = ops.nll_loss_with_softmax_grad(probs, ops.host_load(s_y))
+        ops.host_store(s_loss, loss)
+    x = np.random.default_rng(2).normal(size=(2, 3, 4)).astype(np.float32)
+    y = np.array([[0, 1, 4], [2, 3, 3]], np.int32)
+    with xlgraph.Session(ir, backend="numba", compile_in_background=False) as session:
+        got = session.run({s_x: x, s_y: y})[s_loss]
+        source = session.executable.source
+    assert "g0(" in source and "k_nll_loss_with_softmax_grad(" in source
+    for r in range(2):
+        logits = (x[r] @ weight).astype(np.float64)
+        probs_r = np.exp(logits - logits.max(-1, keepdims=True))
+        probs_r /= probs_r.sum(-1, keepdims=True)
+        want = -np.log(probs_r[np.arange(3), y[r]]).mean()
+        np.testing.assert_allclose(got[r], want, rtol=1e-5)
