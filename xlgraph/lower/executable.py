@@ -35,10 +35,15 @@ from xlgraph.lower.program import Function, Program, Step, walk
 from xlgraph.lower.replicas import ReplicaContext, replicate
 from xlgraph.lower.transfers import check_host_transfers
 from xlgraph.lower.undo import logged_writes, replay
+from xlgraph.lower.wide_half import widen_storage
 from xlgraph.op import Op
 from xlgraph.ops.replicas import Exchange
 from xlgraph.tensor import Variable
 from xlgraph.utils import is_large_map
+
+# Whether compiled plans hold float16 values between float32-register ops in float32
+# (``xlgraph.lower.wide_half``); the tests turn it off to compare with the per-op forms.
+WIDE_HALF = True
 
 
 class Executable(Protocol):
@@ -101,7 +106,7 @@ class CompiledExecutable:
 
     def __init__(self, ir: Ir, backend: Backend | None = None,
                  ctx: ReplicaContext | None = None, defer: bool = False,
-                 fuse: bool = False) -> None:
+                 fuse: bool = False, wide_half: bool = True) -> None:
         program = flatten(ir)
         self.ctx = ctx
         varying = set() if ctx is None else replicate(program, ctx)
@@ -111,8 +116,13 @@ class CompiledExecutable:
         program.functions = _used_functions(program)
         check_compiled_loops({"the main graph": program.steps,
                               **{fn.name: fn.steps for fn in program.functions}})
+        wide_half = wide_half and ctx is None and WIDE_HALF
+        if wide_half:
+            program.steps = widen_storage(program.steps, program, [])
         for fn in program.functions:  # callees come before their callers
             fn.steps = optimise(fn.steps, program, fn.results)
+            if wide_half:
+                fn.steps = widen_storage(fn.steps, program, fn.results)
             live = liveness(fn.steps, fn.params)
             plan_copies(live, fn.params)
             plans[fn] = plan_body(fn.steps, live, fn.params, fn.results, program.specs, pool, "?")
@@ -253,5 +263,6 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
         chosen = get_backend(backend)
         if ir.session_options.enableFloatingPointChecks:
             chosen = None
-        return CompiledExecutable(ir, chosen, ctx, defer, fuse)
+        return CompiledExecutable(ir, chosen, ctx, defer, fuse,
+                                  wide_half=not ir.session_options.enableFloatingPointChecks)
     return InterpretedExecutable(ir, ctx=ctx)

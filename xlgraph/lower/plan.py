@@ -11,7 +11,8 @@ For one body of steps (the main program or a compiled function), from its livene
    ``kernel_out``;
 3. allocation: pool buffers (one per shape and dtype in use at once) for the outputs of kernels
    run through ``kernel_out``. An elementwise ufunc writes into the buffer of an input that dies
-   at that step: chains of elementwise ops fuse into one scratch buffer.
+   at that step: chains of elementwise ops fuse into one scratch buffer (so does a kernel whose
+   ``kernel_out`` declares ``out_may_be_input``).
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ class _Allocator:
 
     def fuse_target(self, s: Step, pos: int) -> int | None:
         """A dying input whose buffer an elementwise ufunc can write its output into."""
-        fusable = s.defn.elementwise and is_elementwise_ufunc(s.defn.kernel_out)
+        fn = s.defn.kernel_out
+        fusable = s.defn.elementwise and (is_elementwise_ufunc(fn)
+                                          or getattr(fn, "out_may_be_input", False))
         if len(s.outs) != 1 or not fusable:
             return None
         key = key_of(self.specs[s.outs[0]])

@@ -32,19 +32,27 @@ from xlgraph.core.op import OpDef
 from xlgraph.core.tensor import TensorSpec
 from xlgraph.ops.loops import Composite
 
-__all__ = ["half_form", "widen", "narrow_into", "use_converters", "convert"]
+__all__ = ["half_form", "wide_form", "widen", "narrow_into", "use_converters", "convert",
+           "fast_round"]
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Contiguous converters ``(source, destination)`` over 1-d uint16/float32 views, or None: numpy.
-_FAST: dict[str, Callable[[np.ndarray, np.ndarray], None] | None] = {"widen": None,
-                                                                      "narrow": None}
+_FAST: dict[str, Callable[[np.ndarray, np.ndarray], None] | None] = {
+    "widen": None, "narrow": None, "round": None}
 
 
 def use_converters(widen_fn: Callable[[np.ndarray, np.ndarray], None],
-                   narrow_fn: Callable[[np.ndarray, np.ndarray], None]) -> None:
+                   narrow_fn: Callable[[np.ndarray, np.ndarray], None],
+                   round_fn: Callable[[np.ndarray, np.ndarray], None] | None = None) -> None:
     """Install conversion loops ``widen_fn(uint16 bits, float32 out)`` and ``narrow_fn(float32,
-    uint16 bits out)`` over 1-d C-contiguous arrays, bit for bit ``astype``'s."""
-    _FAST["widen"], _FAST["narrow"] = widen_fn, narrow_fn
+    uint16 bits out)`` over 1-d C-contiguous arrays, bit for bit ``astype``'s, and
+    ``round_fn(float32, float32 out)``: both in one pass."""
+    _FAST["widen"], _FAST["narrow"], _FAST["round"] = widen_fn, narrow_fn, round_fn
+
+
+def fast_round() -> Callable[[np.ndarray, np.ndarray], None] | None:
+    """The installed loop rounding 1-d float32 arrays to float16 precision, or None."""
+    return _FAST["round"]
 
 
 # Temporaries reuse one growing buffer per slot and thread: glibc maps allocations of 32 MB and
@@ -144,6 +152,15 @@ def half_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec]) -> OpD
     return _wide(defn, tuple(_is_half(s) for s in ins), tuple(_is_half(s) for s in outs))
 
 
+def wide_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec]) -> OpDef:
+    """``half_form`` of an op that opts in, for operands stored as ``ins``/``outs`` say: some
+    float16 values may be held in float32 (``xlgraph.lower.wide_half``), so the form widens the
+    inputs still float16 and narrows the outputs still float16; ``defn`` itself when none is."""
+    if not any(_is_half(s) for s in (*ins, *outs)):
+        return defn
+    return _wide(defn, tuple(_is_half(s) for s in ins), tuple(_is_half(s) for s in outs))
+
+
 def _widened(arrays: tuple[Any, ...], wide_in: tuple[bool, ...]) -> list[Any]:
     """The inputs, float16 ones widened into temporaries (slots 0, 1, ...)."""
     return [widen(a, i) if w else a for i, (a, w) in enumerate(zip(arrays, wide_in))]
@@ -184,8 +201,14 @@ def _wide(defn: OpDef, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]) ->
             return _store(result, wide_out, arrays[place])
         return _store(result, wide_out)
 
+    # Outputs all held in float32 (``xlgraph.lower.wide_half``): the kernel writes them itself.
+    direct = (defn.kernel_out is not None and place is None and not defn.scratch
+              and not any(wide_out))
+
     def wide_out_kernel(*arrays: Any, out: Any, scratch: Any = None, **attrs: Any) -> Any:
         args = _widened(arrays, wide_in)
+        if direct:
+            return defn.kernel_out(*args, out=out, **attrs)
         if place is not None and not wide_in[place]:
             args[place] = np.array(arrays[place])
         return _store(kernel(*args, **attrs), wide_out, out)

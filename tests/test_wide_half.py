@@ -1,0 +1,209 @@
+"""float16 values held in float32 between float32-register ops (``xlgraph.lower.wide_half``).
+
+The compiled plan keeps them in float32, rounded to float16 precision on store; every result
+must keep the bits of the per-op forms (``xlgraph.ops.half``), which the interpreter runs and
+the compiled plan ran before (``executable.WIDE_HALF = False``): on the numpy and numba
+backends, through calls, functions and loops, past float16's range, and for the ops that read
+the float16 bits (a ``narrow_half`` copy).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xlgraph as popxl
+from xlgraph import ops
+from xlgraph.lower import executable
+from xlgraph.lower.flatten import REPEATED_MIN_OPS
+from xlgraph.ops import half
+from xlgraph.ops.half_round import ROUND_HALF, round_loop
+
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
+BACKENDS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(
+    not HAS_NUMBA, reason="the numba backend needs numba (xlgraph[fast])"))]
+F16 = popxl.float16
+
+# Ties, the range's edge (65519 rounds down, 65520 up to infinity), subnormals, NaN, signs.
+SPECIAL = np.array([0.0, -0.0, 1.0, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 1 + 2.0 ** -10 + 2.0 ** -11,
+                    65504.0, 65519.0, 65520.0, 1e6, -1e6, np.inf, -np.inf, np.nan, 6e-8, 3e-8,
+                    2.0 ** -25, 2.0 ** -24 * 1.5, 1e-10, -5.96e-8, 0.1, -3.14159], np.float32)
+
+
+def _values(rng: np.random.Generator, n: int = 4096) -> np.ndarray:
+    x = np.concatenate([SPECIAL, (rng.standard_normal(n) * 10.0 ** rng.integers(-9, 6, n))
+                        .astype(np.float32)])
+    return x
+
+
+def _expected(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return x.astype(np.float16).astype(np.float32)
+
+
+def test_round_half_is_astypes_bits_on_numpy() -> None:
+    x = _values(np.random.default_rng(0))
+    saved = dict(half._FAST)
+    try:
+        half._FAST.update(round=None, narrow=None, widen=None)  # numpy's casts
+        with np.errstate(over="ignore"):
+            got = ROUND_HALF.kernel(x)
+            into = ROUND_HALF.kernel_out(x.copy(), out=np.empty_like(x))
+            same = x.copy()
+            ROUND_HALF.kernel_out(same, out=same)  # may write over its input
+    finally:
+        half._FAST.update(saved)
+    for a in (got, into, same):
+        assert a.dtype == np.float32
+        np.testing.assert_array_equal(a.view(np.uint32), _expected(x).view(np.uint32))
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="the numba backend needs numba (xlgraph[fast])")
+def test_round_half_is_astypes_bits_compiled() -> None:
+    from xlgraph.lower.backends.numba_backend import NumbaBackend
+
+    x = _values(np.random.default_rng(1)).reshape(2, -1)
+    spec = popxl.TensorSpec(x.shape, popxl.float32)
+    loop, extra = NumbaBackend().kernel(ROUND_HALF.loop, [spec], [spec], {})
+    assert loop.py_func is round_loop and extra == ()
+    out = np.empty_like(x)
+    loop(x, out)
+    np.testing.assert_array_equal(out.view(np.uint32), _expected(x).view(np.uint32))
+    fast = np.empty_like(x)
+    ROUND_HALF.kernel_out(x, out=fast)  # the installed one-pass loop
+    assert half.fast_round() is not None
+    np.testing.assert_array_equal(fast.view(np.uint32), _expected(x).view(np.uint32))
+
+
+def _store(t: popxl.Tensor, streams: list) -> None:
+    s = popxl.d2h_stream(t.shape, t.dtype, f"out{len(streams)}")
+    ops.host_store(s, t)
+    streams.append(s)
+
+
+def _graph() -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
+    """float16 work through an inlined call, a function (a graph called from two sites), a
+    loop, views, casts both ways, a value past float16's range, ops that read the float16 bits
+    (``concat``, ``gather``) and an in-place update of a float16 variable."""
+    rng = np.random.default_rng(3)
+    ir = popxl.Ir()
+    streams: list = []
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((8, 16), F16, "x")
+        x = ops.host_load(x_s)
+        w = popxl.variable(rng.normal(size=(16, 16)).astype(np.float16), F16, "w")
+        b = popxl.variable(rng.normal(size=(16,)).astype(np.float16), F16, "b")
+        h = ops.gelu(x @ w + b)
+
+        def block(t: popxl.Tensor) -> popxl.Tensor:
+            for _ in range(REPEATED_MIN_OPS):
+                t = ops.tanh(t) * 1.5 + 0.25
+            return t
+
+        g = ir.create_graph(block, h.spec)
+        (y,) = ops.call(g, h)
+        (y,) = ops.call(g, y * 2.0)  # a function: two sites, at least REPEATED_MIN_OPS ops
+        small = ir.create_graph(lambda t: ops.softmax(t * 3.0, axis=-1), y.spec)
+        (z,) = ops.call(small, y)  # inlined
+        body = ir.create_graph(lambda t, p: ops.layer_norm(t, p, p) + t, z.spec, b.spec)
+        (z,) = ops.repeat(body, 3, z, b)
+        heads = ops.transpose(z.reshape((2, 4, 4, 4)), (0, 2, 1, 3))
+        att = heads @ ops.transpose(heads, (0, 1, 3, 2))
+        big = att * 30000.0 + 40000.0  # past float16's range: infinities, then NaN below
+        nan = big - big
+        wide32 = ops.cast(att, popxl.float32) * 0.5
+        back = ops.cast(wide32 + 1e-3, F16) + 1.0  # float32 to float16, rounded once
+        both = ops.concat([z, z * 0.5], axis=0)  # reads the float16 bits
+        q = (z + 0.5) * 2.0
+        rows = ops.gather(q, popxl.constant(np.array([1, 3], np.int32)))  # float16 bits
+        more = ops.concat([q, q + 1.0], axis=1)  # the same value, as float16 and float32
+        ops.scaled_add_(w, (h.T @ h) * 0.001, a=1.0, b=1.0)  # float16 variable, in place
+        for t in (h, y, z, att, big, nan, wide32, back, both, rows, more,
+                  ops.sum(att, axis=0)):
+            _store(t, streams)
+    return ir, x_s, streams
+
+
+def _run(build, feeds, steps: int = 2, **kwargs) -> tuple[list[np.ndarray], str]:
+    ir, x_s, streams = build()
+    session = popxl.Session(ir, compile_in_background=False, **kwargs)
+    got = []
+    with session:
+        for feed in feeds:
+            out = session.run({x_s: feed})
+            got.extend(np.array(out[s]) for s in streams)
+        got.extend(np.array(a) for a in session.get_tensors_data(
+            ir.main_graph.variables).values())
+    return got, getattr(session.executable, "source", "")
+
+
+def _same_bits(got: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    assert len(got) == len(expected)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g.dtype == e.dtype and g.shape == e.shape, i
+        assert g.tobytes() == e.tobytes(), f"output {i} differs"
+
+
+def _per_op(monkeypatch: pytest.MonkeyPatch, build, feeds, **kwargs) -> list[np.ndarray]:
+    with monkeypatch.context() as m:
+        m.setattr(executable, "WIDE_HALF", False)
+        return _run(build, feeds, **kwargs)[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_keeps_the_per_op_bits(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(5)
+    feeds = [rng.normal(size=(8, 16)).astype(np.float16) * 2 for _ in range(2)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        got, source = _run(_graph, feeds, backend=backend)
+        expected = _per_op(monkeypatch, _graph, feeds, backend=backend)
+        interpreted = _run(_graph, feeds, optimize=False)[0]
+    assert "round_half" in source and "narrow_half" in source  # the pass ran, both ways
+    assert any(np.isinf(a).any() for a in got) and any(np.isnan(a).any() for a in got)
+    _same_bits(got, expected)
+    if backend == "numpy":  # the numba backend's float32 loops are within TOLERANCE of numpy's
+        _same_bits(got, interpreted)
+
+
+def test_floating_point_checks_keep_the_per_op_forms() -> None:
+    ir, x_s, streams = _graph()
+    ir.session_options.enableFloatingPointChecks = True
+    session = popxl.Session(ir, compile_in_background=False, backend="numpy")
+    source = session.executable.source
+    assert "round_half" not in source and "narrow_half" not in source
+    with session, pytest.raises(popxl.errors.ExecutionError, match="overflow"):
+        session.run({x_s: np.ones((8, 16), np.float16)})  # 30000 * att overflows float16
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_transformer_training_keeps_the_per_op_bits(backend: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark's float16 decoder (tiny), two AdamW steps: loss and every weight."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpt_model as gm
+
+    cfg, batch = gm.TINY, 2
+    data = gm.token_batches(cfg, batch)[:2]
+
+    def run(wide: bool) -> tuple[list[np.ndarray], str]:
+        with monkeypatch.context() as m:
+            m.setattr(executable, "WIDE_HALF", wide)
+            ir, tok_s, loss_s, named = gm.build_train(cfg, batch, half=True)
+            # numba compiles the segments of a step anew each time: the loops alone here
+            session = popxl.Session(ir, backend=backend, compile_in_background=False,
+                                    fuse_steps=False)
+            gm.load(session, named, gm.initial_weights(cfg))
+            with session:
+                got = [np.array(session.run({tok_s: d})[loss_s]) for d in data]
+                got.extend(np.array(a) for a in session.get_tensors_data(
+                    ir.main_graph.variables).values())
+            return got, session.executable.source
+
+    got, source = run(True)
+    expected, old = run(False)
+    assert source.count("round_half") > 20 and "round_half" not in old
+    _same_bits(got, expected)

@@ -1,0 +1,155 @@
+"""Wide storage: float16 values passed between float32-register ops stay in float32.
+
+An op that computes float16 in float32 registers (``OpDef.widen_half``, ``xlgraph.ops.half``)
+widens every float16 input and narrows every float16 output. Between two such ops the narrowing
+and the widening cancel out but for the rounding: this pass keeps such a value as a float32 array
+holding exactly the float16 value (the producer's float32 result, rounded to float16 precision
+by a ``round_half`` step that fuses into compiled segments like any float32 loop), and its
+consumers read it as float32: a chain of these ops plans, fuses and runs like the float32 step,
+plus one rounding per result. Every result keeps its bits: a consumer computes on the very float32
+values it widened before, and a value narrowed from the store is the float16 it was.
+
+A value stays float16 where something needs its bits or its buffer: variables and constants,
+values written in place or sharing a buffer with one that is (``passes.written_alias_slots``),
+results of functions, anything a nested body, loop carry, branch, call, bind or host transfer
+touches, outputs of ops that do not opt in. A kernel of another op reading a wide value reads a
+``narrow_half`` copy made just before it (exact). Views (``reshape``, ``transpose``, ``slice``,
+...) of a wide value are wide; ``cast`` reads one as it is (to float32: an ``identity`` view of
+it), and a ``cast`` of float32 to float16 becomes the rounding step. The lowering skips the pass
+under ``enableFloatingPointChecks`` (numpy's float16 casts there raise on overflow) and for
+replicated programs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xlgraph import dtypes
+from xlgraph.lower.passes import written_alias_slots
+from xlgraph.lower.program import Program, Step, walk
+from xlgraph.op import REGISTRY
+from xlgraph.ops.half import wide_form
+from xlgraph.ops.half_round import NARROW_HALF, ROUND_HALF
+from xlgraph.tensor import TensorSpec
+
+__all__ = ["widen_storage"]
+
+_F16 = np.dtype(np.float16)
+# Ops that compute float16 in float32 registers inside their own kernels, without the flag:
+# ``matmul`` (``xlgraph.ops.matmul_kernel``), which multiplies float32 operands as numpy does.
+_REGISTER_KERNELS = frozenset({"matmul"})
+# Views whose result is the input's elements in another shape, whatever their dtype.
+_VIEWS = frozenset({"reshape", "transpose", "slice", "identity", "detach", "expand"})
+
+
+def _half(spec: TensorSpec) -> bool:
+    return np.dtype(spec.dtype.as_numpy()) == _F16
+
+
+def _opts_in(s: Step) -> bool:
+    """A kernel step of an op that computes float16 in float32 registers. (One that writes an
+    input in place reads the others: the written one and its output are never wide.)"""
+    d = None if s.op is None else s.op.defn
+    return (s.kind == "kernel" and d is not None and d.replica == "local" and not d.view
+            and (d.widen_half or d.name in _REGISTER_KERNELS))
+
+
+def _view(s: Step) -> bool:
+    """A view of its one input's elements, or a ``bind`` (the value passed into a subgraph)."""
+    if s.kind == "bind":
+        return True
+    d = s.defn
+    return (s.kind == "kernel" and d.view and d.inplace_of is None and not d.side_effect
+            and d.name in _VIEWS and len(s.ins) == 1)
+
+
+def _cast(s: Step) -> bool:
+    return s.kind == "kernel" and s.defn.name == "cast" and len(s.ins) == 1
+
+
+def _accepts(s: Step, wide: set[int] | None = None) -> bool:
+    """Whether kernel step ``s`` may read float32 storage for its float16 inputs: a view only
+    where its output is wide too (``wide``; None: not decided yet)."""
+    if _view(s):
+        return wide is None or s.outs[0] in wide
+    return _opts_in(s) or _cast(s)
+
+
+def widen_storage(steps: list[Step], program: Program, results: list[int]) -> list[Step]:
+    """``steps`` with float16 values between opting-in ops held in float32 (see the module
+    docstring); ``program.specs`` gains the float32 specs; ``results`` leave the body."""
+    specs = program.specs
+    top = {id(s) for s in steps}
+    pinned = set(results) | set(program.variable_slots) | written_alias_slots(steps)
+    for s in walk(steps):
+        if id(s) not in top or s.kind not in ("kernel", "const", "bind"):
+            pinned.update(s.ins, s.outs)
+            pinned.update(x for pair in s.carried for x in pair)
+        elif s.kind == "const":
+            pinned.update(s.outs)
+    readers: dict[int, list[Step]] = {}
+    for s in steps:
+        for x in s.ins:
+            readers.setdefault(x, []).append(s)
+
+    wide: set[int] = set()
+    rounded: dict[int, Step] = {}  # producer outputs made wide -> the producing step
+    for s in steps:
+        if _view(s) and s.ins[0] in wide:
+            if s.outs[0] not in pinned:
+                wide.add(s.outs[0])
+            continue
+        makes = s.kind == "kernel" and (
+            _opts_in(s) or (_cast(s) and specs[s.ins[0]].dtype is dtypes.float32))
+        if not makes:
+            continue
+        for o in s.outs:
+            if (_half(specs[o]) and o not in pinned
+                    and any(_accepts(r) and not (_view(r) and r.outs[0] in pinned)
+                            for r in readers.get(o, []))):
+                wide.add(o)
+                rounded[o] = s
+    if not wide:
+        return steps
+
+    def as_float32(x: int) -> int:
+        spec = specs[x]
+        program.num_slots += 1
+        specs[program.num_slots - 1] = TensorSpec(spec.shape, dtypes.float32)
+        return program.num_slots - 1
+
+    for x in wide:
+        specs[x] = TensorSpec(specs[x].shape, dtypes.float32)
+    out: list[Step] = []
+    narrowed: dict[int, int] = {}
+    for s in steps:
+        if s.kind in ("kernel", "bind") and not _accepts(s, wide) and any(
+                x in wide for x in s.ins):
+            for i, x in enumerate(s.ins):
+                if x in wide:
+                    if x not in narrowed:
+                        n = program.num_slots
+                        program.num_slots += 1
+                        specs[n] = TensorSpec(specs[x].shape, dtypes.float16)
+                        out.append(Step("kernel", [x], [n], s.op, NARROW_HALF))
+                        narrowed[x] = n
+                    s.ins[i] = narrowed[x]
+        made = [o for o in s.outs if rounded.get(o) is s]
+        if (_cast(s) and s.ins[0] in wide and specs[s.outs[0]].dtype is dtypes.float32
+                and s.outs[0] not in pinned):  # the value itself: a view of it
+            s.defn, s.attrs = REGISTRY["identity"], {}
+        if not made:
+            if _opts_in(s):
+                s.defn = wide_form(s.op.defn, [specs[x] for x in s.ins],
+                                   [specs[o] for o in s.outs])
+            out.append(s)
+            continue
+        if _cast(s):  # float32 to float16, kept in float32: the rounding itself
+            out.append(Step("kernel", s.ins, s.outs, s.op, ROUND_HALF))
+            continue
+        raw = {o: as_float32(o) for o in made}
+        s.outs = [raw.get(o, o) for o in s.outs]
+        s.defn = wide_form(s.op.defn, [specs[x] for x in s.ins], [specs[o] for o in s.outs])
+        out.append(s)
+        out.extend(Step("kernel", [raw[o]], [o], s.op, ROUND_HALF) for o in made)
+    return out

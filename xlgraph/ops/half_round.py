@@ -1,0 +1,89 @@
+"""The two kernels of float16 kept in float32 storage (``xlgraph.lower.wide_half``).
+
+``ROUND_HALF`` rounds float32 values to the nearest float16 (ties to even, past the range to
+infinity) and keeps them as float32: ``x.astype(float16).astype(float32)``, in one pass (a
+compiled loop of the numba backend, which fuses into segments). ``NARROW_HALF`` gives the
+float16 array of float32 values that are float16 already (an exact conversion). Neither is an
+op of the library: the lowering puts them into plans, never graphs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from xlgraph.core.op import OpDef
+from xlgraph.core.tensor import TensorSpec
+from xlgraph.ops import half
+
+__all__ = ["ROUND_HALF", "NARROW_HALF", "to_half_precision", "round_loop"]
+
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
+
+
+def to_half_precision(v):  # noqa: ANN001, ANN201 - numba compiles it (an overload)
+    """float32 ``v`` rounded to float16 precision; the numba backend compiles it to
+    ``fpext(fptrunc(v))``."""
+    return np.float32(np.float16(v))
+
+
+def round_loop(x, out):  # noqa: ANN001, ANN201
+    """``out[i] = to_half_precision(x[i])`` over C-contiguous float32 arrays."""
+    xs, outs = x.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        outs[i] = to_half_precision(xs[i])
+
+
+def _round(x: np.ndarray) -> np.ndarray:
+    out = np.empty(np.shape(x), _F32)
+    return _round_out(x, out=out)
+
+
+def _round_out(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    fast = half.fast_round()
+    if (fast is not None and x.size >= 64 and x.flags.c_contiguous and out.flags.c_contiguous
+            and x.dtype == _F32):
+        fast(x.reshape(-1), out.reshape(-1))
+        return out
+    bits = np.empty(x.shape, _F16)
+    half.narrow_into(bits, x)
+    np.copyto(out, bits)  # exact
+    return out
+
+
+_round.c_contiguous = True  # type: ignore[attr-defined] - a fresh C-ordered array
+_round_out.out_may_be_input = True  # type: ignore[attr-defined] - element i reads x[i] first
+
+
+def _round_form(ins: list[TensorSpec]) -> tuple[Any, tuple[Any, ...]] | None:
+    if np.dtype(ins[0].dtype.as_numpy()) != _F32:
+        return None
+    return round_loop, ()
+
+
+def _narrow(x: np.ndarray) -> np.ndarray:
+    out = np.empty(np.shape(x), _F16)
+    half.narrow_into(out, x)
+    return out
+
+
+def _narrow_out(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    half.narrow_into(out, x)
+    return out
+
+
+_narrow.c_contiguous = True  # type: ignore[attr-defined]
+
+
+def _as(dtype: Any) -> Any:
+    def infer(t: TensorSpec) -> TensorSpec:
+        return TensorSpec(t.shape, dtype)
+    return infer
+
+
+ROUND_HALF = OpDef("round_half", _as("float32"), _round, kernel_out=_round_out,
+                   elementwise=True, loop=_round_form)
+NARROW_HALF = OpDef("narrow_half", _as("float16"), _narrow, kernel_out=_narrow_out,
+                    elementwise=True)
