@@ -7,6 +7,7 @@ same. The compiled kernels are cached on disk by numba, so reruns do not compile
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -382,3 +383,39 @@ def test_large_adds_stay_with_numpys_simd_add() -> None:
             ops.host_store(popxl.d2h_stream((rows, 32), popxl.float32, f"o{i}"), x + bias)
     source = popxl.Session(ir, backend="numba", compile_in_background=False).source
     assert source.count("j_add(") == 1 and source.count("o_add(") == 1
+
+
+@pytest.mark.parametrize("last_eps", [1e-5, 1e-3])
+def test_repeated_layers_share_one_compiled_segment(last_eps: float) -> None:
+    """Three residual blocks, each a segment between host stores: the second and third are
+    the same calls on arrays of the same types, so they run one compiled function, unless a
+    constant differs (the third's LayerNorm epsilon); the first reads the host's array.
+    Results equal the numpy backend's within the tolerance."""
+    def build() -> tuple[popxl.Ir, list]:
+        rng = np.random.default_rng(3)
+        ir = popxl.Ir()
+        with ir.main_graph, popxl.in_sequence():
+            x = ops.host_load(popxl.h2d_stream((2, 16), popxl.float32, "x"))
+            for i, eps in enumerate((1e-5, 1e-5, last_eps)):
+                w = popxl.variable((rng.normal(size=(16, 16)) * 0.3).astype(np.float32))
+                b = popxl.variable(rng.normal(size=16).astype(np.float32))
+                g = popxl.variable(np.ones(16, np.float32))
+                beta = popxl.variable(np.zeros(16, np.float32))
+                x = x + ops.gelu(ops.layer_norm(x, g, beta, eps=eps) @ w + b)
+                ops.host_store(popxl.d2h_stream(x.shape, x.dtype, f"y{i}"), x)
+        return ir, ir.h2d_streams
+
+    data = np.random.default_rng(4).normal(size=(2, 16)).astype(np.float32)
+    results, sessions = {}, {}
+    for backend in ("numba", "numpy"):
+        ir, (xs,) = build()
+        session = sessions[backend] = popxl.Session(ir, backend=backend,
+                                                    compile_in_background=False)
+        with session:
+            results[backend] = [session.run({xs: data})[s] for s in ir.d2h_streams]
+    compiled = sessions["numba"].executable.compiled
+    fns = [compiled.fn.__globals__[n] for n in re.findall(r"^    (g\d+)\(", compiled.source, re.M)]
+    assert len(fns) == 3 and fns[0] is not fns[1]
+    assert (fns[1] is fns[2]) == (last_eps == 1e-5)
+    for got, want in zip(results["numba"], results["numpy"]):
+        np.testing.assert_allclose(got, want, **TOLERANCE["float32"])

@@ -6,7 +6,9 @@ is not fused (or a call at another indent, or a second call that can raise) flus
 several calls become one function (``g0``, ``g1``, ...) and one call of it; a lone call, or a
 segment the backend does not compile, goes back to its own line. A segment holds at most one
 op that can raise (``loops.RAISING``), so the line, and the error, still names that op. A step
-fuses at most ``FUSED_CALLS_MAX`` calls: numba's compile time grows with them.
+compiles at most ``FUSED_CALLS_MAX`` calls: numba's compile time grows with them. A segment
+that repeats an earlier one of the step (a model's next layer: the same calls, constants and
+argument types, other arrays) reuses its compiled function and costs no compile time.
 """
 
 from __future__ import annotations
@@ -40,6 +42,41 @@ FUSED_MATMUL_MAX = 1 << 20
 FUSED_CALLS_MAX = 64
 
 
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def _canonical(calls: list[FusedCall], params: list[str],
+               namespace: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The body of a segment of ``calls`` with its parameters renamed ``a0, a1, ...`` and
+    the globals it reads ``k0, k1, ...`` in order of appearance, and ``{global: new name}``."""
+    rename = {p: f"a{i}" for i, p in enumerate(params)}
+    names: dict[str, str] = {}
+
+    def sub(m: re.Match[str]) -> str:
+        word = m.group()
+        if word in rename:
+            return rename[word]
+        if word != "np" and word in namespace:
+            return names.setdefault(word, f"k{len(names)}")
+        return word
+
+    return "".join(f"    {_NAME.sub(sub, f.text)}\n" for f in calls), names
+
+
+def _value_key(value: Any) -> tuple[Any, ...]:
+    """What a segment's global contributes to its key: a constant's dtype, shape and bytes (a
+    compiled function freezes it), any other object itself (a compiled loop)."""
+    if isinstance(value, np.ndarray | np.generic):
+        return ("data", value.dtype.str, np.shape(value), np.asarray(value).tobytes())
+    return ("object", id(value))
+
+
+def _type_key(a: np.ndarray) -> tuple[Any, ...]:
+    """What a compiled function is specialised on: dtype, rank, layout, writability."""
+    f = a.flags
+    return (a.dtype.str, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned)
+
+
 @dataclass(eq=False)
 class FusedCall:
     """One call of a segment: ``text`` in the fused function, ``plain`` as a step line."""
@@ -68,7 +105,8 @@ class Segments:
         self.queued: list[FusedCall] = []  # calls waiting to be fused
         self.namespace: dict[str, Any] = {"np": np}  # the segments' globals
         self.sources: list[str] = []
-        self.budget = FUSED_CALLS_MAX  # calls this step may still fuse
+        self.budget = FUSED_CALLS_MAX  # calls this step may still compile into segments
+        self.compiled: dict[tuple[Any, ...], Any] = {}  # segment key -> its compiled function
 
     def matmul_call(self, s: Step, specs: Any, args: list[str], outs: list[str]) -> str | None:
         """The segment's call for a 2-D float matrix product into a buffer, of contiguous
@@ -128,23 +166,32 @@ class Segments:
 
     def _compile(self, calls: list[FusedCall]) -> str | None:
         """The step's line that calls ``calls`` fused into one compiled function, or None
-        when some argument's type is unknown or the backend does not compile it."""
+        when some argument's type is unknown or the backend does not compile it. A segment
+        that repeats an earlier one (the same calls on arguments of the same types, the same
+        constants: a model's next layer) reuses its compiled function."""
         params = list(dict.fromkeys(n for f in calls for n in _ARRAY_NAME.findall(f.text)))
         samples = [self._sample(p) for p in params]
         if any(a is None for a in samples) or self.backend is None:
             return None
         name = f"g{len(self.sources)}"
-        source = f"def {name}({', '.join(params)}):\n" + "".join(
-            f"    {f.text}\n" for f in calls)
-        code = compile(source, f"<xlgraph-segment-{name}>", "exec")
-        exec(code, self.namespace)  # noqa: S102 - generated as the step is, names only
-        fn = self.backend.fuse(self.namespace[name], samples)
+        body, names = _canonical(calls, params, self.namespace)
+        key = (body, tuple(_value_key(self.namespace[g]) for g in names),
+               tuple(_type_key(a) for a in samples))
+        fn = self.compiled.get(key)
         if fn is None:
-            return None
+            canonical = {"np": np, **{c: self.namespace[g] for g, c in names.items()}}
+            source = f"def {name}({', '.join(f'a{i}' for i in range(len(params)))}):\n{body}"
+            code = compile(source, f"<xlgraph-segment-{name}>", "exec")
+            exec(code, canonical)  # noqa: S102 - generated as the step is, names only
+            fn = self.backend.fuse(canonical[name], samples)
+            if fn is None:
+                return None
+            self.compiled[key] = fn
+            self.budget -= len(calls)  # only compiling costs time
         fixed = all(p in self._fixed for p in params)
         direct = self.backend.direct(fn, samples) if fixed else None
-        self.sources.append(source)
-        self.budget -= len(calls)
+        self.sources.append(f"def {name}({', '.join(params)}):\n" + "".join(
+            f"    {f.text}\n" for f in calls))
         return f"{self._bind_global(name, fn if direct is None else direct)}({', '.join(params)})"
 
     def comments(self) -> list[str]:
