@@ -208,6 +208,7 @@ class Statements(Writer):
             self.emit(indent, f"s{out} = np.array({name})", s.op)
             self.names[out] = f"s{out}"
             self.samples.pop(f"s{out}", None)
+            self.typed.discard(f"s{out}")
         elif name.startswith("v"):
             self.set_name(out, name, indent)
         else:
@@ -227,6 +228,10 @@ class Statements(Writer):
         if not isinstance(arr, np.ndarray) or not np.may_share_memory(arr, ins[0]):
             return False
         self.samples[name] = arr
+        if all(a in self.fixed or a in self.typed for a in args):
+            self.typed.add(name)
+        else:
+            self.typed.discard(name)
         return True
 
     def const(self, s: Step, indent: int) -> None:
@@ -285,6 +290,7 @@ class Statements(Writer):
             self.samples[f"s{s.outs[0]}"] = new_buffer(
                 spec.shape, spec.dtype.as_numpy(),
                 f"the data of stream {stream!r} loaded by {s.op.describe()}", np.empty)
+            self.typed.add(f"s{s.outs[0]}")
         elif k == "host_store":
             i = self.d2h[s.attrs["stream"]]
             self.counter(s, indent)

@@ -95,7 +95,11 @@ class Writer:
         # Example arrays of the names whose array changes from run to run (host data, views of
         # it): what a segment is compiled for.
         self.samples: dict[str, np.ndarray] = {}
-        self.segments = Segments(backend, self.emit, self.bind_global, self.sample, self.fixed)
+        # The names among those whose array has its sample's type in every run: host data and
+        # views of it or of fixed arrays (not loop-carried names: they take several arrays).
+        self.typed: set[str] = set()
+        self.segments = Segments(backend, self.emit, self.bind_global, self.sample, self.fixed,
+                                 self.typed)
 
     # -- naming --------------------------------------------------------------------------------
     def emit(self, indent: int, text: str, op: Op | None = None, note: str | None = None,
@@ -170,6 +174,7 @@ class Writer:
         return self.samples.get(name) if found is None else found
 
     def sample_as(self, name: str, source: str) -> None:
+        self.typed.discard(name)
         found = self.sample(source)
         if found is not None:
             self.samples[name] = found

@@ -94,14 +94,19 @@ class Segments:
 
     ``emit(indent, text, op, note=...)`` writes a step line, ``bind_global(prefix, value)``
     names a global of the step, ``sample(name)`` is an array of the type a name always holds
-    (None: unknown) and ``fixed`` maps the names that hold the same array in every run."""
+    (None: unknown), ``fixed`` maps the names that hold the same array in every run and
+    ``typed`` holds the names of other arrays whose numba type is the sample's in every run
+    (host data, which ``HostIO`` hands over C-contiguous, native and of the stream's shape, and
+    views of it): a segment on only these skips numba's type dispatch (1.1 us of 2.3 for 22
+    arrays), as a segment on fixed arrays does."""
 
     def __init__(self, backend: Backend | None, emit: Callable[..., None],
                  bind_global: Callable[[str, Any], str],
                  sample: Callable[[str], np.ndarray | None],
-                 fixed: dict[str, np.ndarray]) -> None:
+                 fixed: dict[str, np.ndarray], typed: set[str]) -> None:
         self.backend = backend
         self._emit, self._bind_global, self._sample, self._fixed = emit, bind_global, sample, fixed
+        self._typed = typed
         self.queued: list[FusedCall] = []  # calls waiting to be fused
         self.namespace: dict[str, Any] = {"np": np}  # the segments' globals
         self.sources: list[str] = []
@@ -188,7 +193,7 @@ class Segments:
                 return None
             self.compiled[key] = fn
             self.budget -= len(calls)  # only compiling costs time
-        fixed = all(p in self._fixed for p in params)
+        fixed = all(p in self._fixed or p in self._typed for p in params)
         direct = self.backend.direct(fn, samples) if fixed else None
         self.sources.append(f"def {name}({', '.join(params)}):\n" + "".join(
             f"    {f.text}\n" for f in calls))

@@ -20,7 +20,7 @@ from xlgraph.lower.backends import TOLERANCE
 
 pytest.importorskip("numba", reason="needs the fast extra")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from models import build_mlp  # noqa: E402
+from models import build_mlp, mnist_batches  # noqa: E402
 
 
 def _products(dtype: type, rows: int) -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
@@ -93,3 +93,25 @@ def test_the_kernel_thread_fuses_numpys_gemm_too() -> None:
     session = popxl.Session(build_mlp(8).ir, backend="numba")
     assert session.wait_for_kernels(timeout=600)
     assert session.source.count("#     j_matmul(") == 5 and "np.dot(" not in session.source
+
+
+def test_segments_on_host_data_skip_numbas_type_dispatch() -> None:
+    """The MNIST step's segment reads host data and views of it (C-contiguous as ``HostIO``
+    hands it over, whatever the caller passed): it is bound to its machine code's entry point.
+    Inputs in another layout, strided or read-only give the same results."""
+    m = build_mlp(8)
+    session = popxl.Session(m.ir, backend="numba", compile_in_background=False)
+    segment = session.executable.compiled.fn.__globals__["g0"]
+    assert not hasattr(segment, "overloads")  # not a numba dispatcher
+    x, y = mnist_batches(8, 1)[0]
+    odd = np.asfortranarray(x)
+    odd.flags.writeable = False
+    wide = np.zeros((8, 28, 56), np.float32)
+    wide[:, :, ::2] = x
+    losses = []
+    with session:
+        weights = [session.get_tensor_data(v).copy() for v in m.variables]
+        for data in (x, odd, wide[:, :, ::2], x.astype(np.float64)):
+            session.write_variables_data(dict(zip(m.variables, weights)))
+            losses.append(session.run({m.images: data, m.labels: y})[m.out])
+    assert all(np.array_equal(a, losses[0]) for a in losses)
