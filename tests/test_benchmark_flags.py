@@ -21,3 +21,12 @@ def test_blas_threads_flags(capsys) -> None:
     assert "(default: [1, 2])" in " ".join(capsys.readouterr().out.split())
     with pytest.raises(SystemExit):
         blas_threads.parse_args(["--no-such-flag"])
+
+
+def test_scaling_times_a_program_as_users_build_it() -> None:
+    import scaling
+
+    times = scaling.phases(2, collect=False, background=True)
+    assert set(times["cpu"]) == set(scaling.PHASES)  # no forced collection was timed
+    collected = scaling.phases(2)
+    assert set(collected["cpu"]) == {*scaling.PHASES, "collect"}
