@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.lower.program import Step
+from xlgraph.lower.replica_forms import folded_batch
 from xlgraph.op import REGISTRY, OpDef, same_spec
 from xlgraph.ops import loops
 from xlgraph.tensor import TensorSpec
@@ -47,18 +48,11 @@ SCALE = OpDef("replica_scale", same_spec, _scale, kernel_out=_scale_out, element
 
 def fold_batch(defn: OpDef, vary: list[bool], ins: list[TensorSpec]) -> tuple[int, ...] | None:
     """The inputs whose replica axis ``defn`` folds into their batch axis, when the step runs
-    its folded form (``replica_forms.replica_defn`` picks the same): every batched input
-    varies and no other does."""
-    if (defn.replica != "local" or defn.elementwise or defn.view or defn.inplace_of is not None
-            or defn.replicated is None):
+    its folded form (``replica_forms.folded_batch``, which ``replica_defn`` picks it by) and
+    is a plain op with a replicated form (no elementwise op, view or in-place write)."""
+    if defn.elementwise or defn.view or defn.inplace_of is not None or defn.replicated is None:
         return None
-    if getattr(defn.replicated, "shift", None) is not None and all(vary):
-        return None
-    batch = getattr(defn.replicated, "batch", None)
-    batch = None if batch is None else batch(ins)
-    if batch is None or not all(v == (i in batch) for i, v in enumerate(vary)):
-        return None
-    return batch
+    return folded_batch(defn, vary, ins)
 
 
 class _Slots:

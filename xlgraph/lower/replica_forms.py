@@ -26,8 +26,8 @@ from xlgraph.op import Op, OpDef
 from xlgraph.ops.replicas import ReplicaContext, aligned
 from xlgraph.tensor import TensorSpec
 
-__all__ = ["agree", "agree_defn", "is_global", "lift_defn", "lifted", "lifting_defn",
-           "replica_defn"]
+__all__ = ["agree", "agree_defn", "folded_batch", "is_global", "lift_defn", "lifted",
+           "lifting_defn", "replica_defn"]
 
 
 def agree(op: Op, value: Any) -> np.ndarray:
@@ -83,6 +83,20 @@ def _loop(defn: OpDef, arrays: tuple[np.ndarray, ...], vary: list[bool], local: 
     return tuple(outs) if len(outs) != 1 or isinstance(per[0], tuple) else outs[0]
 
 
+def folded_batch(defn: OpDef, vary: list[bool], ins: list[TensorSpec]) -> tuple[int, ...] | None:
+    """The inputs whose replica axis ``defn``'s replicated form folds into their batch axis
+    (``OpDef.replicated.batch``), where that form runs: a local op, not shifting every input,
+    whose batched inputs all vary and no other does; else None."""
+    if defn.replica != "local" or (getattr(defn.replicated, "shift", None) is not None
+                                   and all(vary)):
+        return None
+    batch = getattr(defn.replicated, "batch", None)
+    batch = None if batch is None else batch(ins)
+    if batch is None or not all(v == (i in batch) for i, v in enumerate(vary)):
+        return None
+    return batch
+
+
 def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[TensorSpec],
                  outs: list[TensorSpec], ctx: ReplicaContext) -> OpDef:
     """``defn`` as it runs on values of which ``vary`` (per input) carry the replica axis,
@@ -111,9 +125,8 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
     shift = getattr(defn.replicated, "shift", None)
     if defn.replica == "local" and shift is not None and all(vary):
         return _shifted_defn(defn, shift, len(ins[0].shape) + 1)
-    batch = getattr(defn.replicated, "batch", None)
-    batch = None if batch is None or defn.replica != "local" else batch(ins)
-    if batch is not None and all(v == (i in batch) for i, v in enumerate(vary)):
+    batch = folded_batch(defn, vary, ins)
+    if batch is not None:
         return _folded_defn(defn, batch)
     contiguous = not defn.view and defn.inplace_of is None
     # A value held once reaches a local form with a replica axis of length 1 (numpy broadcasts
