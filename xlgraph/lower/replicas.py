@@ -184,14 +184,12 @@ def _summed_defn(defn: OpDef, ctx: ReplicaContext, ins: list[TensorSpec],
 
 
 def _finish_defn(defn: OpDef, divisor: int) -> OpDef:
-    """A sum or mean all-reduce whose input already holds the sum over every replica, to be
-    divided by ``divisor`` (1 when the sum was scaled already)."""
+    """A mean all-reduce whose input already holds the sum over every replica, to be divided
+    by ``divisor`` (a sum, or a mean scaled already, becomes a ``ref`` step instead)."""
 
-    def finish(x: np.ndarray, op: str, **_: Any) -> np.ndarray:
+    def finish(x: np.ndarray, **_: Any) -> np.ndarray:
         """In place: the input is the sum, which nothing else reads."""
-        if op == "mean" and divisor != 1:
-            return np.divide(x, np.asarray(divisor, x.dtype), out=x)
-        return x
+        return np.divide(x, np.asarray(divisor, x.dtype), out=x)
 
     return dataclasses.replace(defn, kernel=finish, inplace_of=0, kernel_out=None, loop=None,
                                replicated=None)
@@ -214,10 +212,8 @@ class _Rewriter:
         return reduce.attrs["op"] == "mean" and total & (total - 1) == 0
 
     def new_slot(self, like: int) -> int:
-        slot = self.program.num_slots
-        self.program.num_slots += 1
-        self.one[slot] = self.one[like]
-        return slot
+        """A new slot of one replica's spec of ``like``."""
+        return self.fresh(self.one[like])
 
     def fresh(self, spec: TensorSpec) -> int:
         """A new slot of ``spec`` (without the replica axis: it is the full spec)."""
