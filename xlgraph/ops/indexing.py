@@ -198,21 +198,19 @@ def add_rows_at(out: np.ndarray, dy: np.ndarray, indices: np.ndarray, axis: int)
     np.add.at(np.moveaxis(out, axis, 0), flat[valid], rows[valid])
 
 
-def _gather_grad(dy: np.ndarray, indices: np.ndarray, shape: tuple[int, ...], axis: int,
-                 zero_OOR: bool) -> np.ndarray:
-    out = np.zeros(shape, dy.dtype)
-    add_rows_at(out, dy, indices, axis)
-    return out
-
-
-_gather_grad.c_contiguous = True  # type: ignore[attr-defined] - np.zeros' C order
-
-
 def _gather_grad_out(dy: np.ndarray, indices: np.ndarray, out: np.ndarray,
                      shape: tuple[int, ...], axis: int, zero_OOR: bool) -> np.ndarray:
     out.fill(0)
     add_rows_at(out, dy, indices, axis)
     return out
+
+
+def _gather_grad(dy: np.ndarray, indices: np.ndarray, shape: tuple[int, ...], axis: int,
+                 zero_OOR: bool) -> np.ndarray:
+    return _gather_grad_out(dy, indices, np.empty(shape, dy.dtype), shape, axis, zero_OOR)
+
+
+_gather_grad.c_contiguous = True  # type: ignore[attr-defined] - np.empty's C order
 
 
 def _gather_grad_loop(ins: list[TensorSpec], shape: tuple[int, ...], axis: int,
