@@ -55,13 +55,11 @@ class _Compiled:
     streams: tuple[Any, ...]
     output_streams: tuple[Any, ...]
     loss_stream: Any
-    input_specs: list[tuple[tuple[int, ...], torch.dtype]]
-    concrete: list[Any]
+    inputs: CompiledInputs  # what every later call must give (``check``)
+    input_updates: dict[Any, int]  # {stream: position among the inputs} of in-place inputs
     fast: FastCall | None
     optimizer: Any = None
     seed: Any = None
-    inputs: CompiledInputs | None = None
-    input_updates: dict[Any, int] | None = None  # {stream: position among the inputs}
 
 
 class _HookHandle:
@@ -172,7 +170,7 @@ class _CompileStep:
             index = lowered.loss_index
             seed = self._seed(lowered)
             reduction = self.options.Training.accumulation_and_replication_reduction_type
-            scale = float(self._settings.extras.get("loss_scaling", 1.0))
+            scale = xl_optimizer.loss_scaling
 
             def loss(outs: Any) -> Any:  # scaled: the optimiser unscales the gradients
                 single = not isinstance(outs, (list, tuple))  # one forward output
@@ -216,8 +214,8 @@ class _CompileStep:
             self.options.synthetic_data, self.options.output_mode, streams, out_streams,
             lowered.output_dtypes, lowered.constant_outputs, session.io.d2h, lowered.out_spec)
         self._compiled = _Compiled(session, lowered, sync, streams, out_streams, loss_stream,
-                                   input_specs, concrete, fast, xl_optimizer, seed_var,
-                                   CompiledInputs.of(args), input_updates)
+                                   CompiledInputs.of(args), input_updates, fast, xl_optimizer,
+                                   seed_var)
         self.blocks = dict(blocks)
         session.__enter__()
         if self.training:
