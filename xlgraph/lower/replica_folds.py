@@ -55,18 +55,10 @@ def fold_batch(defn: OpDef, vary: list[bool], ins: list[TensorSpec]) -> tuple[in
     return folded_batch(defn, vary, ins)
 
 
-class _Slots:
-    """New slots for the rewrite: ``new(spec)`` gives a slot of that full spec."""
-
-    def __init__(self, new: Callable[[TensorSpec], int]) -> None:
-        self.new = new
-
-    def view(self, steps: list[Step], op: Any, src: int, spec: TensorSpec, name: str,
-             **attrs: Any) -> int:
-        """A reshape or transpose view of ``src`` with full spec ``spec``."""
-        out = self.new(spec)
-        steps.append(Step("kernel", [src], [out], op, REGISTRY[name], attrs))
-        return out
+def _view(steps: list[Step], op: Any, src: int, out: int, name: str, **attrs: Any) -> int:
+    """Append a reshape or transpose view of ``src`` into slot ``out``; gives ``out``."""
+    steps.append(Step("kernel", [src], [out], op, REGISTRY[name], attrs))
+    return out
 
 
 def _full(one: TensorSpec, local: int) -> TensorSpec:
@@ -81,19 +73,19 @@ def folded_steps(s: Step, batch: tuple[int, ...], one: dict[int, TensorSpec], lo
                  new: Callable[[TensorSpec], int]) -> list[Step]:
     """``s`` (its inputs at ``batch`` carry the replica axis) as fold views, the op on the
     folded batch and unfold views onto its outputs; ``one`` holds one replica's specs."""
-    slots, steps = _Slots(new), []
+    steps: list[Step] = []
     ins = []
     for i, x in enumerate(s.ins):
         if i in batch:
             spec = one[x]
             shape = (local * spec.shape[0], *spec.shape[1:])
-            x = slots.view(steps, s.op, x, _joined(spec, shape), "reshape", shape=shape)
+            x = _view(steps, s.op, x, new(_joined(spec, shape)), "reshape", shape=shape)
         ins.append(x)
     outs = [new(_joined(one[o], (local * one[o].shape[0], *one[o].shape[1:]))) for o in s.outs]
     steps.append(Step("kernel", ins, outs, s.op, s.defn, s.attrs))
     for o, folded in zip(s.outs, outs):
         shape = (local, *one[o].shape)
-        steps.append(Step("kernel", [folded], [o], s.op, REGISTRY["reshape"], {"shape": shape}))
+        _view(steps, s.op, folded, o, "reshape", shape=shape)
     return steps
 
 
@@ -110,7 +102,7 @@ def summed_steps(s: Step, one: dict[int, TensorSpec], local: int, scale: float,
     joins = None if folds is None else folds(specs, local)
     if joins is None:
         return None
-    slots, steps = _Slots(new), []
+    steps: list[Step] = []
     smallest = min(range(len(specs)), key=lambda i: math.prod(specs[i].shape))
     ins = []
     for i, (x, (perm, shape)) in enumerate(zip(s.ins, joins)):
@@ -121,9 +113,9 @@ def summed_steps(s: Step, one: dict[int, TensorSpec], local: int, scale: float,
         full = _full(one[x], local)
         if perm is not None:
             permuted = tuple(full.shape[p] for p in perm)
-            x = slots.view(steps, s.op, x, _joined(full, permuted), "transpose",
-                           permutation=tuple(perm))
-        ins.append(slots.view(steps, s.op, x, _joined(full, tuple(shape)), "reshape",
-                              shape=tuple(shape)))
+            x = _view(steps, s.op, x, new(_joined(full, permuted)), "transpose",
+                      permutation=tuple(perm))
+        ins.append(_view(steps, s.op, x, new(_joined(full, tuple(shape))), "reshape",
+                         shape=tuple(shape)))
     steps.append(Step("kernel", ins, list(s.outs), s.op, s.defn, s.attrs))
     return steps
