@@ -149,7 +149,7 @@ def half_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec]) -> OpD
     """``defn``, or its float32-register form when it opts in and an input is float16."""
     if not defn.widen_half or defn.replica != "local" or not any(_is_half(s) for s in ins):
         return defn
-    return _wide(defn, tuple(_is_half(s) for s in ins), tuple(_is_half(s) for s in outs))
+    return wide_form(defn, ins, outs)
 
 
 def wide_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec]) -> OpDef:
