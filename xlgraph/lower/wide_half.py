@@ -22,8 +22,6 @@ replicated programs.
 
 from __future__ import annotations
 
-import numpy as np
-
 from xlgraph import dtypes
 from xlgraph.lower.passes import written_alias_slots
 from xlgraph.lower.program import Program, Step, walk
@@ -34,16 +32,11 @@ from xlgraph.tensor import TensorSpec
 
 __all__ = ["widen_storage"]
 
-_F16 = np.dtype(np.float16)
 # Ops that compute float16 in float32 registers inside their own kernels, without the flag:
 # ``matmul`` (``xlgraph.ops.matmul_kernel``), which multiplies float32 operands as numpy does.
 _REGISTER_KERNELS = frozenset({"matmul"})
 # Views whose result is the input's elements in another shape, whatever their dtype.
 _VIEWS = frozenset({"reshape", "transpose", "slice", "identity", "detach", "expand"})
-
-
-def _half(spec: TensorSpec) -> bool:
-    return np.dtype(spec.dtype.as_numpy()) == _F16
 
 
 def _opts_in(s: Step) -> bool:
@@ -104,7 +97,7 @@ def widen_storage(steps: list[Step], program: Program, results: list[int]) -> li
         if not makes:
             continue
         for o in s.outs:
-            if (_half(specs[o]) and o not in pinned
+            if (specs[o].dtype is dtypes.float16 and o not in pinned
                     and any(_accepts(r) and not (_view(r) and r.outs[0] in pinned)
                             for r in readers.get(o, []))):
                 wide.add(o)
@@ -112,10 +105,10 @@ def widen_storage(steps: list[Step], program: Program, results: list[int]) -> li
     if not wide:
         return steps
 
-    def as_float32(x: int) -> int:
-        spec = specs[x]
+    def new_slot(x: int, dtype: dtypes.dtype) -> int:
+        """A new slot of ``x``'s shape and ``dtype``."""
         program.num_slots += 1
-        specs[program.num_slots - 1] = TensorSpec(spec.shape, dtypes.float32)
+        specs[program.num_slots - 1] = TensorSpec(specs[x].shape, dtype)
         return program.num_slots - 1
 
     for x in wide:
@@ -128,9 +121,7 @@ def widen_storage(steps: list[Step], program: Program, results: list[int]) -> li
             for i, x in enumerate(s.ins):
                 if x in wide:
                     if x not in narrowed:
-                        n = program.num_slots
-                        program.num_slots += 1
-                        specs[n] = TensorSpec(specs[x].shape, dtypes.float16)
+                        n = new_slot(x, dtypes.float16)
                         out.append(Step("kernel", [x], [n], s.op, NARROW_HALF))
                         narrowed[x] = n
                     s.ins[i] = narrowed[x]
@@ -147,7 +138,7 @@ def widen_storage(steps: list[Step], program: Program, results: list[int]) -> li
         if _cast(s):  # float32 to float16, kept in float32: the rounding itself
             out.append(Step("kernel", s.ins, s.outs, s.op, ROUND_HALF))
             continue
-        raw = {o: as_float32(o) for o in made}
+        raw = {o: new_slot(o, dtypes.float32) for o in made}
         s.outs = [raw.get(o, o) for o in s.outs]
         s.defn = wide_form(s.op.defn, [specs[x] for x in s.ins], [specs[o] for o in s.outs])
         out.append(s)
