@@ -64,9 +64,7 @@ def _round_form(ins: list[TensorSpec]) -> tuple[Any, tuple[Any, ...]] | None:
 
 
 def _narrow(x: np.ndarray) -> np.ndarray:
-    out = np.empty(np.shape(x), _F16)
-    half.narrow_into(out, x)
-    return out
+    return _narrow_out(x, out=np.empty(np.shape(x), _F16))
 
 
 def _narrow_out(x: np.ndarray, out: np.ndarray) -> np.ndarray:
