@@ -30,7 +30,7 @@ from xlgraph.op import REGISTRY, OpDef, same_spec
 from xlgraph.ops import loops
 from xlgraph.tensor import TensorSpec
 
-__all__ = ["fold_batch", "folded_steps", "summed_steps", "SCALE"]
+__all__ = ["fold_batch", "folded_steps", "smallest_input", "summed_steps", "SCALE"]
 
 
 def _scale(x: np.ndarray, scale: float) -> np.ndarray:
@@ -89,6 +89,11 @@ def folded_steps(s: Step, batch: tuple[int, ...], one: dict[int, TensorSpec], lo
     return steps
 
 
+def smallest_input(specs: list[TensorSpec]) -> int:
+    """The input a summed product's power-of-two mean scales: the one of fewest elements."""
+    return min(range(len(specs)), key=lambda i: math.prod(specs[i].shape))
+
+
 def summed_steps(s: Step, one: dict[int, TensorSpec], local: int, scale: float,
                  new: Callable[[TensorSpec], int],
                  new_varying: Callable[[int], int]) -> list[Step] | None:
@@ -103,7 +108,7 @@ def summed_steps(s: Step, one: dict[int, TensorSpec], local: int, scale: float,
     if joins is None:
         return None
     steps: list[Step] = []
-    smallest = min(range(len(specs)), key=lambda i: math.prod(specs[i].shape))
+    smallest = smallest_input(specs)
     ins = []
     for i, (x, (perm, shape)) in enumerate(zip(s.ins, joins)):
         if i == smallest and scale != 1:

@@ -12,14 +12,13 @@ and code generation run on the result unchanged.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from xlgraph.lower.program import Function, Program, Step, walk
-from xlgraph.lower.replica_folds import fold_batch, folded_steps, summed_steps
+from xlgraph.lower.replica_folds import fold_batch, folded_steps, smallest_input, summed_steps
 from xlgraph.lower.replica_forms import (
     agree_defn,
     is_global,
@@ -166,7 +165,7 @@ def _summed_defn(defn: OpDef, ctx: ReplicaContext, ins: list[TensorSpec],
     of two applied to its smallest input: exact, as a summed form is linear in each input, so
     the bits equal those of scaling the sum, without a pass over the (larger) result."""
     full = replica_defn(defn, [True] * len(ins), [True], ins, [out], ctx)
-    smallest = min(range(len(ins)), key=lambda i: math.prod(ins[i].shape))
+    smallest = smallest_input(ins)
 
     def summed_out(*arrays: np.ndarray, out: np.ndarray, **attrs: Any) -> np.ndarray:
         if scale != 1:
