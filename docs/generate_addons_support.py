@@ -79,7 +79,7 @@ NOTES: dict[str, str] = {
     "popxl_addons.transforms.batch_serialisation.batch_serialise": (
         "`io_mode` places the transfers (IO tiles with copies for \"io\" and "
         "\"io_overlapped\", compute tiles for \"compute\"); the overlap of \"io_overlapped\" "
-        "is a schedule the simulator does not time"),
+        "is a schedule the simulator does not time; \"io\" modes need IO tiles as in 3.4"),
     "popxl_addons.variable_factory.VariableFactory": (
         "`shape` is a replica's (one flat shard when `shard_over > 1`), `meta_shape` the "
         "whole, as 3.4"),

@@ -96,10 +96,10 @@ def test_batch_serialise_streams_buffers_and_accumulators():
         handle = RemoteHandle(batch_serial_buffer(graph.graph.outputs[0], steps=3))
         result = batch_serialise(graph, 3, {graph.graph.inputs[0]: stream},
                                  {graph.graph.outputs[0]: out_stream},
-                                 {graph.graph.outputs[0]: handle})
+                                 {graph.graph.outputs[0]: handle}, io_mode="compute")
         assert result.graph.args.keys_flat() == ["weight", "bias"]
         variables = facts.init()
-        result.graph.bind(variables).call()
+        result.graph.bind(variables).call(0)
         entries = [popxl.remote_variable(np.zeros((1, 2), np.float32), handle.buffer, i)
                    for i in range(3)]
     ir.num_host_transfers = 3
@@ -159,9 +159,9 @@ def test_batch_serialise_gives_each_step_its_own_seed():
         out = popxl.d2h_stream((2,), popxl.float32, "noise")
         seed_in = graph.graph.inputs[0]
         result = batch_serialise(graph, 3, {}, {graph.graph.outputs[0]: out}, {},
-                                 seed_input=seed_in)
+                                 seed_input=seed_in, io_mode="compute")
         seed, _ = addons.seed_variable(11)
-        result.graph.call(seed)
+        result.graph.call(0, seed)
     ir.num_host_transfers = 3
     first, _ = run(ir)
     again, _ = run(ir)

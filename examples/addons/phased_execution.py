@@ -70,6 +70,7 @@ class Phase:
 
 def train_program(opts):
     ir = popxl.Ir(replication=1)
+    ir._pb_ir.getSessionOptions().numIOTiles = 32  # batch serialisation transfers on IO tiles
     steps = opts.steps
     with ir.main_graph, popxl.in_sequence():
         img_stream = popxl.h2d_stream((opts.batch_size, 28, 28), popxl.float32, "image")
@@ -84,6 +85,10 @@ def train_program(opts):
         head.init()
 
         x_buffer = RemoteHandle(batch_serial_buffer(x_spec, steps))
+        # the loss gradient (1.0) each backward step of phase 1 starts from
+        one_buffer = batch_serial_buffer(popxl.TensorSpec((), popxl.float32), steps)
+        for i in range(steps):
+            popxl.remote_variable(np.float32(1.0), one_buffer, i)
         dx_buffer = RemoteHandle(batch_serial_buffer(x_spec, steps))
 
         # phase 0 forward: images in, activations to x_buffer
@@ -95,20 +100,20 @@ def train_program(opts):
         # phase 1 forward and backward: x_buffer in, loss out, input gradient to dx_buffer
         fwd1, bwd1 = batch_serialise_fwd_and_grad(
             head.fwd, head.bwd, head.fwd.args, steps,
-            load_handles={head_x: x_buffer, head_labels: label_stream},
+            load_handles={head_x: x_buffer, head_labels: label_stream,
+                          head.bwd.graph.inputs[0]: (one_buffer, 0)},
             store_streams={head.fwd.graph.outputs[0]: loss_stream},
             store_buffers={head.bwd.graph.outputs[0]: dx_buffer})
 
         weights0 = layers.load_weights()
-        fwd0.graph.bind(weights0).call()
+        fwd0.graph.bind(weights0).call(0)
         weights1 = head.load_weights()
-        fwd1.graph.bind(weights1).call()
-        one = popxl.constant(1.0, popxl.float32, "loss_grad")
+        fwd1.graph.bind(weights1).call(0)
         bwd1.graph.bind(NamedTensors.from_dict({**weights1.to_dict(),
-                                                **head.accum.to_dict()})).call(one)
+                                                **head.accum.to_dict()})).call(0)
         head.sgd_and_store(weights1, opts.lr)
         bwd0.graph.bind(NamedTensors.from_dict({**weights0.to_dict(),
-                                                **layers.accum.to_dict()})).call()
+                                                **layers.accum.to_dict()})).call(0)
         layers.sgd_and_store(weights0, opts.lr)
     ir.num_host_transfers = steps
     variables = NamedTensors.from_dict({**layers.variables.to_dict(),

@@ -130,6 +130,7 @@ def test_batch_serialise_io_mode_places_the_transfers(io_mode, steps):
     the IO tiles with a copy to the compute tiles after each load and to the IO tiles before
     each store; values are the same in every mode."""
     ir = popxl.Ir()
+    ir._pb_ir.getSessionOptions().numIOTiles = 32
     with ir.main_graph:
         _, graph = _Double().create_graph(popxl.TensorSpec((2,), popxl.float32))
         x_in, y_out = graph.graph.inputs[0], graph.graph.outputs[0]
@@ -138,7 +139,7 @@ def test_batch_serialise_io_mode_places_the_transfers(io_mode, steps):
         buffer = addons.batch_serial_buffer(y_out, steps=steps)
         result = addons.batch_serialise(graph, steps, {x_in: stream}, {y_out: out},
                                         {y_out: addons.RemoteHandle(buffer)}, io_mode=io_mode)
-        result.graph.call()
+        result.graph.call(0)
         entries = [popxl.remote_variable(np.zeros(2, np.float32), buffer, i)
                    for i in range(steps)]
     body = next(g for g in ir.graphs if "batch_serial_step" in g.name)
@@ -159,7 +160,7 @@ def test_batch_serialise_io_mode_places_the_transfers(io_mode, steps):
 
 
 def test_batch_serialise_rows_and_row_offsets():
-    """With ``rows=2`` the result takes the row first; step ``i`` of row ``r`` loads entry
+    """With ``rows=2`` the result takes the row index first; step ``i`` of row ``r`` loads entry
     ``(r + row_offset) * steps + i``; ``row_offset=None`` always reads the first row and a
     callable maps the row tensor (here ``1 - r``: rows stored swapped)."""
     steps, rows = 2, 2
@@ -177,13 +178,14 @@ def test_batch_serialise_rows_and_row_offsets():
                       for e in range(2)]
         swapped = addons.RemoteHandle(dst, row_offset=lambda r: 1 - r)
         loads = {x_in: addons.RemoteHandle(src)}
-        result = addons.batch_serialise(graph, steps, loads, {}, {y_out: swapped}, rows=rows)
-        assert result.graph.graph.inputs[0].name == "row"
+        result = addons.batch_serialise(graph, steps, loads, {}, {y_out: swapped}, rows=rows,
+                                        io_mode="compute")
+        assert result.graph.graph.inputs[0].name == "batch_serial_loop_index"
         for row in range(rows):
             result.graph.call(popxl.constant(row, popxl.int32))
         only_first = addons.batch_serialise(
             graph, steps, {x_in: addons.RemoteHandle(src, row_offset=None)}, {},
-            {y_out: addons.RemoteHandle(first, row_offset=None)}, rows=rows)
+            {y_out: addons.RemoteHandle(first, row_offset=None)}, rows=rows, io_mode="compute")
         only_first.graph.call(popxl.constant(1, popxl.int32))
     with popxl.Session(ir, "cpu") as s:
         s.run()

@@ -60,7 +60,7 @@ class RemoteMemory:
     def _entry(self, v: Variable) -> np.ndarray:
         """The storage view of ``v``'s entry, with the replica axis when replicated."""
         storage, offset = v.remote.buffer.storage, v.remote.offset
-        return storage[:, offset] if self.layout.replicated else storage[offset]
+        return storage[:, offset, ...] if self.layout.replicated else storage[offset, ...]
 
     def write(self, v: Variable, host: np.ndarray) -> None:
         """Store host data (``shape_on_host``) of remote variable ``v``."""

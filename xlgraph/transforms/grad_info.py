@@ -47,6 +47,16 @@ class GradGraphInfo:
     expected_outputs: tuple[ExpectedConnection, ...]
 
     @property
+    def _expected_inputs(self) -> list[ExpectedConnection]:
+        """``expected_inputs`` as a list (PopXL's attribute, read by user code)."""
+        return list(self.expected_inputs)
+
+    @property
+    def _expected_outputs(self) -> list[ExpectedConnection]:
+        """``expected_outputs`` as a list (PopXL's attribute, read by user code)."""
+        return list(self.expected_outputs)
+
+    @property
     def inputs(self) -> tuple[Tensor, ...]:
         """The forward tensors of ``expected_inputs``, in order."""
         return tuple(c.fwd_tensor for c in self.expected_inputs)

@@ -4,7 +4,8 @@ loading its inputs from host streams or remote-buffer entries and storing its ou
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,39 +14,88 @@ from xlgraph import ops
 from xlgraph.addons.graph import GraphWithNamedArgs
 from xlgraph.addons.named_tensors import NamedTensors
 from xlgraph.addons.utils import suffix_graph_name
-from xlgraph.transforms import ExpectedConnectionType
 
 __all__ = ["RemoteHandle", "BatchSerialResult", "batch_serial_buffer", "batch_serialise",
            "batch_serialise_fwd_and_grad"]
 
-Loads = Mapping[popxl.Tensor, "popxl.HostToDeviceStream | RemoteHandle"]
+logger = logging.getLogger(__name__)
+
+Loads = MutableMapping[popxl.Tensor, Any]  # streams, RemoteHandles or (buffer, offset[, group])
+_MODES = ("compute", "io", "io_overlapped")
 
 
 @dataclass
 class RemoteHandle:
-    """Entries of ``buffer`` used by a batch-serialised graph: step ``i`` of row ``r`` uses
-    entry ``R * steps + i`` where the row ``R`` is ``r + row_offset`` (an int), ``0`` (None:
-    always the first row) or ``row_offset(r)`` (a callable on the int32 row tensor).
-    ``shard_group``: the replicas a sharded buffer's entries are split over."""
+    """Entries of ``buffer`` used by a batch-serialised graph: step ``i`` of row ``n`` uses
+    entry ``R * steps + i`` where ``R`` is ``n + row_offset`` (an int), ``0`` (None: always
+    the first row) or ``row_offset(n)`` (a callable on the int32 row tensor).
+    ``shard_group``: the replicas a sharded buffer's entries are split over. A tuple
+    ``(buffer, row_offset[, shard_group])`` is accepted wherever a handle is."""
 
     buffer: popxl.RemoteBuffer
     row_offset: int | Callable[[popxl.Tensor], popxl.Tensor] | None = 0
     shard_group: popxl.ReplicaGrouping | None = None
 
-    def entry(self, row: popxl.Tensor, step: popxl.Tensor, steps: int) -> popxl.Tensor:
-        """The entry index for ``row`` and ``step`` (int32 tensors of the current graph)."""
-        if self.row_offset is None:
-            return step
-        mapped = self.row_offset(row) if callable(self.row_offset) else row + self.row_offset
-        return mapped * steps + step
+
+def _entry(handle: RemoteHandle, row: popxl.Tensor, step: popxl.Tensor,
+           steps: int) -> popxl.Tensor:
+    """The entry index for ``row`` and ``step`` (int32 tensors of the current graph)."""
+    offset = handle.row_offset
+    if offset is None:
+        return step
+    mapped = offset(row) if callable(offset) else row + offset
+    return mapped * steps + step
+
+
+def _grow(handle: RemoteHandle, steps: int, rows: int) -> None:
+    """Raise the buffer's entries to what the handle's rows reach (never lowered)."""
+    offset = handle.row_offset
+    if offset is None:
+        needed = steps
+    elif callable(offset):
+        needed = steps * rows
+    else:
+        needed = steps * (offset + rows)
+    buffer = handle.buffer
+    if buffer.entries < needed:
+        buffer.set_remote_buffer_info(buffer.tensor_dtype, buffer.tensor_shape, needed)
+
+
+def _is_tuple_handle(value: Any) -> bool:
+    return (isinstance(value, tuple | list) and len(value) >= 2
+            and isinstance(value[0], popxl.RemoteBuffer)
+            and (value[1] is None or isinstance(value[1], int)))
+
+
+def _handles(handles: MutableMapping[popxl.Tensor, Any], streams: bool, what: str) -> None:
+    """Convert tuple handles to RemoteHandles in the caller's dict.
+
+    Raises:
+        TypeError: a value that is neither a handle, a handle tuple nor (for loads) a stream.
+    """
+    for t, value in list(handles.items()):
+        if isinstance(value, RemoteHandle) or (
+                streams and isinstance(value, popxl.HostToDeviceStream)):
+            continue
+        if not _is_tuple_handle(value):
+            kinds = "a HostToDeviceStream, " if streams else ""
+            raise TypeError(f"batch_serialise: {what}[{t.id}] must be {kinds}a RemoteHandle or "
+                            f"a (RemoteBuffer, row_offset[, shard_group]) tuple, got {value!r}")
+        handles[t] = RemoteHandle(*value)
 
 
 @dataclass
 class BatchSerialResult:
-    """A batch-serialised graph and the buffers its outputs were stored in."""
+    """A batch-serialised graph and, for each stored tensor, the handle holding its values."""
 
     graph: GraphWithNamedArgs
     stored_buffers: dict[popxl.Tensor, RemoteHandle] = field(default_factory=dict)
+
+    def remap_tensors(self, nt: NamedTensors) -> NamedTensors:
+        """``nt`` with each tensor of the original graph replaced by its input here."""
+        return nt.remap(self._remap)
+
+    _remap: dict[popxl.Tensor, popxl.Tensor] = field(default_factory=dict, repr=False)
 
 
 def batch_serial_buffer(t: popxl.Tensor | popxl.TensorSpec, steps: int = 1, rows: int = 1,
@@ -65,33 +115,61 @@ def _check(graph: popxl.Graph, tensors: Any, what: str, *where: str) -> None:
                              f"{' or '.join(where)} of graph {graph.name!r}")
 
 
+def _io_mode(ir: popxl.Ir, io_mode: str, steps: int) -> str:
+    if io_mode not in _MODES:
+        raise ValueError(f"batch_serialise: unknown io_mode {io_mode!r}; expected one of "
+                         f"{list(_MODES)}")
+    if io_mode == "io_overlapped" and steps < 2:
+        logger.warning("batch_serialise: io_mode 'io_overlapped' needs at least 2 steps; "
+                       "using 'io'")
+        io_mode = "io"
+    if io_mode != "compute" and ir.session_options.numIOTiles < 1:
+        raise ValueError(f"batch_serialise(io_mode={io_mode!r}): IR must have IO tiles (set "
+                         f"ir._pb_ir.getSessionOptions().numIOTiles, or use io_mode='compute')")
+    return io_mode
+
+
 def batch_serialise(graph: GraphWithNamedArgs, steps: int, load_handles: Loads,
                     store_streams: Mapping[popxl.Tensor, popxl.DeviceToHostStream],
-                    store_buffers: Mapping[popxl.Tensor, RemoteHandle],
+                    store_buffers: MutableMapping[popxl.Tensor, Any],
                     seed_input: popxl.Tensor | None = None, rows: int = 1,
                     io_mode: str = "io") -> BatchSerialResult:
-    """A graph that runs ``graph`` ``steps`` times.
+    """A graph that runs ``graph`` ``steps`` times per call.
 
-    Step ``i`` loads each input in ``load_handles`` from its stream (one transfer a step) or
-    from entry ``handle.entry(row, i)`` of its buffer, runs ``graph``, and stores each
-    output in ``store_streams`` / ``store_buffers`` likewise. The other inputs of ``graph``
-    are inputs of the result (its named args keep their names; inputs passed by reference,
-    such as accumulators, stay so). With ``seed_input``, each step gets its own seed split
-    from the one passed in. The result takes an int32 ``row`` input first when ``rows > 1``.
-    ``io_mode`` places the transfers and does not change values: ``"compute"`` loads and
-    stores on the compute tiles; ``"io"`` on the IO tiles, with an ``io_tile_copy`` to the
-    compute tiles after each load and to the IO tiles before each store; ``"io_overlapped"``
-    places them as ``"io"`` (with fewer than 2 steps it is ``"io"``, as in popxl-addons): the
-    overlap of one step's transfers with the previous step's compute is a schedule the
-    simulator and its cycle model do not represent.
+    The result's inputs are the int32 row index ``n`` (``batch_serial_loop_index``, always
+    first; a Python int is accepted at the call), the seed (``batch_serial_random_seed``,
+    with ``seed_input``), then every other input of ``graph`` in order with its name, spec and
+    by-reference flag; it has no outputs and its named args are ``graph``'s. Step ``i`` of
+    row ``n`` loads each input of ``load_handles`` from its stream or from entry
+    ``(n + row_offset) * steps + i`` of its buffer (``i`` for ``row_offset=None``,
+    ``f(n) * steps + i`` for a callable), gathered over the handle's ``shard_group``; runs
+    ``graph`` (with its own seed split from the carried one); then stores each output or
+    input in ``store_streams`` / ``store_buffers`` (cut to the shard group's slice), except
+    inputs already loaded from a buffer. Tuple handles are converted to ``RemoteHandle`` in
+    the caller's dicts; buffers are grown to the entries their rows reach.
+    ``io_mode``: ``"compute"`` transfers on the compute tiles; ``"io"`` (needs IO tiles) on
+    the IO tiles with an ``io_tile_copy`` after each load and before each store;
+    ``"io_overlapped"`` places them as ``"io"`` (fewer than 2 steps: ``"io"``, with a
+    warning), its overlap being a schedule the simulator does not represent. Values are the
+    same in every mode.
+
+    Raises:
+        ValueError: ``rows < 1``, an unknown ``io_mode``, "io" modes without IO tiles, or
+            tensors that are not inputs/outputs of ``graph``.
+        TypeError: a load handle that is not a stream, a handle or a handle tuple.
     """
     inner = graph.graph
-    if io_mode not in ("io", "compute", "io_overlapped"):
-        raise ValueError(f"io_mode must be 'io', 'compute' or 'io_overlapped', got {io_mode!r}")
-    if io_mode == "io_overlapped" and steps < 2:
-        io_mode = "io"
+    if rows < 1:
+        raise ValueError(f"batch_serialise: rows must be at least 1, got {rows}")
+    io_mode = _io_mode(inner.ir, io_mode, steps)
+    _handles(load_handles, True, "load_handles")
+    _handles(store_buffers, False, "store_buffers")
     _check(inner, load_handles, "load_handles", "inputs")
     _check(inner, [*store_streams, *store_buffers], "the stores", "outputs", "inputs")
+    for handle in [*load_handles.values(), *store_buffers.values()]:
+        if isinstance(handle, RemoteHandle):
+            _grow(handle, steps, rows)
+    from_buffer = {t for t, h in load_handles.items() if isinstance(h, RemoteHandle)}
     kept = [t for t in inner.inputs if t not in load_handles and t is not seed_input]
     ir = inner.ir
     body = ir.create_empty_graph(suffix_graph_name(inner.name, "batch_serial_step"))
@@ -108,24 +186,27 @@ def batch_serialise(graph: GraphWithNamedArgs, steps: int, load_handles: Loads,
             seed, feeds[seed_input] = ops.split_random_seed(seed)
         info = ops.call_with_info(inner, inputs_dict=feeds)
         _mark_by_ref(info, {p: t for t, p in passed.items()})
+
+        def value(t: popxl.Tensor) -> popxl.Tensor:
+            return feeds[t] if t in inner.inputs else info.graph_to_parent(t)
+
         for t, stream in store_streams.items():
             with _tiles(io_mode):
-                ops.host_store(stream, _to_tiles(info.graph_to_parent(t), io_mode))
+                ops.host_store(stream, _to_tiles(value(t), io_mode))
         for t, handle in store_buffers.items():
-            with _tiles(io_mode):
-                ops.remote_store(handle.buffer, handle.entry(row, step, steps),
-                                 _to_tiles(info.graph_to_parent(t), io_mode))
+            if t not in from_buffer:
+                _store(handle, row, step, steps, value(t), io_mode)
         popxl.graph_output(step + 1)
         popxl.graph_output(row)
         if seed is not None:
             popxl.graph_output(seed)
     outer = ir.create_empty_graph(suffix_graph_name(inner.name, "batch_serial"))
     with outer:
-        row_in = popxl.graph_input((), popxl.int32, "row") if rows > 1 else \
-            popxl.constant(0, popxl.int32, "row")
-        carried = [popxl.constant(0, popxl.int32, "step"), row_in]
+        carried = [popxl.constant(0, popxl.int32, "step"),
+                   popxl.graph_input((), popxl.int32, "batch_serial_loop_index")]
         if seed_input is not None:
-            outer_seed = _like(seed_input)
+            outer_seed = popxl.graph_input(seed_input.shape, seed_input.dtype,
+                                           "batch_serial_random_seed")
             carried.append(outer_seed)
         outer_ins = {t: _like(t) for t in kept}
         site = ops.repeat_with_info(body, steps, *carried,
@@ -134,8 +215,9 @@ def batch_serialise(graph: GraphWithNamedArgs, steps: int, load_handles: Loads,
     mapping = {t: outer_ins[t] for t in kept}
     if seed_input is not None:
         mapping[seed_input] = outer_seed
-    return BatchSerialResult(GraphWithNamedArgs(outer, graph.args.remap(mapping)),
-                             dict(store_buffers))
+    stored = {t: load_handles[t] if t in from_buffer else h for t, h in store_buffers.items()}
+    return BatchSerialResult(GraphWithNamedArgs(outer, graph.args.remap(mapping)), stored,
+                             mapping)
 
 
 def _like(t: popxl.Tensor) -> popxl.Tensor:
@@ -143,19 +225,33 @@ def _like(t: popxl.Tensor) -> popxl.Tensor:
                              meta_shape=t.meta_shape)
 
 
+def _sharded(handle: RemoteHandle) -> bool:
+    return handle.shard_group is not None and handle.shard_group.group_size > 1
+
+
 def _load(handle: Any, row: popxl.Tensor, step: popxl.Tensor, steps: int, t: popxl.Tensor,
           io_mode: str) -> popxl.Tensor:
     with _tiles(io_mode):
         if isinstance(handle, RemoteHandle):
-            loaded = ops.remote_load(handle.buffer, handle.entry(row, step, steps), t.name)
-        elif isinstance(handle, popxl.HostToDeviceStream):
-            loaded = ops.host_load(handle, t.name)
+            loaded = ops.remote_load(handle.buffer, _entry(handle, row, step, steps), t.name)
         else:
-            raise TypeError(f"batch_serialise: load handle for {t.id} must be a "
-                            f"HostToDeviceStream or a RemoteHandle, got {type(handle).__name__}")
+            loaded = ops.host_load(handle, t.name)
+    loaded = _to_tiles(loaded, io_mode)  # to the compute tiles
+    if isinstance(handle, RemoteHandle) and _sharded(handle) and not t.meta_shape:
+        loaded = ops.collectives.replicated_all_gather(loaded, group=handle.shard_group)
+        if loaded.nelms > t.nelms:  # the shards' zero padding
+            loaded = loaded.flatten()[:t.nelms]
     if loaded.shape != t.shape and loaded.nelms == t.nelms:
         loaded = loaded.reshape(t.shape)
-    return _to_tiles(loaded, io_mode)  # to the compute tiles
+    return loaded
+
+
+def _store(handle: RemoteHandle, row: popxl.Tensor, step: popxl.Tensor, steps: int,
+           t: popxl.Tensor, io_mode: str) -> None:
+    if _sharded(handle) and not t.meta_shape:
+        t = ops.collectives.replica_sharded_slice(t, handle.shard_group)
+    with _tiles(io_mode):
+        ops.remote_store(handle.buffer, _entry(handle, row, step, steps), _to_tiles(t, io_mode))
 
 
 def _tiles(io_mode: str) -> contextlib.AbstractContextManager[None]:
@@ -176,56 +272,93 @@ def _mark_by_ref(site: Any, tensors: Mapping[popxl.Tensor, popxl.Tensor]) -> Non
             site.set_parent_input_modified(parent)
 
 
+def _split_groups(store_buffers: MutableMapping[popxl.Tensor, Any],
+                  ) -> dict[popxl.Tensor, popxl.ReplicaGrouping]:
+    """Remove the ReplicaGrouping entries of ``store_buffers`` (in place) and return them."""
+    groups = {t: g for t, g in store_buffers.items() if isinstance(g, popxl.ReplicaGrouping)}
+    for t in groups:
+        del store_buffers[t]
+    return groups
+
+
 def batch_serialise_fwd_and_grad(
     forward_graph: GraphWithNamedArgs, gradient_graph: GraphWithNamedArgs,
     named_inputs_for_grad_graph: NamedTensors, steps: int, load_handles: Loads,
     store_streams: Mapping[popxl.Tensor, popxl.DeviceToHostStream],
-    store_buffers: Mapping[popxl.Tensor, RemoteHandle], seed_input: popxl.Tensor | None = None,
+    store_buffers: MutableMapping[popxl.Tensor, Any], seed_input: popxl.Tensor | None = None,
     rows: int = 1, io_mode: str = "io",
 ) -> tuple[BatchSerialResult, BatchSerialResult]:
     """Batch-serialise a forward graph and its gradient graph together.
 
-    The activations the gradient graph reads are stored by the forward steps in new remote
-    buffers (one entry per step) and loaded back by the gradient steps, except for the
-    forward inputs named in ``named_inputs_for_grad_graph`` (the weights), which become named
-    args of the gradient result. ``load_handles``, ``store_streams`` and ``store_buffers``
-    may hold tensors of either graph.
+    Each activation the gradient graph reads (a ``Fwd`` input) comes from: its handle in
+    ``store_buffers``; a named arg of the gradient result when it is one of
+    ``named_inputs_for_grad_graph`` (the weights, under the same names); the buffer it was
+    loaded from; else a new ``batch_serial_buffer`` the forward steps store it in (sharded
+    over the ``ReplicaGrouping`` given for it in ``store_buffers``). ``gradient_graph.args``
+    becomes those named inputs followed by its previous args (in place). Handles may hold
+    tensors of either graph; tuples are converted as by ``batch_serialise``.
 
     Returns:
-        ``(forward result, gradient result)``.
+        ``(forward result, gradient result)``; the gradient result's ``graph.grad_graph_info``
+        is the gradient info re-pointed at the new forward graph.
+
+    Raises:
+        ValueError: a gradient seed (``FwdGrad`` input) without a load handle.
+        RuntimeError: an activation with no way to reach the gradient graph.
     """
+    from xlgraph.transforms import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
+
     fwd, grad = forward_graph.graph, gradient_graph.graph
     info = gradient_graph.grad_graph_info
-    shared = set(named_inputs_for_grad_graph.tensors)
-    # activations (and stream-fed inputs: a stream cannot be read twice) go through buffers
-    acts = [c.fwd_tensor for c in info.expected_inputs
-            if c.connection_type is ExpectedConnectionType.Fwd and c.fwd_tensor not in shared
-            and not isinstance(load_handles.get(c.fwd_tensor), RemoteHandle)]
-    fwd_loads = {t: h for t, h in load_handles.items() if t in fwd.inputs}
-    fwd_buffers = {t: h for t, h in store_buffers.items() if t in fwd.outputs}
-    # an input read from a stream is stored as the step loads it
-    grad_loads = {t: h for t, h in load_handles.items() if t in grad.inputs}
-    for t in acts:
-        handle = RemoteHandle(batch_serial_buffer(t, steps, rows))
-        fwd_buffers[t] = handle
+    groups = _split_groups(store_buffers)
+    _handles(load_handles, True, "load_handles")
+    _handles(store_buffers, False, "store_buffers")
+    named = {t: name for name, t in named_inputs_for_grad_graph.to_dict().items()}
+    fwd_buffers = {t: h for t, h in store_buffers.items() if t in fwd.outputs or t in fwd.inputs}
+    conns = list(zip(grad.inputs, info.expected_inputs))
+    for _, c in conns:
+        t = c.fwd_tensor
+        if c.connection_type is not ExpectedConnectionType.Fwd or t in fwd_buffers or t in named:
+            continue
+        loaded = load_handles.get(t)
+        if isinstance(loaded, RemoteHandle):
+            fwd_buffers[t] = loaded
+        else:
+            group = groups.get(t)
+            fwd_buffers[t] = RemoteHandle(batch_serial_buffer(t, steps, rows, group), 0, group)
     fwd_result = batch_serialise(
-        forward_graph, steps, fwd_loads,
-        {t: s for t, s in store_streams.items() if t in fwd.outputs}, fwd_buffers, seed_input,
-        rows, io_mode)
-    by_fwd = {c.fwd_tensor: grad.inputs[i] for i, c in enumerate(info.expected_inputs)
-              if c.connection_type is ExpectedConnectionType.Fwd}
-    for t in acts:
-        grad_loads[by_fwd[t]] = fwd_buffers[t]
-    for t, handle in load_handles.items():  # buffer-fed forward inputs are loaded again
-        if t in by_fwd and t in fwd.inputs and isinstance(handle, RemoteHandle):
-            grad_loads[by_fwd[t]] = handle
-    names = {t: name for name, t in named_inputs_for_grad_graph.to_dict().items()}
-    grad_args = NamedTensors.from_dict({
-        **{names[t]: g for t, g in by_fwd.items() if t in shared},
-        **gradient_graph.args.to_dict()})
+        forward_graph, steps, {t: h for t, h in load_handles.items() if t in fwd.inputs},
+        {t: s for t, s in store_streams.items() if t in fwd.outputs or t in fwd.inputs},
+        fwd_buffers, seed_input, rows, io_mode)
+    grad_loads: dict[popxl.Tensor, Any] = {}
+    acts: dict[str, popxl.Tensor] = {}
+    for g, c in conns:
+        t = c.fwd_tensor
+        if c.connection_type is ExpectedConnectionType.FwdGrad:
+            if g not in load_handles:
+                raise ValueError(f"batch_serialise_fwd_and_grad: the gradient input {g.id} "
+                                 f"(the gradient of {t.id}) needs an entry in load_handles")
+            grad_loads[g] = load_handles[g]
+        elif t in named:
+            acts[named[t]] = g
+        elif t in fwd_result.stored_buffers:
+            grad_loads[g] = fwd_result.stored_buffers[t]
+        else:
+            raise RuntimeError(f"batch_serialise_fwd_and_grad: the activation {t.id} read by "
+                               f"{g.id} is neither stored nor in named_inputs_for_grad_graph")
+    gradient_graph.args = NamedTensors.from_dict({**acts, **gradient_graph.args.to_dict()})
     grad_result = batch_serialise(
-        GraphWithNamedArgs(grad, grad_args, info), steps, grad_loads,
-        {t: s for t, s in store_streams.items() if t in grad.outputs},
-        {t: h for t, h in store_buffers.items() if t in grad.outputs}, None, rows, io_mode)
-    fwd_result.stored_buffers = fwd_buffers
+        gradient_graph, steps, grad_loads,
+        {t: s for t, s in store_streams.items() if t in grad.outputs or t in grad.inputs},
+        {t: h for t, h in store_buffers.items() if t in grad.outputs or t in grad.inputs},
+        None, rows, io_mode)
+    remap = fwd_result._remap
+
+    def moved(cs: tuple[ExpectedConnection, ...]) -> tuple[ExpectedConnection, ...]:
+        return tuple(ExpectedConnection(remap.get(c.fwd_tensor, c.fwd_tensor),
+                                        c.connection_type) for c in cs)
+
+    grad_result.graph.grad_graph_info = GradGraphInfo(
+        grad_result.graph.graph, fwd_result.graph.graph, moved(info.expected_inputs),
+        moved(info.expected_outputs))
     return fwd_result, grad_result
