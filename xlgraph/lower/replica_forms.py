@@ -168,7 +168,7 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
         kernel_out = _copied_out(run)
     return dataclasses.replace(defn, kernel=run, kernel_out=kernel_out, loop=None,
                                layout=_view_layout(defn, ins[0]) if defn.view else None,
-                               replicated=None)
+                               replicated=None, scratch=0)  # ``run`` takes no scratch arrays
 
 
 def _copied_out(kernel: Callable[..., Any]) -> Callable[..., Any]:

@@ -44,23 +44,26 @@ def _float_to_bits(typingctx: Any, f: Any) -> Any:
 
 
 _U16, _F32 = types.Array(types.uint16, 1, "C"), types.Array(types.float32, 1, "C")
+# Sources may be read-only (a host-loaded input, a constant): a signature for each.
+_U16_IN = [_U16, types.Array(types.uint16, 1, "C", readonly=True)]
+_F32_IN = [_F32, types.Array(types.float32, 1, "C", readonly=True)]
 
 
-@numba.njit((_U16, _F32), cache=True, error_model="numpy")
+@numba.njit([(u, _F32) for u in _U16_IN], cache=True, error_model="numpy")
 def widen(bits, out):  # noqa: ANN001, ANN201 - numba infers the types
     """``out[i] = float32(half bits[i])``."""
     for i in range(bits.size):
         out[i] = _bits_to_float(bits[i])
 
 
-@numba.njit((_F32, _U16), cache=True, error_model="numpy")
+@numba.njit([(f, _U16) for f in _F32_IN], cache=True, error_model="numpy")
 def narrow(x, bits):  # noqa: ANN001, ANN201
     """``bits[i] = half bits of x[i]``, rounded to nearest even."""
     for i in range(x.size):
         bits[i] = _float_to_bits(x[i])
 
 
-@numba.njit((_F32, _F32), cache=True, error_model="numpy")
+@numba.njit([(f, _F32) for f in _F32_IN], cache=True, error_model="numpy")
 def round_half(x, out):  # noqa: ANN001, ANN201
     """``out[i] = float32(half(x[i]))``: ``x`` rounded to float16 precision, in one pass."""
     for i in range(x.size):
