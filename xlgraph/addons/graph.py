@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -95,9 +94,6 @@ def plain_autodiff(graph: GraphWithNamedArgs | popxl.Graph,
     return GraphWithNamedArgs.from_grad_graph(info)
 
 
-_DIFFERENTIATED: weakref.WeakSet[popxl.Graph] = weakref.WeakSet()
-
-
 class GraphWithNamedArgs:
     """A graph whose state inputs have dotted names (``args``), as ``Module.create_graph`` and
     ``autodiff`` return it.
@@ -122,6 +118,7 @@ class GraphWithNamedArgs:
         self.from_module = from_module
         self.aux = dict(aux or {})
         self.called_graphs_grad_info = dict(called_graphs_grad_info or {})
+        self.autodiff_applied = False
 
     @classmethod
     def from_grad_graph(cls, grad_graph_info: GradGraphInfo, args: NamedTensors | None = None,
@@ -172,26 +169,29 @@ class GraphWithNamedArgs:
             force: differentiate again a graph already differentiated.
 
         Raises:
-            ValueError: a second autodiff without ``force``, ``"build_grad"`` for a module
-                without one, or an unknown ``method``.
+            ValueError: an unknown ``method``.
+            RuntimeError: a second autodiff without ``force`` ("Autodiff has already been
+                applied"), or ``"build_grad"`` without a module overriding it.
         """
         if method not in ("auto", "build_grad", "autodiff"):
-            raise ValueError(f"autodiff(method={method!r}): expected 'auto', 'build_grad' or "
-                             f"'autodiff'")
-        if self.graph in _DIFFERENTIATED and not force:
-            raise ValueError(f"graph {self.graph.name!r} was already differentiated (its "
-                             f"gradient changed its outputs); pass force=True to do it again")
+            raise ValueError(f"`method` should be one of 'auto', 'build_grad' or 'autodiff', "
+                             f"not {method!r}")
+        if self.autodiff_applied and not force:
+            raise RuntimeError(f"Autodiff has already been applied to graph "
+                               f"{self.graph.name!r} (its gradient changed its outputs); pass "
+                               f"force=True to do it again")
         module = self.from_module
         custom = module is not None and module.implements_grad_graph
         if method == "build_grad" and not custom:
-            raise ValueError(f"autodiff(method='build_grad'): graph {self.graph.name!r} was "
-                             f"not made by a module that overrides build_grad")
+            raise RuntimeError(f"autodiff(method='build_grad') of graph {self.graph.name!r} "
+                               f"needs a module: only possible if `from_module` is specified "
+                               f"and overrides `build_grad`")
         if custom and method != "autodiff":
             result = module.create_grad_graph(self, grads_provided, grads_required)
         else:
             result = plain_autodiff(self, grads_provided, grads_required,
                                     called_graphs_grad_info)
-        _DIFFERENTIATED.add(self.graph)
+        self.autodiff_applied = True
         return result
 
     def copy(self) -> GraphWithNamedArgs:

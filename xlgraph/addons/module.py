@@ -22,6 +22,7 @@ from typing import Any
 import xlgraph as popxl
 from xlgraph.addons.graph import GraphWithNamedArgs
 from xlgraph.addons.graph_cache import GraphCache
+from xlgraph.addons.module_grad import Aux, VarGrad
 from xlgraph.addons.named_tensors import NamedTensors
 from xlgraph.addons.utils import overrides
 from xlgraph.addons.variable_factory import (
@@ -32,23 +33,9 @@ from xlgraph.addons.variable_factory import (
 )
 from xlgraph.transforms import GradGraphInfo
 
-__all__ = ["Module", "NameScopeMeta", "Aux"]
+__all__ = ["Module", "NameScopeMeta", "Aux", "VarGrad"]
 
 _INLINING = ("error", "warning", "none")
-
-
-class Aux(dict):
-    """``Module.aux``: what ``build`` records for ``build_grad``. While ``build_grad`` runs,
-    reading a tensor entry gives a gradient-graph input of its spec (made once, named after
-    the key); other entries read as stored."""
-
-    reader: Callable[[str, popxl.Tensor], popxl.Tensor] | None = None
-
-    def __getitem__(self, key: str) -> Any:
-        value = super().__getitem__(key)
-        if self.reader is not None and isinstance(value, popxl.Tensor):
-            return self.reader(key, value)
-        return value
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[popxl.Tensor]:
@@ -105,24 +92,25 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
             ``GraphCache`` to share between modules.
         grad_inlining_error: what calling a module that overrides ``build_grad`` inline
             (rather than through ``create_graph`` / ``call_module``) does: ``"error"``
-            (ValueError), ``"warning"`` or ``"none"``; inline, its gradient is autodiff's.
+            (an exception), ``"warning"`` (a UserWarning) or ``"none"``; inline, its
+            gradient is autodiff's.
 
     Raises:
         ValueError: ``cache`` with a ``build_grad`` override, or an unknown
             ``grad_inlining_error``.
     """
 
-    aux: dict[str, Any]  # written in build, read in build_grad
-    var_grad: dict[str, popxl.Tensor]  # variable gradients set by build_grad
+    aux: dict[str, Any]  # written in build, read in build_grad (Aux)
+    var_grad: dict[str, popxl.Tensor]  # variable gradients set by build_grad (VarGrad)
 
     def __init__(self, cache: bool | GraphCache = False,
                  grad_inlining_error: str = "error") -> None:
-        if grad_inlining_error not in _INLINING:
-            raise ValueError(f"Module(grad_inlining_error={grad_inlining_error!r}): expected "
-                             f"one of {list(_INLINING)}")
         if cache and self.implements_grad_graph:
-            raise ValueError(f"{type(self).__name__}: a module that overrides build_grad "
-                             f"cannot use cache=True")
+            raise ValueError(f"You cannot use graph caching if you have implemented "
+                             f"`build_grad` ({type(self).__name__})")
+        if grad_inlining_error not in _INLINING:
+            raise ValueError(f"grad_inlining_error should be one of 'error', 'warning', "
+                             f"'none'. Not: {grad_inlining_error!r}")
         self.grad_inlining_error = grad_inlining_error
         self._name_scope: str | None = None
         if isinstance(cache, GraphCache):
@@ -156,7 +144,7 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         self._variable_factories = NamedVariableFactories()
         self._named_inputs = NamedTensors()
         self.aux: dict[str, Any] = Aux()
-        self.var_grad: dict[str, popxl.Tensor] = {}
+        self.var_grad: dict[str, popxl.Tensor] = VarGrad()
         self._called_graphs_grad_info: dict[popxl.Graph, Any] = {}
 
     # -- graphs ------------------------------------------------------------------------------
@@ -259,13 +247,14 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         return result
 
     def _inlined(self) -> None:
-        text = (f"{type(self).__name__} overrides build_grad but is called inline, so autodiff "
-                f"differentiates its ops instead: build it with create_graph (or "
-                f"call_module) to use build_grad")
+        text = (f"`build_grad` has been implemented for {type(self).__name__}, but it is "
+                f"called inline, so autodiff differentiates its ops instead: build it with "
+                f"create_graph (or call_module) to use build_grad")
         if self.__dict__.get("grad_inlining_error", "error") == "error":
-            raise ValueError(text + "; Module(grad_inlining_error='warning' or 'none') allows it")
+            raise RuntimeError(text + "; Module(grad_inlining_error='warning' or 'none') "
+                               "allows it")
         if self.grad_inlining_error == "warning":
-            warnings.warn(text, stacklevel=3)
+            warnings.warn(text, UserWarning, stacklevel=3)
 
     def _call_cached(self, cache: GraphCache, *args: Any, **kwargs: Any) -> Any:
         """Outline: call the cached graph of this module, its variables becoming inputs of

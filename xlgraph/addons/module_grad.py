@@ -1,34 +1,89 @@
-"""``Module.create_grad_graph``: a gradient graph built by the module's own ``build_grad``.
+"""``Module.create_grad_graph``: a gradient graph built by the module's own ``build_grad``,
+and the guarded ``aux`` / ``var_grad`` containers it reads and fills.
 
-The forward graph's tensor-valued ``aux`` entries become forward outputs (in insertion order);
-``build_grad`` receives the gradients of ``grads_provided`` positionally, reads forward values
-through ``self.aux`` (each read tensor becomes a gradient-graph input, in first-read order),
-returns the gradients of the non-variable inputs in ``grads_required`` and sets
-``self.var_grad[name]`` for every variable input in ``grads_required``.
+The checks run in popxl-addons 3.4's order: ``build_grad`` overridden, its signature, then
+``grads_provided`` and ``grads_required``; the gradient graph is made by
+``ir.create_graph(module.build_grad, *grads_provided)`` (its seeds are named after
+``build_grad``'s parameters); once ``build_grad`` returns: every required variable has a
+``var_grad``, the count and then the shapes of the returned gradients. Only then do the
+variable gradients become outputs and the forward graph's tensor ``aux`` entries forward
+outputs, so a failed attempt leaves the forward graph as it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import xlgraph as popxl
 from xlgraph.addons.graph import GraphWithNamedArgs
-from xlgraph.addons.utils import duplicate_items, suffix_graph_name
+from xlgraph.addons.utils import duplicate_items
 from xlgraph.transforms import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
 from xlgraph.transforms.autodiff import _add_forward_output  # call sites gain the output
 
-__all__ = ["create_grad_graph", "grad_graph_info"]
+__all__ = ["Aux", "VarGrad", "create_grad_graph", "grad_graph_info"]
 
 FWD, FWD_GRAD = ExpectedConnectionType.Fwd, ExpectedConnectionType.FwdGrad
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+class Aux(dict):
+    """``Module.aux``: what ``build`` records for ``build_grad``. Written anywhere; read only
+    while the module's ``build_grad`` runs under ``create_grad_graph``, where a tensor entry
+    reads as a gradient-graph input of its spec (made once, named after the key)."""
+
+    reader: Callable[[str, popxl.Tensor], popxl.Tensor] | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        if self.reader is None:
+            raise RuntimeError(f"You can only get items within the `build_graph` method: "
+                               f"aux[{key!r}] is readable only in build_grad, while "
+                               f"create_grad_graph (or autodiff) runs it")
+        value = super().__getitem__(key)
+        return self.reader(key, value) if isinstance(value, popxl.Tensor) else value
+
+
+class VarGrad(dict):
+    """``Module.var_grad``: the variable gradients ``build_grad`` sets, usable only while it
+    runs under ``create_grad_graph``. Each assignment is checked at once against the forward
+    graph's variables."""
+
+    variables: dict[str, popxl.Tensor] | None = None
+
+    def _guard(self) -> dict[str, popxl.Tensor]:
+        if self.variables is None:
+            raise RuntimeError("You can only use `var_grad` within the `build_graph` method: "
+                               "var_grad is set and read in build_grad, while "
+                               "create_grad_graph (or autodiff) runs it")
+        return self.variables
+
+    def __getitem__(self, key: str) -> popxl.Tensor:
+        self._guard()
+        return super().__getitem__(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        variables = self._guard()
+        if not isinstance(value, popxl.Tensor):
+            raise TypeError(f"Not a tensor: var_grad[{key!r}] = {type(value).__name__}")
+        if key not in variables:
+            raise KeyError(f"Not a variable: {key!r}. Possible names: {list(variables)}")
+        var = variables[key]
+        if value.shape != var.shape or tuple(value.meta_shape or ()) != tuple(
+                var.meta_shape or ()):
+            raise ValueError(f"Shape or meta-shape of Tensor does not match variable. "
+                             f"var_grad[{key!r}]: {value.shape} (meta {value.meta_shape}), "
+                             f"variable {var.shape} (meta {var.meta_shape})")
+        super().__setitem__(key, value)
 
 
 class GradBuilder(Protocol):
     """What ``create_grad_graph`` uses of an ``xlgraph.addons.Module`` (which imports this
     module, so it is named by its parts here)."""
 
-    aux: Any
-    var_grad: dict[str, popxl.Tensor]
+    aux: Aux
+    var_grad: VarGrad
+    implements_grad_graph: bool
 
     def _reset(self) -> None: ...
 
@@ -36,17 +91,27 @@ class GradBuilder(Protocol):
 
 
 def _checked(fwd: popxl.Graph, tensors: Iterable[popxl.Tensor] | None, default: Any,
-             where: str, what: str, caller: str = "create_grad_graph") -> list[popxl.Tensor]:
+             arg: str, where: str) -> list[popxl.Tensor]:
     out = list(default if tensors is None else tensors)
+    pool = set(getattr(fwd, where + "s"))
+    stray = [t for t in out if not isinstance(t, popxl.Tensor) or t not in pool]
+    if stray:
+        raise ValueError(f"A Tensor specified in `{arg}` is not a {where} of `fwd_graph`: "
+                         f"{[getattr(t, 'id', t) for t in stray]} (graph {fwd.name!r})")
     twice = duplicate_items(out)
     if twice:
-        raise ValueError(f"{caller}: {what} lists {[t.id for t in twice]} twice")
-    pool = set(getattr(fwd, where))
-    stray = [t.id for t in out if t not in pool]
-    if stray:
-        raise ValueError(f"{caller}: {what} {stray} are not {where} of graph "
-                         f"{fwd.name!r}")
+        raise ValueError(f"Duplicate tensors in `{arg}`: {[t.id for t in twice]}")
     return out
+
+
+def _check_signature(module: GradBuilder) -> None:
+    if not module.implements_grad_graph:
+        raise RuntimeError(f"`build_grad` of {type(module).__name__} needs to be overridden "
+                           f"to use `create_grad_graph`")
+    params = inspect.signature(module.build_grad).parameters.values()
+    if any(p.kind not in _POSITIONAL for p in params):
+        raise TypeError(f"{type(module).__name__}.build_grad: method signature must only have "
+                        f"a fixed number of positional parameters as inputs.")
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -57,29 +122,19 @@ def _as_list(value: Any) -> list[Any]:
     return list(value)
 
 
-def _check_grad(g: Any, t: popxl.Tensor, what: str) -> None:
-    if not isinstance(g, popxl.Tensor):
-        raise TypeError(f"create_grad_graph: {what} is {type(g).__name__}, expected a Tensor")
-    if g.shape != t.shape or tuple(g.meta_shape or ()) != tuple(t.meta_shape or ()):
-        raise ValueError(f"create_grad_graph: {what} has shape {g.shape} (meta "
-                         f"{g.meta_shape}), the forward tensor {t.id} has {t.shape} (meta "
-                         f"{t.meta_shape})")
-
-
 def create_grad_graph(module: GradBuilder, fwd_graph: GraphWithNamedArgs,
                       grads_provided: Iterable[popxl.Tensor] | None,
                       grads_required: Iterable[popxl.Tensor] | None) -> GraphWithNamedArgs:
     """See ``Module.create_grad_graph``."""
+    _check_signature(module)
     fwd = fwd_graph.graph
-    provided = _checked(fwd, grads_provided, fwd.outputs, "outputs", "grads_provided")
-    required = _checked(fwd, grads_required, fwd.inputs, "inputs", "grads_required")
+    provided = _checked(fwd, grads_provided, fwd.outputs, "grads_provided", "output")
+    required = _checked(fwd, grads_required, fwd.inputs, "grads_required", "input")
     aux = dict(fwd_graph.aux or {})
-    for value in aux.values():
-        if isinstance(value, popxl.Tensor) and value.graph is fwd:
-            _add_forward_output(fwd, value)
-    names = {t: name for name, t in fwd_graph.args.to_dict().items()}
+    variables = fwd_graph.args.to_dict()
+    names = {t: name for name, t in variables.items()}
     plain = [t for t in required if t not in names]
-    variables = [t for t in required if t in names]
+    wanted = [t for t in required if t in names]
     read: dict[str, tuple[popxl.Tensor, popxl.Tensor]] = {}
 
     def reader(key: str, t: popxl.Tensor) -> popxl.Tensor:
@@ -90,31 +145,46 @@ def create_grad_graph(module: GradBuilder, fwd_graph: GraphWithNamedArgs,
     module._reset()
     module.aux.update(aux)
     module.aux.reader = reader
-    graph = fwd.ir.create_empty_graph(suffix_graph_name(fwd.name, "grad"))
+    module.var_grad.variables = variables
+    ir = fwd.ir
     try:
-        with graph:
-            seeds = [popxl.graph_input(t.shape, t.dtype, f"Gradient___{t.name}")
-                     for t in provided]
-            outs = _as_list(module.build_grad(*seeds))
-            if len(outs) != len(plain):
-                raise ValueError(f"{type(module).__name__}.build_grad returned {len(outs)} "
-                                 f"gradients; grads_required has {len(plain)} non-variable "
-                                 f"inputs ({[t.id for t in plain]})")
-            for g, t in zip(outs, plain):
-                _check_grad(g, t, f"the gradient of {t.id}")
-                popxl.graph_output(g)
-            for t in variables:
-                g = module.var_grad.get(names[t])
-                if g is None:
-                    raise ValueError(f"{type(module).__name__}.build_grad set no "
-                                     f"var_grad[{names[t]!r}]; every variable in "
-                                     f"grads_required needs one")
-                _check_grad(g, t, f"var_grad[{names[t]!r}]")
-                popxl.graph_output(g)
+        graph = ir.create_graph(module.build_grad, *provided)
+        var_grads = dict(dict.items(module.var_grad))
     finally:
         module._reset()
+    try:
+        _check_outputs(graph, plain, [names[t] for t in wanted if names[t] not in var_grads])
+    except BaseException:
+        ir.graphs.remove(graph)
+        raise
+    with graph:
+        for t in wanted:
+            popxl.graph_output(var_grads[names[t]])
+    for value in aux.values():
+        if isinstance(value, popxl.Tensor) and value.graph is fwd:
+            _add_forward_output(fwd, value)
     return GraphWithNamedArgs.from_grad_graph(grad_graph_info(
-        graph, fwd, {g: t for t, g in read.values()}, provided, plain + variables))
+        graph, fwd, {g: t for t, g in read.values()}, provided, plain + wanted))
+
+
+def _check_outputs(graph: popxl.Graph, plain: list[popxl.Tensor], missing: list[str]) -> None:
+    if missing:
+        raise RuntimeError(f"Not all variable gradients have been specified: build_grad set "
+                           f"no var_grad for {missing}")
+    outs = graph.outputs
+    if len(outs) > len(plain):
+        raise RuntimeError(f"Too many outputs in the grad graph: build_grad returned "
+                           f"{len(outs)} gradients for {len(plain)} non-variable inputs in "
+                           f"grads_required {[t.id for t in plain]}")
+    if len(outs) < len(plain):
+        raise RuntimeError(f"Not all forward graph inputs have been specified: build_grad "
+                           f"returned {len(outs)} gradients for {len(plain)} non-variable "
+                           f"inputs in grads_required {[t.id for t in plain]}")
+    for i, (g, t) in enumerate(zip(outs, plain)):
+        if g.shape != t.shape or tuple(g.meta_shape or ()) != tuple(t.meta_shape or ()):
+            raise ValueError(f"Shape or meta-shape of output Tensor at position {i} does not "
+                             f"match the forward input {t.id}: {g.shape} (meta {g.meta_shape}) "
+                             f"against {t.shape} (meta {t.meta_shape})")
 
 
 def grad_graph_info(grad: popxl.Graph, fwd: popxl.Graph, fwd_tensors: dict[Any, popxl.Tensor],
@@ -122,8 +192,8 @@ def grad_graph_info(grad: popxl.Graph, fwd: popxl.Graph, fwd_tensors: dict[Any, 
                     grads_required: Iterable[popxl.Tensor] | None) -> GradGraphInfo:
     """See ``Module.create_grad_graph_info``."""
     where = "create_grad_graph_info"
-    provided = _checked(fwd, grads_provided, fwd.outputs, "outputs", "grads_provided", where)
-    required = _checked(fwd, grads_required, fwd.inputs, "inputs", "grads_required", where)
+    provided = _checked(fwd, grads_provided, fwd.outputs, "grads_provided", "output")
+    required = _checked(fwd, grads_required, fwd.inputs, "grads_required", "input")
     stray = [t.id for t in fwd_tensors if t not in grad.inputs]
     if stray:
         raise ValueError(f"{where}: fwd_tensors keys {stray} are not inputs of {grad.name!r}")

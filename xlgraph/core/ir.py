@@ -200,11 +200,12 @@ class Ir:
         build = fn.build if isinstance(fn, Module) else fn
         target = type(fn) if isinstance(fn, Module) else fn
         qualname = getattr(target, "__qualname__", getattr(target, "__name__", "graph"))
-        graph = self.create_empty_graph(qualname.replace(".<locals>", ""))
         try:
             bound = inspect.signature(build).bind(*args, **kwargs)
         except TypeError as exc:
-            raise ValueError(f"create_graph({qualname}): {exc}") from exc
+            raise ValueError(f"The arguments, `args` and `kwargs`, do not match the signature "
+                             f"of the function `fn`. create_graph({qualname}): {exc}") from exc
+        graph = self.create_empty_graph(qualname.replace(".<locals>", ""))
         try:
             with graph:
                 call_args, call_kwargs = _replace_specs_with_inputs(bound)
