@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as torch_mp
 
-from xlgraph.poptorch.checks import whole
+from xlgraph.poptorch.checks import flag, non_negative, whole
 from xlgraph.poptorch.enums import SharingStrategy
 from xlgraph.poptorch.support import Error
 
@@ -59,13 +59,16 @@ class AsynchronousDataAccessor:
         self._worker: Any = None  # first: terminate() works even when a check below fails
         self._finalizer: Any = None
         self._mid_epoch = False
-        buffer_size = whole("AsynchronousDataAccessor", "buffer_size", buffer_size)
+        setter = "AsynchronousDataAccessor"
         self.dataset = dataset
-        self.buffer_size = buffer_size
-        self.miss_sleep_time_in_ms = miss_sleep_time_in_ms
-        self.load_indefinitely = load_indefinitely
+        self.buffer_size = whole(setter, "buffer_size", buffer_size)
+        self.miss_sleep_time_in_ms = non_negative(setter, "miss_sleep_time_in_ms",
+                                                  miss_sleep_time_in_ms)
+        self.load_indefinitely = flag(setter, "load_indefinitely", load_indefinitely)
+        early_preload = flag(setter, "early_preload", early_preload)
         self.sharing_strategy = SharingStrategy(sharing_strategy)
-        self.rebatched_size = rebatched_size
+        self.rebatched_size = None if rebatched_size is None else \
+            whole(setter, "rebatched_size", rebatched_size)
         if early_preload:
             self._start()
 

@@ -13,6 +13,7 @@ again, which takes seconds on the simulator, where PopTorch would skip Poplar's 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -283,6 +284,7 @@ def read_model(filename: str, edit_opts_fn: Callable[[Options], Any] | None = No
             if key.startswith("weight/"):
                 name, value = key[len("weight/"):], torch.from_numpy(archive[key].copy())
                 state[name] = torch.nn.Parameter(value) if name in params else value
+        _check_weights(state, meta, filename)
         inputs = _example_inputs(meta, filename)
         sample = _example_inputs(meta, filename, "sample")
         graph = bytes(archive["graph"])
@@ -295,11 +297,39 @@ def read_model(filename: str, edit_opts_fn: Callable[[Options], Any] | None = No
             model = deserialize(artifact).module()
         finally:
             serde_log.setLevel(level)
+        _keep_value_defaults(model, meta["inputs"])
         opts = _options(meta["options"])
         optimizer = _optimizer(meta["optimizer"], model) if meta["training"] else None
     if edit_opts_fn is not None:
         edit_opts_fn(opts)
     return Exported(model, opts, optimizer, bool(meta["training"]), inputs)
+
+
+def _check_weights(state: dict[str, torch.Tensor], meta: dict[str, Any], filename: str) -> None:
+    """Each stored weight has the shape and dtype the file's own parameter list gives it."""
+    listed = meta["parameters"]
+    for name, value in state.items():
+        got = [list(value.shape), _dtype_name(value)]
+        if name not in listed or listed[name] != got:
+            want = "not in its parameter list" if name not in listed else \
+                f"listed as {listed[name][1]}{listed[name][0]}"
+            raise Error(f"{filename}: weight {name!r} is stored as {got[1]}{got[0]}, {want}: "
+                        f"the file was changed after compileAndExport wrote it")
+
+
+def _keep_value_defaults(model: torch.nn.Module, inputs: dict[str, Any]) -> None:
+    """Give the loaded forward's trailing non-tensor parameters the values they were compiled
+    with as defaults, so that a call that left an optional argument out still binds."""
+    forward = type(model).forward  # torch.export gives each loaded module a class of its own
+    signature = inspect.signature(forward)
+    params = list(signature.parameters.values())
+    for i in range(len(params) - 1, 0, -1):  # params[0] is self
+        spec = inputs.get(params[i].name)
+        if spec is None or "value" not in spec or params[i].kind not in (
+                params[i].POSITIONAL_OR_KEYWORD, params[i].KEYWORD_ONLY):
+            break
+        params[i] = params[i].replace(default=spec["value"])
+    forward.__signature__ = signature.replace(parameters=params)
 
 
 def load_executable(executor: Any, filename: str) -> None:
@@ -308,14 +338,17 @@ def load_executable(executor: Any, filename: str) -> None:
     meta, _ = _read(filename)
     with _malformed(filename):
         inputs = _example_inputs(meta, filename)
+        parameters = meta["parameters"]
+        if not isinstance(parameters, dict):
+            raise TypeError(f"'parameters' is a {type(parameters).__name__}, not a dict")
     if bool(meta.get("training")) != executor.training:
         kinds = ("an inferenceModel", "a trainingModel")
         raise Error(f"loadExecutable: {filename} holds {kinds[bool(meta['training'])]}, this "
                     f"wrapper is {kinds[executor.training]}")
     state = {k: [list(v.shape), _dtype_name(v)] for k, v in executor.model.state_dict().items()}
-    if state != meta["parameters"]:
-        diff = sorted(set(state) ^ set(meta["parameters"])) or sorted(
-            k for k in state if state[k] != meta["parameters"][k])
+    if state != parameters:
+        diff = sorted(set(state) ^ set(parameters)) or sorted(
+            k for k in state if state[k] != parameters[k])
         raise Error(f"loadExecutable: the model's parameters differ from the exported ones "
                     f"({', '.join(diff[:5])})")
     if executor.isCompiled():

@@ -6,10 +6,13 @@ constant, unless ``optimizer.variable_attrs.markAsConstant``/``markAsVariable`` 
 before compilation. In a plain ``torch.optim`` optimiser the attributes left at torch's default
 are constant. A ``setOptimizer`` that changes a constant (in any param group) raises
 ``poptorch.Error`` and changes nothing; a variable may take any new value, per param group.
+Which parameters each group holds is fixed at compilation too: an optimiser over other
+parameters (a subset to freeze layers, or another model's) is refused, since the device would
+otherwise go on training the parameters it was compiled with.
 
 ``Settings`` is what the device runs with: per-group hyperparameters, PopTorch's optimiser-wide
-extras (``loss_scaling``, ``velocity_scaling``, ``max_grad_norm``...) and which attributes were
-constant when the model was compiled.
+extras (``loss_scaling``, ``velocity_scaling``, ``max_grad_norm``...), which attributes were
+constant when the model was compiled, and which parameters each group trains.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Settings:
     groups: tuple[dict[str, Any], ...]
     extras: dict[str, Any]
     constants: frozenset[str]
+    members: tuple[tuple[int, ...], ...] = ()  # the ids of each group's parameters
 
 
 def _torch_defaults(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -73,7 +77,8 @@ def settings_of(optimizer: torch.optim.Optimizer,
     if constants is None:
         names = sorted({k for g in groups for k in g} | set(extras) | set(pt_optim._EXTRAS))
         constants = _constants(optimizer, names)
-    return Settings(pt_optim.optimizer_kind(optimizer), groups, extras, constants)
+    members = tuple(tuple(id(p) for p in g["params"]) for g in optimizer.param_groups)
+    return Settings(pt_optim.optimizer_kind(optimizer), groups, extras, constants, members)
 
 
 def _fix(attr: str, optimizer: torch.optim.Optimizer) -> str:
@@ -89,7 +94,8 @@ def changed_attributes(old: Settings, optimizer: torch.optim.Optimizer,
     differs from ``old``'s in any param group.
 
     Raises:
-        Error: another optimiser type, another number of param groups, or a changed constant.
+        Error: another optimiser type, another number of param groups, a group holding other
+            parameters, or a changed constant.
     """
     new = settings_of(optimizer, old.constants)
     if new.kind is not old.kind:
@@ -98,6 +104,13 @@ def changed_attributes(old: Settings, optimizer: torch.optim.Optimizer,
     if len(new.groups) != len(old.groups):
         raise Error(f"setOptimizer: the model was compiled with {len(old.groups)} param "
                     f"group(s); the new optimizer has {len(new.groups)}")
+    for index, (before, after) in enumerate(zip(old.members, new.members)):
+        if before != after:
+            raise Error(
+                f"setOptimizer: param group {index} of the new optimizer holds other parameters "
+                f"than the model was compiled with ({len(after)} against {len(before)}); which "
+                f"parameters are trained is fixed at compilation: to freeze a layer, set its "
+                f"parameters' requires_grad=False before the model is compiled")
     changed: set[str] = set()
     for index, (before, after) in enumerate(zip(old.groups, new.groups)):
         for attr in after:
