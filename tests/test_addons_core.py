@@ -130,9 +130,15 @@ def test_from_list_from_variable_factories_and_get():
         assert facts.keys_flat() == ["0.weight", "0.bias", "1.weight", "1.bias"]
         assert graph.graph.outputs[0].shape == (1, 2)
         assert seq.get("1").out == 2
-        m = addons.Module.from_variable_factories(facts)
-        facts2, g2 = m.create_graph()
-        assert facts2.keys_flat() == ["0", "1", "2", "3"] and len(g2.graph.inputs) == 4
+
+        class Holder(addons.Module):
+            def build(self):
+                self.held = addons.Module.from_variable_factories(facts.values_flat())
+                return self.held[3]
+
+        facts2, g2 = Holder().create_graph()
+        assert facts2.keys_flat() == ["held.0", "held.1", "held.2", "held.3"]
+        assert len(g2.graph.inputs) == 4 and g2.graph.outputs[0] is g2.args.held.get(3)
 
 
 # -- GraphCache and bound graphs ---------------------------------------------------------------

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import xlgraph as popxl
+from xlgraph.addons import module_tree
 from xlgraph.addons.graph import GraphWithNamedArgs
 from xlgraph.addons.graph_cache import GraphCache
 from xlgraph.addons.module_grad import Aux, VarGrad
@@ -137,15 +138,20 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         return self._variable_factories, self._named_inputs
 
     def _reset(self) -> None:
-        """Empty the record: factories, named inputs, aux, var_grad, called-graph info."""
+        """Empty the record in place (factories, named inputs, aux, var_grad, called-graph
+        info), linked sub-modules' too, keeping the links."""
         self.__dict__.setdefault("grad_inlining_error", "error")
         self.__dict__.setdefault("_name_scope", None)
         self.__dict__.setdefault("_graph_cache", None)
-        self._variable_factories = NamedVariableFactories()
-        self._named_inputs = NamedTensors()
-        self.aux: dict[str, Any] = Aux()
-        self.var_grad: dict[str, popxl.Tensor] = VarGrad()
-        self._called_graphs_grad_info: dict[popxl.Graph, Any] = {}
+        module_tree.reset(self)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        """Assigning a module links its record under ``key`` (see ``module_tree``)."""
+        if isinstance(value, Module):
+            self._state()
+            value._state()
+            module_tree.link(self, key, value)
+        super().__setattr__(key, value)
 
     # -- graphs ------------------------------------------------------------------------------
     def create_graph(self, *args: Any, **kwargs: Any,
@@ -168,9 +174,9 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
             _building.stack.pop()
         if self.implements_grad_graph:  # autodiff of a caller must use build_grad's graph
             graph.recursively_autodiffable = False
-        factories, named = self._state()
+        factories, named = (tree.copy() for tree in self._state())
         result = GraphWithNamedArgs(graph, named, from_module=self, aux=dict(self.aux),
-                                    called_graphs_grad_info=dict(self._called_graphs_grad_info))
+                                    called_graphs_grad_info=module_tree.called_infos(self))
         self._reset()
         return factories, result
 
@@ -223,7 +229,8 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         if self.implements_grad_graph:
             self._inlined()
         parent = _building.stack[-1] if _building.stack else None
-        attr = _attribute_name(parent, self) if parent is not None else None
+        linked = parent is not None and module_tree.reaches(parent, self)
+        attr = _attribute_name(parent, self) if parent is not None and not linked else None
         self._reset()
         scope = popxl.name_scope(attr) if attr else contextlib.nullcontext()
         _building.stack.append(self)
@@ -236,13 +243,13 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
                     result = self.build(*args, **kwargs)
         finally:
             _building.stack.pop()
-        if parent is not None:
+        if parent is not None and not linked:  # held outside a module attribute
             name = attr or type(self).__name__.lower()
             parent_facts, parent_named = parent._state()
-            if self._variable_factories.len():
-                parent_facts._insert_path(name, self._variable_factories)
-                parent_named._insert_path(name, self._named_inputs)
-            for g, info in self._called_graphs_grad_info.items():
+            if self._variable_factories.len_flat():
+                parent_facts._insert_path(name, self._variable_factories.copy())
+                parent_named._insert_path(name, self._named_inputs.copy())
+            for g, info in module_tree.called_infos(self).items():
                 parent._called_graphs_grad_info.setdefault(g, info)
         return result
 
@@ -262,8 +269,8 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         facts, graph = cache.create_graph(self, *args, **kwargs)
         inputs = {name: f.create_input() for name, f in facts.to_dict().items()}
         named = NamedTensors.from_dict(inputs)
-        self._variable_factories = facts
-        self._named_inputs = named
+        module_tree.refill(self._variable_factories, facts)
+        module_tree.refill(self._named_inputs, named)
         outs = graph.bind(named).call(*_tensors(args, kwargs))
         return outs[0] if len(outs) == 1 else outs
 
@@ -291,7 +298,8 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         def call(*args: Any, **kwargs: Any) -> tuple[popxl.Tensor, ...]:
             facts, graph = module.create_graph(*args, **kwargs)
             n_out = len(graph.graph.outputs)
-            inputs = self.add_variable_inputs(name or type(module).__name__, facts)
+            for g, info in graph.called_graphs_grad_info.items():  # always inherited
+                self._called_graphs_grad_info.setdefault(g, info)
             mode = autodiff
             if mode == "auto":
                 mode = "build_grad" if module.implements_grad_graph else "none"
@@ -299,9 +307,8 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
                 grad = graph.autodiff(grads_provided(graph) if grads_provided else None,
                                       grads_required(graph) if grads_required else None,
                                       method=mode)
-                for g, info in graph.called_graphs_grad_info.items():
-                    self._called_graphs_grad_info.setdefault(g, info)
                 self._called_graphs_grad_info[graph.graph] = grad.grad_graph_info
+            inputs = self.add_variable_inputs(name or type(module).__name__, facts)
             call.graph, call.var_factories = graph, facts  # type: ignore[attr-defined]
             return graph.bind(inputs).call(*_tensors(args, kwargs))[:n_out]
 
@@ -412,10 +419,18 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         return module
 
     @classmethod
-    def from_variable_factories(cls, inputs: NamedVariableFactories) -> Module:
-        """A module whose ``build`` declares input ``"<i>"`` for the i-th factory of
-        ``inputs`` and returns nothing."""
-        return _FromFactories(inputs)
+    def from_variable_factories(cls, inputs: Iterable[VariableFactory] | NamedVariableFactories,
+                                ) -> Module:
+        """A module (of this class, made with no arguments) holding one graph input per
+        factory, made at once in the graph being built: ``module[i]`` is the i-th input,
+        declared as variable ``"<i>"`` (call it inside ``build`` and assign the module to an
+        attribute, so the inputs are named ``<attribute>.<i>``)."""
+        factories = inputs.values_flat() if isinstance(inputs, NamedVariableFactories) \
+            else list(inputs)
+        module = cls()
+        for i, factory in enumerate(factories):
+            setattr(module, str(i), module.add_variable_factory(factory, name=str(i)))
+        return module
 
 
 class _Sequence(Module):
@@ -426,16 +441,6 @@ class _Sequence(Module):
             args = out if isinstance(out, tuple) else (out,)
             i += 1
         return args[0] if len(args) == 1 else args
-
-
-class _FromFactories(Module):
-    def __init__(self, inputs: NamedVariableFactories) -> None:
-        super().__init__()
-        self._factories = inputs
-
-    def build(self) -> None:
-        for i, factory in enumerate(self._factories.values_flat()):
-            self.add_variable_factory(factory, str(i))
 
 
 def _attribute_name(parent: Module, child: Module) -> str | None:
