@@ -14,7 +14,9 @@ or install the alias in-process before the program imports ``popxl``::
     import xlgraph.popxl_compat
     xlgraph.popxl_compat.install()
 
-``import popxl_addons`` (and ``popxl_addons.<path>``) resolves to ``xlgraph.addons`` the same way.
+``import popxl_addons`` (and ``popxl_addons.<path>``) resolves to ``xlgraph.addons`` the same way,
+and ``import poptorch`` to ``xlgraph.poptorch`` (which needs torch), so PopTorch scripts run
+unchanged too.
 Every xlgraph module is then also importable as ``popxl.<same path>`` (``popxl.ops``,
 ``popxl.transforms.autodiff``, ``popxl.fp8_utils``, ...), and they are the same module objects.
 Submodule imports do not disturb attributes: after ``import popxl.ops.call``,
@@ -22,10 +24,10 @@ Submodule imports do not disturb attributes: after ``import popxl.ops.call``,
 
 The runner's processes pass the alias on (``reach_children``): every Python process they start
 (``multiprocessing``'s spawn and forkserver workers, ``subprocess`` children, ``poprun``'s
-instances) finds ``popxl``, ``popxl_addons``, ``popart`` and ``popdist`` in a directory of
-two-line modules (``xlgraph/shims``) on its ``PYTHONPATH`` and ``sys.path``: importing one
-installs the alias in that process (``activate``). No ``sitecustomize`` or ``.pth`` file is
-involved, and a process that never imports those names is untouched.
+instances) finds ``popxl``, ``popxl_addons``, ``poptorch``, ``popart`` and ``popdist`` in a
+directory of two-line modules (``xlgraph/shims``) on its ``PYTHONPATH`` and ``sys.path``:
+importing one installs the alias in that process (``activate``). No ``sitecustomize`` or
+``.pth`` file is involved, and a process that never imports those names is untouched.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ __all__ = ["install", "uninstall", "activate", "reach_children", "main", "ALIAS"
 
 ALIAS = "popxl"  # the package name the alias provides
 _TARGET = "xlgraph"
-# every alias and its target, the most specific target first (popxl_addons is xlgraph.addons)
-_ALIASES = {"popxl_addons": "xlgraph.addons", ALIAS: _TARGET}
+# every alias and its target, the most specific target first (popxl_addons is xlgraph.addons);
+# ``poptorch`` is imported only when a program asks for it (it needs the torch extra)
+_ALIASES = {"popxl_addons": "xlgraph.addons", "poptorch": "xlgraph.poptorch", ALIAS: _TARGET}
 # the stand-ins the runner provides under these names (whole modules, not module trees)
 _STAND_INS = {name: "xlgraph.popart_compat" + name[6:]  # ``import popart._internal.ir`` too
               for name in ("popart", "popart._internal", "popart._internal.ir")}
@@ -183,8 +186,9 @@ def reach_children(env: MutableMapping[str, str] | None = None, device: str | No
 _USAGE = """usage: python -m xlgraph.popxl_compat [--device ipu_model] SCRIPT.py [ARGS...]
 
 Runs SCRIPT with `import popxl` resolving to xlgraph, `import popxl_addons` to xlgraph.addons,
-`import popart` to a minimal stand-in (xlgraph.popart_compat) and `import popdist` to
-xlgraph.dist; the processes SCRIPT starts get the same. --device ipu_model runs
+`import poptorch` to xlgraph.poptorch (with torch), `import popart` to a minimal stand-in
+(xlgraph.popart_compat) and `import popdist` to xlgraph.dist; the processes SCRIPT starts get
+the same. --device ipu_model runs
 Session(ir, "ipu_hw") on the IPU model of a whole chip (IPUModel.full(): 1,472 tiles), as a
 program written for hardware expects."""
 
