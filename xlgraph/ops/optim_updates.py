@@ -132,7 +132,7 @@ def _updater_samples(mode: str):
 
 def _updater_def(name: str, mode: str) -> OpDef:
     return OpDef(name, _updater_infer, _updater, ref=_updater_ref, kernel_out=_updater_out,
-                 scratch=1, loop=adam_loop, samples=_updater_samples(mode))
+                 scratch=1, loop=adam_loop, samples=_updater_samples(mode), widen_half=True)
 
 
 def _updater_builder(defn: OpDef, mode: str, m: Tensor, v: Tensor, weight: Tensor | None,
@@ -244,7 +244,7 @@ def _var_update_samples(rng: np.random.Generator) -> list[Sample]:
 _ADAM_VAR_UPDATE = OpDef(
     "adam_var_update", _var_update_infer, _adam_var_update, inplace_of=0,
     ref=lambda t, x, *rest, lamb, clip: t - _lr_ratio(rest, lamb, clip) * x,
-    samples=_var_update_samples,
+    samples=_var_update_samples, widen_half=True,
 )
 
 

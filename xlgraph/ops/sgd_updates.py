@@ -153,7 +153,8 @@ def _momentum_samples(rng: np.random.Generator) -> list[Sample]:
 
 _SGD_MOMENTUM = OpDef("sgd_momentum_", _momentum_infer, _momentum, inplace_of=0,
                       kernel_out=_momentum_out, scratch=1, loop=_momentum_loop,
-                      ref=_momentum_ref, samples=_momentum_samples, cost=per_output(5))
+                      ref=_momentum_ref, samples=_momentum_samples, cost=per_output(5),
+                      widen_half=True)
 
 
 @register(_SGD_MOMENTUM)
@@ -264,7 +265,7 @@ def _update_samples(rng: np.random.Generator) -> list[Sample]:
 
 _SGD_UPDATE = OpDef("sgd_update_", _update_infer, _update, inplace_of=0,
                     kernel_out=_update_out, scratch=2, loop=_update_loop, ref=_update_ref,
-                    samples=_update_samples, cost=per_output(6))
+                    samples=_update_samples, cost=per_output(6), widen_half=True)
 
 
 @register(_SGD_UPDATE)

@@ -68,7 +68,7 @@ def _copy_update(t: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 _ACCUMULATE = OpDef("accumulate_", _update_infer, _accumulate, inplace_of=0,
                     ref=lambda t, x, f: t + f * x, kernel_out=_accumulate_out, scratch=1,
-                    samples=lambda rng: [Sample(_two(rng)[0].args, {"f": 0.3})])
+                    samples=lambda rng: [Sample(_two(rng)[0].args, {"f": 0.3})], widen_half=True)
 _COPY_VAR_UPDATE = OpDef("copy_var_update_", _update_infer, _copy_update, inplace_of=0,
                          ref=lambda t, x: np.broadcast_to(x, t.shape).copy(), samples=_two,
                          cost=per_output(0))
@@ -155,7 +155,7 @@ def _factor_def(name: str, kernel: Any, ref: Any, **fast: Any) -> OpDef:
     """An in-place update with a scalar factor; ``fast``: its ``kernel_out``, ``scratch`` and
     ``loop``."""
     return OpDef(name, _factor_infer, kernel, inplace_of=0, ref=ref, samples=_factor_samples,
-                 **fast)
+                 widen_half=True, **fast)
 
 
 _ACCUMULATE_SQUARE = _factor_def("accumulate_square_", _accumulate_square,
