@@ -2,8 +2,9 @@
 system chromedriver (nothing is downloaded). The page loads without console errors, the tile
 map draws one element per tile of a 1,472-tile chip, sorting by cycles orders the operation
 table, clicking an operation highlights its steps on the liveness chart, every view's
-screenshot shows a picture, hovering a tile shows its bytes, and the compare page shows both
-reports and their differences.
+screenshot shows a picture, hovering a tile shows its bytes, the compare page shows both
+reports and their differences, and pages made from a hostile profile (script in every name)
+open no dialog and log no error.
 
 .ci/run installs chromium and chromedriver, so under CI this test fails rather than skips when
 they are missing; elsewhere it skips and says what to install.
@@ -12,6 +13,7 @@ they are missing; elsewhere it skips and says what to install.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import shutil
 import sys
@@ -182,3 +184,53 @@ def test_the_compare_page_in_a_browser(browser, pages):
     assert len(rows) == len(report.cycles.rows)  # the same program at two batch sizes
     for view in COMPARE_VIEWS:
         _not_blank(browser, view)
+
+
+PAYLOADS = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>",
+            "\"'><svg onload=alert(3)>", "<a href=\"javascript:alert(4)\">link</a>",
+            "<b onmouseover=alert(5)>hover</b>\u2028", "<iframe src=javascript:alert(6)>")
+
+
+def _hostile(data, count=None):
+    """``data`` with every user string (and category name) replaced by a payload."""
+    count = itertools.count() if count is None else count
+    if isinstance(data, dict):
+        return {(PAYLOADS[next(count) % len(PAYLOADS)] if key in ("code", "variables") else key):
+                value if key in ("schema", "model", "note") else _hostile(value, count)
+                for key, value in data.items()}
+    if isinstance(data, list):
+        return [_hostile(v, count) for v in data]
+    return PAYLOADS[next(count) % len(PAYLOADS)] + str(data) if isinstance(data, str) else data
+
+
+def test_a_hostile_profile_runs_nothing_in_the_browser(browser, tmp_path):
+    import json
+
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from xlgraph.ipu.page import write_compare, write_report
+
+    data = _hostile(_trained_report(4).to_dict())
+    (tmp_path / "evil.json").write_text(json.dumps(data))
+    report = ProfileReport.load(tmp_path / "evil.json")
+    assert report.cycles.rows[0].name.startswith(PAYLOADS)
+    report.steps_per_run = PAYLOADS[0]  # a report made in code is escaped all the same
+    write_report(report, tmp_path / "evil.html")
+    report.steps_per_run = 1
+    write_compare(report, report, tmp_path / "diff.html", PAYLOADS[:2])
+    for page, chart in (("evil.html", "#liveness"), ("diff.html", "#before-liveness")):
+        _open(browser, tmp_path / page)
+        points = browser.find_elements(By.CSS_SELECTOR, f"{chart} .scatterlayer .point")
+        for target in points[:3] + browser.find_elements(By.CSS_SELECTOR, "tbody tr")[:3]:
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", target)
+            ActionChains(browser).move_to_element(target).click().perform()
+        with pytest.raises(TimeoutException):  # no alert, confirm or prompt opened
+            WebDriverWait(browser, 1).until(expected_conditions.alert_is_present())
+        assert browser.execute_script(  # none of the payloads' elements or handlers
+            "return Array.from(document.querySelectorAll('img, iframe, a[href^=javascript], "
+            "[onerror], [onload], [onmouseover]')).map(e => e.outerHTML)") == []
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

@@ -112,7 +112,7 @@ def test_version_0_files_are_read(report, tmp_path):
     ({"schema": "xlgraph-profile", "version": "1"}, ["version '1'", "reads versions 0, 1"]),
     ({"schema": "popvision", "version": 1}, ["'popvision'", "not an xlgraph profile"]),
     ([1, 2], ["expected a JSON object, got list"]),
-    ({"schema": "xlgraph-profile", "version": 1, "model": {}}, ["missing or malformed"]),
+    ({"schema": "xlgraph-profile", "version": 1, "model": {}}, ["field 'tile_sets' is missing"]),
 ])
 def test_unreadable_files_are_refused_by_name(tmp_path, content, words):
     path = tmp_path / "p.json"

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from xlgraph.errors import ArgumentError
+from xlgraph.errors import ArgumentError, user_source_line
 
-__all__ = ["ENVIRONMENT", "SWITCHES", "report_directory", "engine_option_true"]
+__all__ = ["ENVIRONMENT", "SWITCHES", "report_directory", "engine_option_true", "save_profile"]
 
 ENVIRONMENT = "POPLAR_ENGINE_OPTIONS"
 SWITCHES = ("autoReport.all", "autoReport.outputGraphProfile", "autoReport.outputExecutionProfile")
@@ -61,3 +61,23 @@ def report_directory(engine_options: Mapping[str, Any] | None = None) -> Path | 
     if not any(_true(options.get(key)) for key in SWITCHES):
         return None
     return Path(str(options.get("autoReport.directory", ".")))
+
+
+def save_profile(report: Any, directory: Path) -> Path:
+    """Write ``report`` to ``directory/profile.json``, making the directory as needed.
+
+    Raises:
+        ArgumentError: the file cannot be written there (the directory is a file,
+            ``profile.json`` is a directory, no permission...), naming ``autoReport.directory``.
+    """
+    path = directory / "profile.json"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        return report.save(path)
+    except OSError as exc:
+        raise ArgumentError(
+            f"the profile that the autoReport engine options ask for cannot be written to "
+            f"{str(path)!r} (autoReport.directory {str(directory)!r}, from {ENVIRONMENT} or "
+            f"the session options' engineOptions): {exc.strerror or exc}"
+            f"{f': {exc.filename!r}' if exc.filename else ''} [at {user_source_line()}]"
+        ) from None

@@ -19,7 +19,7 @@ import numpy as np
 
 from xlgraph.errors import ProfileFormatError
 from xlgraph.ipu.cycles import CycleEstimate, OpRow
-from xlgraph.ipu.hardware import IPUModel
+from xlgraph.ipu.profile_schema import InvalidField, check_v0, check_v1, read_model, shown
 
 if TYPE_CHECKING:
     from xlgraph.ipu.report_data import _ReportFacts
@@ -68,23 +68,18 @@ def to_dict(report: _ReportFacts) -> dict[str, Any]:
     }
 
 
-def _model(data: dict[str, Any]) -> IPUModel:
-    knobs = {f.name for f in dataclasses.fields(IPUModel)}
-    return IPUModel(**{k: v for k, v in data.items() if k in knobs})
-
-
 def _rows(ops: list[dict[str, Any]]) -> list[OpRow]:
     fields = {f.name for f in dataclasses.fields(OpRow)}
     return [OpRow(**{k: v for k, v in op.items() if k in fields}) for op in ops]
 
 
 def _from_v1(data: dict[str, Any], cls: type[R]) -> R:
-    model = _model(data["model"])
+    ipu = read_model(data["model"])
     memory, liveness, time = data["memory"], data["liveness"], data["time"]
     cycles = CycleEstimate(_rows(data["operations"]), time["device_cycles_per_run"],
                            time["host_cycles_per_run"])
     report = cls(
-        model, cycles, time["steps_per_run"],
+        ipu, cycles, time["steps_per_run"],
         always_live={k: np.asarray(v, np.int64) for k, v in memory["always_live"].items()},
         not_always_live_peak=np.asarray(memory["not_always_live_peak"], np.int64),
         steps=liveness["steps"], peak_tensors=liveness["peak"]["tensors"],
@@ -97,15 +92,15 @@ def _from_v1(data: dict[str, Any], cls: type[R]) -> R:
 def _upgrade_v0(data: dict[str, Any]) -> dict[str, Any]:
     """Version 0 (``to_json`` before versions) as version 1."""
     tiles = data["tiles"]
-    model = _model(data["model"])
+    ipu = read_model(data["model"])
     categories = list(tiles[0]["always_live"]) if tiles else []
     steps = [{"position": s["position"], "step": s["step"], "kind": "", "where": "",
               "bytes": s["bytes"], "max_tile_bytes": s["max_tile_bytes"]}
              for s in data["liveness"]]
     sizes = [s["bytes"] for s in steps]
     return {
-        "schema": SCHEMA, "version": 1, "model": dataclasses.asdict(model),
-        "tile_sets": {"compute": [0, model.tiles], "io": [0, model.tiles]},
+        "schema": SCHEMA, "version": 1, "model": dataclasses.asdict(ipu),
+        "tile_sets": {"compute": [0, ipu.tiles], "io": [0, ipu.tiles]},
         "memory": {"always_live": {c: [t["always_live"][c] for t in tiles] for c in categories},
                    "not_always_live_peak": [t["not_always_live_peak"] for t in tiles],
                    "always_live_tensors": []},
@@ -124,30 +119,35 @@ def from_dict(data: Any, cls: type[R], source: str = "the data") -> R:
     """The report (a ``cls``) in ``data`` (schema version 0 or 1) read from ``source``.
 
     Raises:
-        ProfileFormatError: ``data`` is not a profile, or of a version not in ``READS``.
+        ProfileFormatError: ``data`` is not a profile, of a version not in ``READS``, or a
+            field is missing, of the wrong type or out of range (``profile_schema``).
     """
     if not isinstance(data, dict):
         raise ProfileFormatError(f"{source} is not an xlgraph profile: expected a JSON object, "
                                  f"got {type(data).__name__}")
     schema, version = data.get("schema"), data.get("version")
-    if schema is None and {"tiles", "ops", "estimated_cycles_per_run"} <= set(data):
-        schema, version, data = SCHEMA, 0, _upgrade_v0(data)
+    old = schema is None and {"tiles", "ops", "estimated_cycles_per_run"} <= set(data)
+    if old:
+        schema, version = SCHEMA, 0
     if schema != SCHEMA:
         raise ProfileFormatError(f"{source} is not an xlgraph profile: its 'schema' is "
-                                 f"{schema!r}, expected {SCHEMA!r} (report.save writes one)")
-    if version not in READS:
-        newer = isinstance(version, int) and version > VERSION
+                                 f"{shown(schema)}, expected {SCHEMA!r} (report.save writes one)")
+    if type(version) is not int or version not in READS:
+        newer = type(version) is int and version > VERSION
         raise ProfileFormatError(
-            f"{source} has {SCHEMA} schema version {version!r}, which this xlgraph does not "
-            f"read (it reads versions {', '.join(map(str, READS))})"
+            f"{source} has {SCHEMA} schema version {shown(version)}, which this xlgraph does "
+            f"not read (it reads versions {', '.join(map(str, READS))})"
             + ("; it was written by a newer xlgraph: upgrade xlgraph to read it" if newer
                else ""))
     try:
+        if old:
+            check_v0(data)
+            data = _upgrade_v0(data)
+        check_v1(data)
         return _from_v1(data, cls)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise ProfileFormatError(f"{source}: an {SCHEMA} version {version} document with a "
-                                 f"missing or malformed field: {type(exc).__name__}: {exc}"
-                                 ) from None
+    except InvalidField as exc:
+        raise ProfileFormatError(f"{source}: not a valid {SCHEMA} version {version} document: "
+                                 f"{exc}") from None
 
 
 def read(path: str | Path) -> Any:
@@ -163,3 +163,6 @@ def read(path: str | Path) -> Any:
         raise ProfileFormatError(
             f"{path} is not an xlgraph profile: not JSON ({exc}); PopVision's profile.pop "
             f"files are not read, only the JSON that report.save writes") from None
+    except RecursionError:
+        raise ProfileFormatError(f"{path} is not an xlgraph profile: its JSON nests too "
+                                 f"deeply to read") from None

@@ -30,7 +30,7 @@ from xlgraph.errors import (
     user_source_line,
 )
 from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
-from xlgraph.ipu.autoreport import report_directory
+from xlgraph.ipu.autoreport import report_directory, save_profile
 from xlgraph.ir import Ir
 from xlgraph.lower import lower
 from xlgraph.ops.window import chunks_on
@@ -212,8 +212,7 @@ class Session:
 
     def _write_auto_report(self) -> None:
         if self._report_dir is not None:
-            self._report_dir.mkdir(parents=True, exist_ok=True)
-            self.report().save(self._report_dir / "profile.json")
+            save_profile(self.report(), self._report_dir)
 
     def wait_for_kernels(self, timeout: float | None = None) -> bool:
         """Block until the backend's compiled kernels are in use (True; at once when there is

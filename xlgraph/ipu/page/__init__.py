@@ -52,15 +52,17 @@ def _operation_rows(report: _ReportFacts) -> tuple[list[dict[str, Any]], list[di
 
 
 def _summary(report: _ReportFacts) -> str:
+    """One line on the report, as HTML text (every value escaped)."""
     from xlgraph.ipu.page.html import escape
 
     peak = report.peak
     split = report.end_to_end()
-    return (f"{escape(report.model.describe())}: peak {format_bytes(peak.sum())} over "
-            f"{report.model.tiles:,} tiles, fullest tile {format_bytes(peak.max())}; "
-            f"{report.cycles.total:,.0f} cycles = {report.estimated_seconds_per_run * 1e6:,.1f} "
-            f"us per run ({report.steps_per_run} steps); end to end "
-            f"{split['total'] * 1e6:,.1f} us per run")
+    return escape(f"{report.model.describe()}: peak {format_bytes(peak.sum())} over "
+                  f"{report.model.tiles:,} tiles, fullest tile {format_bytes(peak.max())}; "
+                  f"{report.cycles.total:,.0f} cycles = "
+                  f"{report.estimated_seconds_per_run * 1e6:,.1f} us per run "
+                  f"({report.steps_per_run} steps); end to end "
+                  f"{split['total'] * 1e6:,.1f} us per run")
 
 
 def _tensor_table(table_id: str, tensors: list[dict[str, Any]], caption: str) -> str:

@@ -28,12 +28,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (through links, ``..`` or hard links)."""
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command; returns the exit status (errors print one line)."""
     parser = _parser()
     args = parser.parse_args(argv)
     if len(args.profiles) > 2:
         parser.error(f"expected one profile or two to compare, got {len(args.profiles)}")
+    output = args.output or Path("report.html" if len(args.profiles) == 1 else "diff.html")
+    for profile in args.profiles:
+        if _same_file(profile, output):
+            print(f"xlgraph-report: the output {output} is the profile {profile}: writing the "
+                  f"page there would replace the profile; give another -o", file=sys.stderr)
+            return 2
     from xlgraph.ipu.page import require_plotly, write_compare, write_report
     from xlgraph.ipu.report import ProfileReport
 
@@ -45,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if len(reports) == 1:
-            out = write_report(reports[0], args.output or Path("report.html"))
+            out = write_report(reports[0], output)
         else:
             first, second = args.profiles
             names = (first.name, second.name) if first.name != second.name else (
                 str(first), str(second))
-            out = write_compare(reports[0], reports[1], args.output or Path("diff.html"), names)
+            out = write_compare(reports[0], reports[1], output, names)
     except OSError as exc:
         print(f"xlgraph-report: cannot write the page: {exc}", file=sys.stderr)
         return 2

@@ -111,8 +111,9 @@ def compare_sections(before: _ReportFacts, after: _ReportFacts,
          figure_div(figures.category_diff(before, after, names), "diff-categories")),
         ("view-diff-operations", "Operations",
          figure_div(figures.cycles_diff(diff), "diff-cycles")
-         + f'<p class="hint">{len(diff)} operations, {changed} with a change of cycles '
-           f"per run ({before.steps_per_run} steps per run before, {after.steps_per_run} "
-           f"after); matched by name. Click a heading to sort.</p>"
+         + '<p class="hint">' + escape(
+             f"{len(diff)} operations, {changed} with a change of cycles per run "
+             f"({before.steps_per_run} steps per run before, {after.steps_per_run} after); "
+             "matched by name. Click a heading to sort.") + "</p>"
          + table("diff-ops-table", DIFF_COLUMNS, diff)),
     ]
