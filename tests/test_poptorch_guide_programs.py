@@ -384,13 +384,13 @@ def _eager_group(w: torch.Tensor, rows: torch.Tensor, steps: int, lr: float) -> 
 def test_replica_grouped_weights_train_each_group_like_eager(tmp_path, monkeypatch):
     scope = _run("replica_grouped_weights.py", tmp_path, monkeypatch)
     w_init, x, trained = scope["W_init"], scope["X"], scope["trained_W"]
-    assert trained.shape == (2, 2, 2)
-    rows = x.view(4, 3, 2)  # one micro-batch per replica
-    for group, replicas in enumerate(([0, 1], [2, 3])):
+    assert trained.shape == (4, 2, 2)
+    rows = x.view(8, 3, 2)  # one micro-batch per replica
+    for group, replicas in enumerate(([0, 4], [1, 5], [2, 6], [3, 7])):  # Orthogonal, 2
         want, outs = _eager_group(w_init[group], rows[replicas].reshape(6, 2), 3, 0.05)
         torch.testing.assert_close(trained[group], want, rtol=1e-5, atol=1e-6)
         for step, z in enumerate(scope["outputs"]):  # OutputMode.All: every replica's rows
-            torch.testing.assert_close(z.view(4, 3, 2)[replicas].reshape(6, 2), outs[step],
+            torch.testing.assert_close(z.view(8, 3, 2)[replicas].reshape(6, 2), outs[step],
                                        rtol=1e-5, atol=1e-6)
 
 

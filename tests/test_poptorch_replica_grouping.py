@@ -27,6 +27,9 @@ def _options(replicas: int) -> poptorch.Options:
 
 @pytest.mark.parametrize("kind,shards,replicas,groups", [
     (poptorch.CommGroupType.Orthogonal, 2, 4, [[0, 2], [1, 3]]),
+    (poptorch.CommGroupType.Orthogonal, 2, 8, [[0, 4], [1, 5], [2, 6], [3, 7]]),
+    (poptorch.CommGroupType.Orthogonal, 4, 8, [[0, 2, 4, 6], [1, 3, 5, 7]]),
+    (poptorch.CommGroupType.Consecutive, 2, 8, [[0, 1], [2, 3], [4, 5], [6, 7]]),
     (poptorch.CommGroupType.NoGrouping, 0, 2, [[0], [1]]),
 ])
 def test_each_group_trains_its_own_weight_with_momentum(kind, shards, replicas, groups):
@@ -84,6 +87,11 @@ def test_inference_uses_each_replicas_group_and_host_edits_reach_the_device():
      r"'W'.*makes 2 groups of 4 replicas, so its first dimension must be 2.*\(3, 2, 3\)"),
     ((2, 2, 3), poptorch.CommGroupType.Consecutive, 3, r"'W'.*replicaGrouping\(Consecutive, 3\) "
                                                         r"does not group replicationFactor\(4\)"),
+    ((2, 2, 3), poptorch.CommGroupType.Orthogonal, 3, r"'W'.*replicaGrouping\(Orthogonal, 3\) "
+                                                       r"does not group replicationFactor\(4\): "
+                                                       r"the group size 3 must divide 4"),
+    ((2, 2, 3), poptorch.CommGroupType.Orthogonal, 1,  # 4 groups of one replica
+     r"makes 4 groups of 4 replicas, so its first dimension must be 4"),
 ])
 def test_a_grouping_that_does_not_fit_is_refused_naming_the_parameter(shape, kind, shards, match):
     model = Linear(torch.zeros(shape))

@@ -1,9 +1,9 @@
 """PopTorch user-guide style: weights grouped across replicas (``replica_grouped_weights.py``).
 
-``import poptorch`` became ``import xlgraph.poptorch as poptorch``. Four replicas in two groups
-of two consecutive replicas: the weight has one value per group (its first dimension), each
-replica computes with its group's value, and training reduces each group's gradient over the
-group's replicas only.
+``import poptorch`` became ``import xlgraph.poptorch as poptorch``. Eight replicas in orthogonal
+groups of two (``[0, 4] [1, 5] [2, 6] [3, 7]``), as in the guide: the weight has one value per
+group (its first dimension, 8 / 2 = 4 entries), each replica computes with its group's value,
+and training reduces each group's gradient over the group's replicas only.
 """
 import torch
 
@@ -21,7 +21,7 @@ class ModelWithLoss(torch.nn.Module):
 
 
 torch.manual_seed(0)
-replication_factor = 4
+replication_factor = 8
 opts = poptorch.Options().replicationFactor(replication_factor)
 opts.outputMode(poptorch.OutputMode.All)
 
@@ -32,10 +32,10 @@ W_init = torch.stack([torch.eye(2) * (g + 1) for g in range(num_groups)])  # noq
 model = ModelWithLoss(W_init.clone())
 poptorch_model = poptorch.trainingModel(
     model, opts, optimizer=poptorch.optim.SGD(model.parameters(), lr=0.05))
-poptorch_model.W.replicaGrouping(poptorch.CommGroupType.Consecutive, group_size,
+poptorch_model.W.replicaGrouping(poptorch.CommGroupType.Orthogonal, group_size,
                                  poptorch.VariableRetrievalMode.OnePerGroup)
 
-# one micro-batch of 3 rows per replica: replicas 0 and 1 form group 0, 2 and 3 group 1
+# one micro-batch of 3 rows per replica: replica r is in group r % 4
 X = torch.randn(replication_factor * 3, 2)  # noqa: N816
 outputs = []
 for _ in range(3):
@@ -43,4 +43,4 @@ for _ in range(3):
     outputs.append(Z.clone())
 
 trained_W = model.W.detach().clone()  # noqa: N816
-print(trained_W.shape)  # torch.Size([2, 2, 2]): one weight per group
+print(trained_W.shape)  # torch.Size([4, 2, 2]): one weight per group

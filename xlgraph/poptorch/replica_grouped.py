@@ -5,9 +5,11 @@ As in PopTorch's user guide (``replica_grouped_weights.py``), a parameter of a m
 Its torch tensor then has a leading dimension of one entry per group; ``forward`` sees the
 entry of its replica's group (traced with group 0's entry), and in training each group's value
 takes the gradient reduced over that group's replicas only. ``CommGroupType`` names the groups
-as PopART's ``CommGroup`` does: ``Consecutive`` makes groups of ``shards`` consecutive replicas,
-``Orthogonal`` makes ``shards`` groups whose members are ``shards`` apart, ``NoGrouping`` gives
-each replica its own value and ``All`` is the ordinary shared parameter.
+with ``shards`` the size of each group, for every type (PopTorch's reading, which differs from
+PopXL's ``CommGroup``): ``Consecutive`` makes groups of ``shards`` consecutive replicas,
+``Orthogonal`` makes ``R / shards`` groups of ``shards`` replicas each, replica ``r`` in group
+``r % (R / shards)`` (8 replicas, ``Orthogonal, 2``: ``[0, 4] [1, 5] [2, 6] [3, 7]``),
+``NoGrouping`` gives each replica its own value and ``All`` is the ordinary shared parameter.
 
 The host sees one value per group: copies back to the module (``copyWeightsToHost``, reads of a
 trained parameter) and ``VariableRetrievalMode.OnePerGroup`` return the ``(groups, ...)`` tensor.
@@ -45,7 +47,7 @@ def replicaGrouping(self: torch.nn.Parameter, comm_group_type: CommGroupType,  #
 
     Args:
         comm_group_type: ``poptorch.CommGroupType``: how the replicas are grouped.
-        shards: the group size (``Consecutive``) or the number of groups (``Orthogonal``).
+        shards: the number of replicas in each group.
         variable_retrieval_mode: ``poptorch.VariableRetrievalMode``: what the host reads back.
     """
     try:
@@ -72,7 +74,12 @@ def grouping_of(tensor: torch.Tensor, key: str, replicas: int) -> ReplicaGroupin
         return None
     kind, shards, _ = setting
     try:
-        grouping = CommGroup(_TYPES[kind], shards).to_replica_grouping(replicas)
+        if kind is CommGroupType.Orthogonal:
+            if shards < 1 or replicas % shards:
+                raise ValueError(f"the group size {shards} must divide {replicas} replicas")
+            grouping = ReplicaGrouping.from_stride(replicas, replicas // shards, shards)
+        else:
+            grouping = CommGroup(_TYPES[kind], shards).to_replica_grouping(replicas)
     except ValueError as exc:
         raise Error(f"parameter {key!r}: replicaGrouping({kind.name}, {shards}) does not group "
                     f"replicationFactor({replicas}): {exc}") from None
