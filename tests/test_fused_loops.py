@@ -65,16 +65,19 @@ def test_layer_norm_loops_match_the_numpy_kernels(backend, dtype: type) -> None:
 
 
 def test_embedding_gradient_loop_adds_rows_as_add_at(backend) -> None:  # noqa: ANN001
-    """Repeated, negative and out-of-range indices: numpy's ``np.add.at`` bits."""
+    """Repeated, negative and out-of-range indices: numpy's ``np.add.at`` bits (with
+    ``zero_OOR`` the negative ones are dropped)."""
     from xlgraph.ops import indexing, loops
 
     rng = np.random.default_rng(8)
     idx = np.concatenate([rng.integers(-50, 50, 300), [60, -61, 3, 3]]).astype(np.int32)
     dy = rng.normal(size=(idx.size, 7)).astype(np.float32)
-    got = np.full((50, 7), np.nan, np.float32)
-    backend.jitted(loops.gather_grad_rows)(dy, idx, got)
-    want = indexing._gather_grad(dy, idx, (50, 7), 0, False)
-    assert got.tobytes() == want.tobytes()
+    for zero_oor in (False, True):
+        got = np.full((50, 7), np.nan, np.float32)
+        backend.jitted(loops.gather_grad_rows)(dy, idx, got, int(zero_oor))
+        want = indexing._gather_grad(dy, idx, (50, 7), 0, zero_oor)
+        assert got.tobytes() == want.tobytes()
+    np.testing.assert_array_equal(want, [dy[idx == k].sum(0) for k in range(50)])
 
 
 def test_softmax_grad_rows_loop_matches_numpy(backend) -> None:  # noqa: ANN001

@@ -342,23 +342,47 @@ _SCALED_ADD_ = OpDef("scaled_add_", _scaled_add_infer, _scaled_add_inplace, inpl
                      cost=per_output(3), widen_half=True)
 
 
-def _scalar(value: Any) -> float | None:
-    return None if isinstance(value, Tensor) else float(value)
+def _mixed(X: Tensor, Y: Tensor, a: Any, b: Any) -> Tensor | None:  # noqa: N803
+    """``a * X + b * Y`` in X's dtype when ``a``/``b`` are scalar tensors or ``Y`` has another
+    dtype (poplibs' mixed-precision scaled add): the terms are formed in the widest float dtype
+    among the operands and the sum is rounded once to X's dtype. None when all are plain."""
+    tensors = [v for v in (Y, a, b) if isinstance(v, Tensor)]
+    if Y.dtype == X.dtype and len(tensors) == 1:
+        return None
+    floats = [t.dtype for t in (X, *tensors) if t.dtype.is_floating_point and not t.dtype.is_fp8]
+    wide = max(floats, key=lambda d: d.as_numpy().itemsize, default=X.dtype)
+
+    def up(v: Any) -> Tensor:
+        t = v if isinstance(v, Tensor) else as_tensor(v, X)
+        return t if t.dtype == wide else cast(t, wide)
+
+    terms = [up(X) if _is_one(a) else up(X) * up(a), up(Y) if _is_one(b) else up(Y) * up(b)]
+    value = terms[0] + terms[1]
+    return value if value.dtype == X.dtype else cast(value, X.dtype)
+
+
+def _is_one(value: Any) -> bool:
+    return not isinstance(value, Tensor) and float(value) == 1.0
 
 
 @register(_SCALED_ADD)
 def scaled_add(X: Tensor, Y: Tensor, a: Any = 1.0, b: Any = 1.0) -> Tensor:  # noqa: N803
-    """``a * X + b * Y`` without broadcasting; ``a``/``b`` are numbers or scalar tensors."""
-    if _scalar(a) is None or _scalar(b) is None:
-        return X * as_tensor(a, X) + Y * as_tensor(b, Y)
+    """``a * X + b * Y`` without broadcasting, in X's dtype; ``a``/``b`` are numbers or scalar
+    tensors of any float dtype, and ``Y`` may have another dtype (the sum is then formed in the
+    wider dtype and rounded once, as PopXL's mixed-precision scaled add)."""
+    value = _mixed(X, Y, a, b)
+    if value is not None:
+        return value
     return apply1(_SCALED_ADD, [X, Y], {"a": float(a), "b": float(b)})
 
 
 @register(_SCALED_ADD_)
 def scaled_add_(X: Tensor, Y: Tensor, a: Any = 1.0, b: Any = 1.0) -> Tensor:  # noqa: N803
-    """In-place ``X = a * X + b * Y``; returns the updated ``X``."""
-    if _scalar(a) is None or _scalar(b) is None:
-        value = X * as_tensor(a, X) + Y * as_tensor(b, Y)
+    """In-place ``X = a * X + b * Y``; returns the updated ``X``. ``a``, ``b`` and ``Y`` as
+    for ``scaled_add`` (a float16 weight updated with ``b=-lr`` for a float32 ``lr`` input
+    stays float16)."""
+    value = _mixed(X, Y, a, b)
+    if value is not None:
         # copy_var_update_, by name: ops.var_updates, where it is defined, imports this module
         return apply1(REGISTRY["copy_var_update_"], [X, value])
     return apply1(_SCALED_ADD_, [X, Y], {"a": float(a), "b": float(b)})

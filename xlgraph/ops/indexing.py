@@ -157,13 +157,20 @@ def _gather_infer(t: TensorSpec, indices: TensorSpec, axis: int, zero_OOR: bool)
     return TensorSpec(t.shape[:axis] + indices.shape + t.shape[axis + 1:], t.dtype)
 
 
+def _lowest(n: int, zero_OOR: bool) -> int:  # noqa: N803
+    """The lowest valid index along an axis of ``n``: with ``zero_OOR`` PopART masks negative
+    indices as out of range; without it xlgraph lets them count from the end (PopXL leaves
+    them undefined)."""
+    return 0 if zero_OOR else -n
+
+
 def _gather(x: np.ndarray, indices: np.ndarray, axis: int, zero_OOR: bool) -> np.ndarray:
     """Out-of-range rows are zero whatever ``zero_OOR`` says (PopXL leaves them undefined
     without it, and does not fail)."""
-    n = x.shape[axis]
-    if indices.size == 0 or (indices.min() >= -n and indices.max() < n):
+    n, lo = x.shape[axis], _lowest(x.shape[axis], zero_OOR)
+    if indices.size == 0 or (indices.min() >= lo and indices.max() < n):
         return np.take(x, indices, axis=axis)
-    valid = (indices >= -n) & (indices < n)
+    valid = (indices >= lo) & (indices < n)
     out = np.take(x, np.where(valid, indices, 0), axis=axis)
     mask = valid.reshape((1,) * axis + indices.shape + (1,) * (x.ndim - axis - 1))
     return np.where(mask, out, np.zeros((), x.dtype))
@@ -177,7 +184,7 @@ def _gather_ref(x: np.ndarray, indices: np.ndarray, axis: int, zero_OOR: bool) -
     n = x.shape[axis]
     for pos in np.ndindex(*out.shape):
         i = int(indices[pos[axis: axis + indices.ndim]])
-        if -n <= i < n:
+        if _lowest(n, zero_OOR) <= i < n:
             out[pos] = x[pos[:axis] + (i,) + pos[axis + indices.ndim:]]
     return out
 
@@ -187,21 +194,23 @@ def _gather_grad_infer(dy: TensorSpec, indices: TensorSpec, shape: tuple[int, ..
     return TensorSpec(shape, dy.dtype)
 
 
-def add_rows_at(out: np.ndarray, dy: np.ndarray, indices: np.ndarray, axis: int) -> None:
+def add_rows_at(out: np.ndarray, dy: np.ndarray, indices: np.ndarray, axis: int,
+                zero_OOR: bool = False) -> None:  # noqa: N803
     """Add ``dy``, shaped like ``gather(out, indices, axis)``, back into the slices of ``out``
-    it was gathered from (repeated indices accumulate; out-of-range indices are skipped)."""
+    it was gathered from (repeated indices accumulate; out-of-range indices are skipped, and
+    negative ones too with ``zero_OOR``)."""
     n = out.shape[axis]
     flat = indices.reshape(-1)
     rows = np.moveaxis(dy.reshape(out.shape[:axis] + (flat.size,) + out.shape[axis + 1:]),
                        axis, 0)
-    valid = (flat >= -n) & (flat < n)
+    valid = (flat >= _lowest(n, zero_OOR)) & (flat < n)
     np.add.at(np.moveaxis(out, axis, 0), flat[valid], rows[valid])
 
 
 def _gather_grad_out(dy: np.ndarray, indices: np.ndarray, out: np.ndarray,
                      shape: tuple[int, ...], axis: int, zero_OOR: bool) -> np.ndarray:
     out.fill(0)
-    add_rows_at(out, dy, indices, axis)
+    add_rows_at(out, dy, indices, axis, zero_OOR)
     return out
 
 
@@ -216,7 +225,9 @@ _gather_grad.c_contiguous = True  # type: ignore[attr-defined] - np.empty's C or
 def _gather_grad_loop(ins: list[TensorSpec], shape: tuple[int, ...], axis: int,
                       zero_OOR: bool) -> Any:
     """Rows along axis 0 (an embedding's gradient), float data."""
-    return float_only(ins[0], gather_grad_rows) if axis == 0 and ins[1].dtype.is_int else None
+    if axis != 0 or not ins[1].dtype.is_int:
+        return None
+    return float_only(ins[0], gather_grad_rows, ints=(int(zero_OOR),))
 
 
 _GATHER_GRAD = OpDef(
@@ -226,7 +237,9 @@ _GATHER_GRAD = OpDef(
     samples=lambda rng: [Sample((rng.normal(size=(2, 3)), rng.integers(0, 4, (2,))),
                                 {"shape": (2, 4), "axis": 1, "zero_OOR": False}),
                          Sample((rng.normal(size=(6, 3)), np.array([1, -2, 1, 7, 0, -9])),
-                                {"shape": (4, 3), "axis": 0, "zero_OOR": False})],
+                                {"shape": (4, 3), "axis": 0, "zero_OOR": False}),
+                         Sample((rng.normal(size=(6, 3)), np.array([1, -2, 1, 7, 0, -9])),
+                                {"shape": (4, 3), "axis": 0, "zero_OOR": True})],
     widen_half=True,
 )
 
@@ -252,10 +265,12 @@ def gather(t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: 
            zero_OOR: bool = False) -> Tensor:  # noqa: N803
     """Take the slices of ``t`` at ``indices`` along ``axis`` (ONNX Gather, like ``np.take``).
 
-    The output shape is ``t.shape[:axis] + indices.shape + t.shape[axis+1:]``. Valid indices are
-    in ``[-n, n)`` (negative ones count from the end). Others give rows of zeros: PopXL
-    promises that with ``zero_OOR=True`` and leaves the rows undefined (without failing)
-    otherwise; xlgraph zeroes them in both cases. Repeated indices accumulate their gradients.
+    The output shape is ``t.shape[:axis] + indices.shape + t.shape[axis+1:]``. With
+    ``zero_OOR=True`` valid indices are in ``[0, n)`` and every other one, negative ones
+    included, gives a row of zeros whose gradient is dropped (as PopART masks them: a
+    vocabulary-sharded embedding gathers ``ids - offset``). Without it PopXL leaves
+    out-of-range rows undefined (without failing); xlgraph lets indices in ``[-n, 0)`` count
+    from the end and zeroes the rest. Repeated indices accumulate their gradients.
     ``available_memory_proportion`` is recorded in ``op.hints`` for the ipu_model.
     """
     attrs = {"axis": normalize_axes(axis, t.rank)[0], "zero_OOR": bool(zero_OOR)}

@@ -61,9 +61,9 @@ def _updater_infer(m: TensorSpec, v: TensorSpec, *rest: TensorSpec, mode: str, d
         raise ShapeError(f"moments {m} and {v}{extra} must have one shape")
     for s in parts.values():
         check_scalar(s, "epsilon, weight_decay, time_step and the betas")
-    if v.dtype is not m.dtype:  # e.g. float16 first moments, float32 second: the wider type
-        return m if m.dtype.as_numpy().itemsize > v.dtype.as_numpy().itemsize else v
-    return m
+    # PopART's updater takes the weight's dtype, else the first moment's (a float16 weight with
+    # float16 first and float32 second moments gives a float16 updater)
+    return TensorSpec(m.shape, (weight or m).dtype)
 
 
 def _updater(m: np.ndarray, v: np.ndarray, *rest: np.ndarray, mode: str, decay: bool,
@@ -71,6 +71,7 @@ def _updater(m: np.ndarray, v: np.ndarray, *rest: np.ndarray, mode: str, decay: 
     """``m' / (f(v') + eps) + wd * w`` with ``f = sqrt`` (identity for adamax) and ``m'``,
     ``v'`` divided by ``1 - beta**step`` when ``bias`` (adamax corrects ``m`` only)."""
     p = _unpack(rest, mode, decay, bias)
+    dtype = p["weight"].dtype if decay else m.dtype
     if bias:
         step = p["step"].item()
         m = m / (1.0 - p["b1"].item() ** step)
@@ -79,7 +80,7 @@ def _updater(m: np.ndarray, v: np.ndarray, *rest: np.ndarray, mode: str, decay: 
     out = m / ((v if mode == "adamax" else np.sqrt(v)) + p["eps"].item())
     if decay:
         out += p["wd"].item() * p["weight"].astype(out.dtype, copy=False)
-    return out.astype(np.promote_types(m.dtype, v.dtype), copy=False)
+    return out.astype(dtype, copy=False)
 
 
 def _updater_out(m: np.ndarray, v: np.ndarray, *rest: np.ndarray, out: np.ndarray,

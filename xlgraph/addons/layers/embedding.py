@@ -59,12 +59,6 @@ class Embedding(Module):
             shape = shape[::-1]
         w = self.add_variable_input("weight", partial(truncnorm, shape), self.dtype,
                                     replica_grouping=self.replica_grouping)
-        if self.n_shards == 1:
-            return ops.gather(w, indices, axis=self.axis)
-        zero = popxl.constant(0, indices.dtype)
-        inside = ops.logical_and(ops.greater_equal(indices, zero), ops.less(
-            indices, popxl.constant(self.vocab_shard_size, indices.dtype)))
-        rows = ops.gather(w, ops.where(inside, indices, zero), axis=self.axis)
-        mask = ops.cast(inside, self.dtype)
-        mask = mask.reshape((*indices.shape, 1) if self.axis == 0 else (1, *indices.shape))
-        return rows * mask
+        # a sharded table gathers with zero_OOR: indices of other shards (negative ones too)
+        # give zero rows, so an all-reduce over the shards sums the lookups
+        return ops.gather(w, indices, axis=self.axis, zero_OOR=self.n_shards > 1)

@@ -8,6 +8,7 @@ import numpy as np
 
 import xlgraph as popxl
 from xlgraph import ops
+from xlgraph.utils import to_numpy
 
 __all__ = ["host_load", "host_store"]
 
@@ -29,7 +30,7 @@ def host_load(t: Any, dtype: popxl.dtype, name: str,
     elif isinstance(t, tuple) and all(isinstance(d, int) for d in t):
         data, shape = None, t
     else:
-        data = np.asarray(t).astype(dtype.as_numpy())
+        data = to_numpy(t, dtype)  # detaches a torch tensor that requires grad
         shape = data.shape
     stream = popxl.h2d_stream(shape, dtype, f"{name}_stream")
     return data, stream, ops.host_load(stream, name)
