@@ -73,7 +73,10 @@ NOTES: dict[str, str] = {
     "popxl_addons.named_replica_grouping.get_ild_size_from_popdist": (
         "reads `ipuLinkDomainSize` from `POPLAR_TARGET_OPTIONS`, else min(replicas, 64)"),
     "popxl_addons.route_tensor.route_tensor_into_graph": (
-        "adds the graph input; the caller connects it at the call site"),
+        "rewires the call and repeat sites already built, as 3.4"),
+    "popxl_addons.transforms.autodiff.autodiff_with_accumulation": (
+        "accumulates in the gradient graph itself, as 3.4; `expected_outputs` lists only "
+        "the gradients still output (3.4 keeps the accumulated ones there too)"),
     "popxl_addons.named_tensors.NamedTensors.remap": (
         "a tensor the mapping lacks is a KeyError naming its key, as 3.4"),
     "popxl_addons.transforms.batch_serialisation.batch_serialise": (

@@ -46,22 +46,25 @@ def test_recompute_graph_gives_the_same_gradients(recompute):
     np.testing.assert_allclose(res[outs[1]], xv.T @ dpre, rtol=1e-5)
 
 
-def test_repeat_graph_carries_outputs_and_keeps_names():
+def test_repeat_graph_moves_the_main_program_into_a_loop():
+    """``repeat_graph(ir.main_graph, n)`` in place: main keeps one repeat op; the body runs
+    the load, the accumulation and the store every iteration, by reference to ``total``."""
     ir = popxl.Ir()
-    with ir.main_graph:
-        x = popxl.variable(np.ones((1, 2), np.float32), name="x")
-        facts, graph = Lin(2).create_graph(x)
-        repeated = addons.transforms.repeat_graph(graph, 3)
-        assert repeated.args.keys_flat() == ["weight", "bias"]
-        variables = facts.init()
-        (y,) = repeated.bind(variables).call(x)
-        out = addons.ops.host_store(y)
-    res, s = run(ir)
-    w, b = s.get_tensor_data(variables.weight), s.get_tensor_data(variables.bias)
-    ref = np.ones((1, 2), np.float32)
-    for _ in range(3):
-        ref = ref @ w + b
-    np.testing.assert_allclose(res[out], ref, rtol=1e-5)
+    with ir.main_graph, popxl.in_sequence():
+        x_stream = popxl.h2d_stream((4,), popxl.float32, "x")
+        total = popxl.variable(np.zeros(4, np.float32), name="total")
+        ops.var_updates.accumulate_(total, ops.host_load(x_stream))
+        out = addons.host_store(total)
+    assert addons.transforms.repeat_graph(ir.main_graph, 1) is ir.main_graph
+    body = addons.transforms.repeat_graph(ir.main_graph, 8)
+    assert [op.defn.name for op in ir.main_graph.ops] == ["repeat"]
+    assert [op.defn.name for op in body.ops] == ["host_load", "accumulate_", "host_store"]
+    assert [(t.name, t.by_ref) for t in body.inputs] == [("total", True)]
+    ir.num_host_transfers = 8
+    data = np.arange(32, dtype=np.float32).reshape(8, 4)
+    res, s = run(ir, {x_stream: data})
+    np.testing.assert_allclose(res[out], np.cumsum(data, 0))
+    np.testing.assert_allclose(s.get_tensor_data(total), data.sum(0))
 
 
 def test_pipelined_execution_runs_each_step_and_captures_outer_tensors():

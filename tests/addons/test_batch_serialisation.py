@@ -165,7 +165,8 @@ def test_fwd_and_grad_activations_args_and_info():
     with ir.main_graph, popxl.in_sequence():
         facts, fwd = Affine().create_graph(popxl.TensorSpec((2,), popxl.float32))
         x, y = fwd.graph.inputs[0], fwd.graph.outputs[0]
-        acc_facts, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors)
+        acc_facts, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors,
+                                                           grads_required=[x])
         assert bwd.grad_graph_info._expected_inputs == list(bwd.grad_graph_info.expected_inputs)
         seed = bwd.graph.inputs[0]
         with pytest.raises(ValueError, match="load_handles"):

@@ -251,6 +251,17 @@ class Graph:
             for t in op.outputs:
                 self._tensors.pop(t.name, None)
 
+    def remove_outputs(self, positions: Iterable[int]) -> None:
+        """Drop the outputs at ``positions`` (a graph not called yet); the others keep their
+        order."""
+        self.check_mutable()
+        gone = set(positions)
+        self._outputs = [t for i, t in enumerate(self._outputs) if i not in gone]
+        self._output_at = {}
+        for i, t in enumerate(self._outputs):
+            self._output_at.setdefault(t, i)
+        self._outputs_seen = None
+
     def remove_inputs(self, inputs: Iterable[Tensor]) -> None:
         """Drop graph inputs that no op reads and no output returns.
 

@@ -31,6 +31,12 @@ _TYPES = {"matmul": "MatMul", "repeat": "Loop", "conditional": "If", "negate": "
           "group_norm": "GroupNormalization", "layer_norm": "GroupNormalization",
           "nll_loss": "Nll", "geluerf": "GeluErf", "ipu_copy": "IpuCopy"}
 _DTYPES = {"float32": "FLOAT", "float64": "DOUBLE"}
+# var-update ops PopART implements as one class, the variant being an attribute
+_VAR_UPDATES = {**dict.fromkeys(["accumulate_", "accumulate_square_", "accumulate_mean_",
+                                 "accumulate_moving_average_",
+                                 "accumulate_moving_average_square_"], "Accumulate"),
+                "accumulator_scale_": "AccumulatorScale", "accumulator_zero_": "AccumulatorScale",
+                "sparse_accumulate_": "SparseAccumulate"}
 
 
 class PopartViewError(AttributeError):
@@ -53,7 +59,10 @@ class _View:
 
 def op_type(name: str) -> str:
     """The PopART op type of an xlgraph op name: ``matmul`` -> ``MatMul``, ``add_`` ->
-    ``AddInplace``, ``replicated_all_reduce`` -> ``ReplicatedAllReduce``."""
+    ``AddInplace``, ``replicated_all_reduce`` -> ``ReplicatedAllReduce``; every
+    ``accumulate*_`` op -> ``Accumulate``."""
+    if name in _VAR_UPDATES:
+        return _VAR_UPDATES[name]
     base = name.rstrip("_")
     camel = _TYPES.get(base) or "".join(p[:1].upper() + p[1:] for p in base.split("_"))
     return camel + ("Inplace" if name.endswith("_") else "")

@@ -8,13 +8,13 @@ from functools import partial
 import numpy as np
 
 import xlgraph as popxl
-from xlgraph import ops, transforms
+from xlgraph import ops
 from xlgraph.addons.dot_tree import sanitise
-from xlgraph.addons.graph import GraphWithNamedArgs, called_infos, plain_autodiff
+from xlgraph.addons.graph import GraphWithNamedArgs, plain_autodiff
 from xlgraph.addons.named_replica_grouping import NamedReplicaGrouping
 from xlgraph.addons.named_tensors import NamedTensors
 from xlgraph.addons.variable_factory import NamedVariableFactories, add_variable_input
-from xlgraph.transforms import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
+from xlgraph.transforms import GradGraphInfo
 
 __all__ = ["autodiff", "autodiff_with_accumulation"]
 
@@ -58,54 +58,50 @@ def autodiff_with_accumulation(
     called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
     replica_groupings: NamedReplicaGrouping | None = None,
 ) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
-    """A gradient graph that accumulates the gradients of ``tensors_to_accumulate_grads``.
+    """The gradient graph of ``graph`` accumulating the gradients of
+    ``tensors_to_accumulate_grads``, in that graph itself.
 
-    Each of them gets an accumulator (a by-reference input named ``accum.<name>``, ``<name>``
-    being its name in ``graph.args``) that holds the running mean of its gradients over the
-    calls: ``accum = accum * n / (n + 1) + grad / (n + 1)`` with the call counter
-    ``mean_accum_counter``, which each call increments. Zero the counter (for example with
-    ``ops.var_updates.accumulator_scale_(counter, 0)``) to start a new mean. The graph's outputs
-    are the gradients in ``grads_required`` that are not accumulated.
+    The required gradients are ``grads_required`` (default: none) and the accumulated
+    tensors. The gradient graph gains a by-reference input ``mean_accum_counter`` and, per
+    accumulated tensor, ``accum.<name>`` (``<name>`` its name in ``graph.args``, else its
+    sanitised tensor name; replica grouping from ``replica_groupings``) that holds the running
+    mean of its gradients over the calls: ``accum = accum * n / (n + 1) + grad / (n + 1)``;
+    then the counter is incremented. Zero the counter (for example with
+    ``ops.var_updates.accumulator_scale_(counter, 0)``) to start a new mean. The accumulated
+    gradients are no longer outputs: the outputs are the gradients of the other
+    ``grads_required``, in order (and so are the info's ``expected_outputs``).
 
     Returns:
-        ``(factories of the accumulators and the counter, gradient graph)``.
+        ``(factories of the counter and the accumulators, gradient graph)``.
     """
     fwd = _graph(graph)
     accumulate = list(tensors_to_accumulate_grads)
-    required = list(fwd.inputs if grads_required is None else grads_required)
-    kept = [t for t in required if t not in accumulate]
-    inner = transforms.autodiff(fwd, grads_provided, kept + accumulate,
-                                called_infos(graph, called_graphs_grad_info))
+    kept = [t for t in (grads_required or []) if t not in accumulate]
+    grad = plain_autodiff(graph, grads_provided, kept + accumulate, called_graphs_grad_info)
+    inner = grad.graph
     names = _names_of(graph)
-    wrapper = popxl.gir().create_empty_graph(f"{inner.graph.name}_accumulate")
-    facts = NamedVariableFactories()
-    named = NamedTensors()
-    with wrapper, popxl.in_sequence(True):
-        ins = [popxl.graph_input(t.shape, t.dtype, t.name, meta_shape=t.meta_shape)
-               for t in inner.graph.inputs]
-        outs = ops.call(inner.graph, *ins)
-        counter, factory = add_variable_input("mean_accum_counter", partial(np.zeros, ()),
-                                              popxl.float32, by_ref=True)
-        facts._insert_path("mean_accum_counter", factory)
-        named._insert_path("mean_accum_counter", counter)
+    facts, named = NamedVariableFactories(), NamedTensors()
+
+    def declare(name: str, shape: tuple[int, ...], dtype: popxl.dtype,
+                group: popxl.ReplicaGrouping | None = None) -> popxl.Tensor:
+        t, factory = add_variable_input(name, partial(np.zeros, shape), dtype, by_ref=True,
+                                        replica_grouping=group)
+        facts._insert_path(name, factory)
+        named._insert_path(name, t)
+        return t
+
+    with inner, popxl.in_sequence(True):
+        counter = declare("mean_accum_counter", (), popxl.float32)
         for i, t in enumerate(accumulate):
             name = names.get(t) or sanitise(t.name)
             rg = replica_groupings.get(name) if replica_groupings and name in replica_groupings \
                 else None
-            grad = outs[len(kept) + i]
-            accum, factory = add_variable_input(f"accum.{name}", partial(np.zeros, grad.shape),
-                                                grad.dtype, by_ref=True, replica_grouping=rg)
-            ops.var_updates.accumulate_mean_(accum, grad, counter)
-            facts._insert_path(f"accum.{name}", factory)
-            named._insert_path(f"accum.{name}", accum)
+            g = inner.outputs[len(kept) + i]
+            ops.var_updates.accumulate_mean_(declare(f"accum.{name}", g.shape, g.dtype, rg), g,
+                                             counter)
         ops.var_updates.accumulate_(counter, popxl.constant(1.0, popxl.float32))
-        for g in outs[:len(kept)]:
-            popxl.graph_output(g)
-    info = GradGraphInfo(
-        graph=wrapper,
-        forward_graph=fwd,
-        expected_inputs=inner.expected_inputs,
-        expected_outputs=tuple(ExpectedConnection(t, ExpectedConnectionType.FwdGrad)
-                               for t in kept),
-    )
+    inner.remove_outputs(range(len(kept), len(kept) + len(accumulate)))
+    info = grad.grad_graph_info
+    info = GradGraphInfo(graph=inner, forward_graph=fwd, expected_inputs=info.expected_inputs,
+                         expected_outputs=info.expected_outputs[:len(kept)])
     return facts, GraphWithNamedArgs.from_grad_graph(info, named)

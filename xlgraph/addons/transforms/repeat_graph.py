@@ -1,29 +1,54 @@
-"""``repeat_graph``: a graph that runs another one ``repeat_count`` times."""
+"""``repeat_graph``: turn a graph's ops into the body of a loop, in place (popxl-addons'
+way of running a one-step main program ``n`` times per ``session.run``)."""
 
 from __future__ import annotations
 
 import xlgraph as popxl
 from xlgraph import ops
-from xlgraph.addons.graph import GraphWithNamedArgs
-from xlgraph.addons.utils import suffix_graph_name
+from xlgraph.op import Op
 
 __all__ = ["repeat_graph"]
 
 
-def repeat_graph(graph: GraphWithNamedArgs, repeat_count: int) -> GraphWithNamedArgs:
-    """A graph with ``graph``'s inputs (same names, same by-reference flags) that calls it
-    ``repeat_count`` times with ``ops.repeat``: output ``i`` of one iteration feeds input ``i``
-    of the next, and the last iteration's outputs are returned."""
-    inner = graph.graph
-    outer = inner.ir.create_empty_graph(suffix_graph_name(inner.name, f"repeat{repeat_count}"))
-    with outer:
-        ins = [popxl.graph_input(t.shape, t.dtype, t.name, by_ref=getattr(t, "by_ref", False),
-                                 meta_shape=t.meta_shape) for t in inner.inputs]
-        info = ops.repeat_with_info(inner, repeat_count, *ins)
-        for t, parent in zip(inner.inputs, ins):
-            if getattr(t, "by_ref", False):
-                info.set_parent_input_modified(parent)
-        for out in info.outputs:
-            popxl.graph_output(out)
-    mapping = dict(zip(inner.inputs, ins))
-    return GraphWithNamedArgs(outer, graph.args.remap(mapping))
+def repeat_graph(graph: popxl.Graph, repeat_count: int) -> popxl.Graph:
+    """Move every op of ``graph`` into a new graph ``repeat_graph`` that ``graph`` then
+    repeats ``repeat_count`` times; returns the new loop body (``graph`` itself, unchanged,
+    when ``repeat_count <= 1``).
+
+    The ops keep their order and their outputs' names. Each tensor they read that none of
+    them produces (variables, constants, graph inputs) becomes one by-reference input of the
+    body, connected to that tensor by the single repeat op (no loop-carried outputs; the
+    current ``in_sequence`` block applies to it), so in-place updates reach the variables.
+    Host and remote transfers now run every iteration: set ``ir.num_host_transfers``.
+    """
+    if repeat_count <= 1:
+        return graph
+    moved = list(graph.ops)
+    body = graph.ir.create_empty_graph("repeat_graph")
+    inner: dict[popxl.Tensor, popxl.Tensor] = {}
+    outside: dict[popxl.Tensor, popxl.Tensor] = {}
+    with body:
+        for op in moved:
+            for t in op.inputs:
+                if t not in inner:
+                    outside[t] = inner[t] = popxl.graph_input(
+                        t.shape, t.dtype, t.name.split("/")[-1], by_ref=True,
+                        meta_shape=t.meta_shape)
+            clone = Op(op.defn, body, [inner[t] for t in op.inputs], dict(op.attrs),
+                       op.created_at)
+            clone.region, clone.hints = op.region, dict(op.hints)
+            clone.outputs = [body.add_tensor(t.spec, t.name, clone) for t in op.outputs]
+            inner.update(zip(op.outputs, clone.outputs))
+            if "modified" in clone.attrs:
+                clone.attrs["modified"] = set(clone.attrs["modified"])
+            body.append_op(clone)
+            for callee in op.called_graphs:
+                callee.call_sites[callee.call_sites.index(op)] = clone
+    with graph:
+        site = ops.repeat_with_info(body, repeat_count, inputs_dict={
+            t: parent for parent, t in outside.items()})
+        for parent in outside:
+            if not isinstance(parent, popxl.Constant):
+                site.set_parent_input_modified(parent)
+    graph.remove_ops(moved)
+    return body
