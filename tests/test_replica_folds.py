@@ -122,3 +122,35 @@ def test_ops_with_per_replica_scalars_keep_their_replicated_form_beside_a_segmen
         probs_r /= probs_r.sum(-1, keepdims=True)
         want = -np.log(probs_r[np.arange(3), y[r]]).mean()
         np.testing.assert_allclose(got[r], want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_interpreter_reduces_per_replica_products_as_written(backend, replicas=4):
+    """docs/replicas.md: the compiled program contracts a mean all-reduce of per-replica
+    products into one product over the whole batch, while ``optimize=False`` multiplies per
+    replica and then averages, so the two differ in the last bits (issue 43, R17)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(replicas, 6, 10)).astype(np.float32)
+    y = rng.normal(size=(replicas, 6, 12)).astype(np.float32)
+
+    def run(optimize: bool, n: int, reduce: bool) -> np.ndarray:
+        ir = xlgraph.Ir(replication=n)
+        with ir.main_graph:
+            xs = xlgraph.h2d_stream((6 * replicas // n, 10), xlgraph.float32, "x")
+            ys = xlgraph.h2d_stream((6 * replicas // n, 12), xlgraph.float32, "y")
+            p = ops.matmul(ops.transpose(ops.host_load(xs)), ops.host_load(ys))
+            p = replicated_all_reduce(p, "mean") if reduce else p
+            out = xlgraph.d2h_stream(p.shape, xlgraph.float32, "out")
+            ops.host_store(out, p)
+        with xlgraph.Session(ir, optimize=optimize, backend=backend) as session:
+            return session.run({xs: x.reshape(n, -1, 10).squeeze(0) if n == 1 else x,
+                                ys: y.reshape(n, -1, 12).squeeze(0) if n == 1 else y})[out]
+
+    compiled, interpreted = run(True, replicas, True), run(False, replicas, True)
+    whole_batch = run(True, 1, False)  # one replica, batch 4 * 6
+    per_replica = np.stack([a.T @ b for a, b in zip(x, y)])
+    for r in range(replicas):
+        np.testing.assert_array_equal(compiled[r], whole_batch / np.float32(replicas))
+        np.testing.assert_array_equal(interpreted[r], per_replica.sum(0) / np.float32(replicas))
+    np.testing.assert_allclose(compiled, interpreted, rtol=1e-5, atol=1e-6)
+    assert (compiled != interpreted).sum() > 0  # another order of summation: not the same bits
