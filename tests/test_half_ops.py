@@ -21,9 +21,12 @@ from xlgraph.ops import half
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 WIDE = sorted(n for n, d in REGISTRY.items() if d.widen_half and d.samples is not None)
-# The ops of a float16 transformer step, also run on the numba backend.
+# The ops of float16 training steps (a transformer's, a CNN's, float16 optimiser state), also
+# run on the numba backend.
 STEP_OPS = ("add", "mul", "sum", "gelu", "gelu_grad", "softmax", "softmax_grad", "layer_norm",
-            "layer_norm_grad", "scaled_add_")
+            "layer_norm_grad", "scaled_add_", "conv", "conv_transpose", "conv_grad_weight",
+            "max_pool", "max_pool_grad", "accumulate_moving_average_",
+            "accumulate_moving_average_square_", "adam_updater", "sgd_momentum_", "sgd_update_")
 
 
 def _reference(name: str, index: int) -> tuple[list[np.ndarray], list[np.ndarray], object]:

@@ -340,17 +340,18 @@ def macs(per: int, weight: int) -> CostFn:
 # conv_grad_weight: every dy element meets (C_in / groups) x kernel patch elements (the output)
 _CONV = OpDef("conv", _conv_infer, _conv, _conv_grad, kernel_out=_conv_out,
               loop=conv_loop, samples=_conv_samples, cost=macs(per=2, weight=1), threaded=True,
-              replicated=batch_rule(_conv))
+              replicated=batch_rule(_conv), widen_half=True)
 _CONV_TRANSPOSE = OpDef("conv_transpose", _conv_transpose_infer, _conv_transpose,
                         _conv_transpose_grad, kernel_out=_conv_transpose_out,
                         loop=_conv_transpose_loop, samples=_conv_transpose_samples,
                         cost=macs(per=0, weight=1), threaded=True,
-                        replicated=batch_rule(_conv_transpose))
+                        replicated=batch_rule(_conv_transpose), widen_half=True)
 _CONV_GRAD_WEIGHT = OpDef("conv_grad_weight", _grad_weight_infer, _conv_grad_weight,
                           kernel_out=_conv_grad_weight_out, loop=conv_grad_weight_loop,
                           samples=_grad_weight_samples,
                           cost=macs(per=0, weight=2),
-                          threaded=True, replicated=batch_rule(_conv_grad_weight, (0, 1), True))
+                          threaded=True, replicated=batch_rule(_conv_grad_weight, (0, 1), True),
+                          widen_half=True)
 
 
 @register(_CONV_GRAD_WEIGHT)

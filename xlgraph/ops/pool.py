@@ -273,18 +273,20 @@ def _window_cost(pooled: int) -> CostFn:
 _MAX_POOL = OpDef("max_pool", _pool_infer, _max_pool,
                   lambda g, dy: (max_pool_grad(dy, g.x(0), g.y(0), **g.attrs),),
                   kernel_out=_max_pool_out, samples=_pool_samples, cost=_window_cost(1),
-                  threaded=True, replicated=batch_rule(_max_pool), loop=max_pool_loop)
+                  threaded=True, replicated=batch_rule(_max_pool), loop=max_pool_loop,
+                  widen_half=True)
 _MAX_POOL_GRAD = OpDef("max_pool_grad", _max_grad_infer, _max_pool_grad,
                        kernel_out=_max_pool_grad_out, samples=_max_grad_samples,
                        cost=_window_cost(0), threaded=True,
-                       replicated=batch_rule(_max_pool_grad, (0, 1, 2)), loop=max_pool_grad_loop)
+                       replicated=batch_rule(_max_pool_grad, (0, 1, 2)), loop=max_pool_grad_loop,
+                       widen_half=True)
 _AVERAGE_POOL = OpDef("average_pool", _average_infer, _average_pool,
                       lambda g, dy: (average_pool_grad(dy, size=g.x(0).shape[2:], **g.attrs),),
                       kernel_out=_average_pool_out, samples=_pool_samples, cost=_window_cost(1),
-                      threaded=True, replicated=batch_rule(_average_pool))
+                      threaded=True, replicated=batch_rule(_average_pool), widen_half=True)
 _AVERAGE_POOL_GRAD = OpDef("average_pool_grad", _avg_grad_infer, _average_pool_grad,
                            samples=_avg_grad_samples, cost=_window_cost(0),
-                           replicated=batch_rule(_average_pool_grad))
+                           replicated=batch_rule(_average_pool_grad), widen_half=True)
 
 
 @register(_MAX_POOL_GRAD)
