@@ -48,6 +48,7 @@ class Optimizer:
     """
 
     slots: tuple[str, ...] = ()
+    slot_init: dict[str, float] = {}  # a slot's initial value where it is not zero
     uses_step = False
 
     def __init__(self, lr: float, weight_decay: float = 0.0, name: str | None = None) -> None:
@@ -71,7 +72,7 @@ class Optimizer:
 
         Returns:
             ``{state name: Variable}``: ``<name>.lr``, ``<name>.step`` when the optimiser counts
-            steps, and one zero-initialised buffer per slot and parameter.
+            steps, and one buffer per slot and parameter (zero unless ``slot_init`` says).
         """
         self.lr_variable = variable(np.float32(self.lr), dtypes.float32, name=f"{self.name}.lr")
         state: dict[str, Variable] = {f"{self.name}.lr": self.lr_variable}
@@ -85,7 +86,8 @@ class Optimizer:
             shape = (grouping.num_groups, *p.shape) if grouped else p.shape
             for slot in self.slots:
                 key = self.slot_name(slot, pname)
-                state[key] = variable(np.zeros(shape, p.dtype.as_numpy()), p.dtype, name=key,
+                start = np.full(shape, self.slot_init.get(slot, 0.0), p.dtype.as_numpy())
+                state[key] = variable(start, p.dtype, name=key,
                                       replica_grouping=grouping if grouped else None)
         return state
 
@@ -221,14 +223,21 @@ class AdamW(Adam):
 
 
 class RMSprop(Optimizer):
-    """``torch.optim.RMSprop``: smoothing ``alpha``, optional momentum and centering."""
+    """``torch.optim.RMSprop``: smoothing ``alpha``, optional momentum and centering.
+
+    ``tf_variant=True`` is TensorFlow's form, as PopART runs it: the squared-gradient average
+    starts at 1, ``eps`` is added inside the square root, and with momentum the learning rate
+    is folded into the momentum buffer (``buf = momentum * buf + lr * direction; p -= buf``).
+    """
 
     def __init__(self, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
-                 name: str | None = None) -> None:
+                 name: str | None = None, tf_variant: bool = False) -> None:
         super().__init__(lr, weight_decay, name)
         self.alpha, self.eps = float(alpha), float(eps)
         self.momentum, self.centered = float(momentum), centered
+        self.tf_variant = tf_variant
+        self.slot_init = {"square_avg": 1.0} if tf_variant else {}
         self.slots = ("square_avg",) + (("grad_avg",) if centered else ()) + (
             ("momentum_buffer",) if momentum else ())
 
@@ -238,11 +247,17 @@ class RMSprop(Optimizer):
         if self.centered:
             ga = accumulate_moving_average_(slots["grad_avg"], g, self.alpha)
             sq = sq - ga * ga
-        direction = g / (ops.sqrt(sq) + self.eps)
-        if self.momentum:
-            buf = slots["momentum_buffer"]
-            direction = buf * self.momentum + direction
-            copy_var_update_(buf, direction)
+        direction = g / (ops.sqrt(sq + self.eps) if self.tf_variant
+                         else ops.sqrt(sq) + self.eps)
+        if not self.momentum:
+            return p - lr * direction
+        buf = slots["momentum_buffer"]
+        if self.tf_variant:
+            buf_new = buf * self.momentum + lr * direction
+            copy_var_update_(buf, buf_new)
+            return p - buf_new
+        direction = buf * self.momentum + direction
+        copy_var_update_(buf, direction)
         return p - lr * direction
 
 

@@ -189,6 +189,7 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         if self._compiled is None:
             pt_optim.hyperparameters(optimizer)  # refuse bad values now
         else:
+            optim_changes.check_running_mean(self.options, optimizer)
             new, changed = optim_changes.changed_attributes(self._settings, optimizer)
             self._compiled.optimizer.set_lrs(self._compiled.session, [g["lr"] for g in new.groups])
             self._settings = new

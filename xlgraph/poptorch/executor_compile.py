@@ -158,6 +158,7 @@ class _CompileStep:
             # the settings last applied (at compilation or by setOptimizer): param_groups
             # changes made since without setOptimizer do not reach the device, as in PopTorch
             if self._settings is None:
+                optim_changes.use_running_mean(self.options, self._optimizer)
                 self._settings = optim_changes.settings_of(self._optimizer)
             self._stale_step = False
             xl_optimizer = pt_optim.to_xlgraph(self._optimizer, self._state_keys,

@@ -1,8 +1,9 @@
 """``poptorch.optim``: torch optimisers whose attributes drive an ``xlgraph.optim`` update.
 
 The classes subclass their ``torch.optim`` counterparts (LAMB subclasses ``torch.optim.Optimizer``)
-and accept PopTorch's extra arguments; their ``step`` is never used. ``to_xlgraph`` turns any of
-them, or a plain ``torch.optim`` SGD/Adam/AdamW/RMSprop, into the matching xlgraph optimiser.
+and accept PopTorch's extra arguments; ``step`` on the CPU is torch's (LAMB's is PopTorch's own).
+``to_xlgraph`` turns any of them, or a plain ``torch.optim`` SGD/Adam/AdamW/RMSprop, into the
+matching xlgraph optimiser.
 
 One idea over about 400 lines: the five optimiser classes share one attribute record
 (``VariableAttributes``) and one conversion, and splitting them would part each class from the
@@ -197,7 +198,9 @@ class AdamW(Optimizer, torch.optim.AdamW):
 
 
 class RMSprop(Optimizer, torch.optim.RMSprop):
-    """``poptorch.optim.RMSprop`` (``use_tf_variant=True`` is refused)."""
+    """``poptorch.optim.RMSprop``; ``use_tf_variant=True`` trains with TensorFlow's form on the
+    device (the average starts at 1, ``eps`` inside the root, ``lr`` folded into the momentum);
+    ``step()`` on the CPU is torch's."""
 
     def __init__(self, params: Any, lr: float | None = None, alpha: float | None = None,
                  eps: float | None = None, weight_decay: float | None = None,
@@ -207,9 +210,6 @@ class RMSprop(Optimizer, torch.optim.RMSprop):
                  accum_type: Any = None, first_order_momentum_accum_type: Any = None,
                  second_order_momentum_accum_type: Any = None,
                  use_tf_variant: bool | None = None) -> None:
-        if use_tf_variant:
-            raise ValueError("xlgraph's RMSprop is torch's; use_tf_variant=True is not "
-                             "supported")
         given = _given(locals())
         torch.optim.RMSprop.__init__(self, params, **_extras(self, dict(given)))
         self._poptorch_init(given)
@@ -234,8 +234,38 @@ class LAMB(Optimizer, torch.optim.Optimizer):
         torch.optim.Optimizer.__init__(self, params, defaults)
         self._poptorch_init(given)
 
-    def step(self, closure: Any = None) -> None:
-        raise XlgraphError("poptorch.optim.LAMB is only used by poptorch.trainingModel")
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        """One LAMB step on the CPU, as the device takes it (so a CPU copy trains the same):
+        Adam's moments, ``weight_decay * p`` added to the direction, and the per-tensor trust
+        ratio ``min(||p||, max_weight_norm) / ||direction||`` (1 when either norm is 0)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        corrected = self.poptorch_extras.get("bias_correction", True)
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                m = state["exp_avg"].mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                v = state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                t = float(state["step"])
+                c1, c2 = (1 - beta1**t, 1 - beta2**t) if corrected else (1.0, 1.0)
+                update = (m / c1) / (v.sqrt() / c2**0.5 + group["eps"]) \
+                    + group["weight_decay"] * p
+                r1 = min(float(p.norm()), float(group["max_weight_norm"]))
+                r2 = float(update.norm())
+                trust = 1.0 if r1 == 0 or r2 == 0 else r1 / r2
+                p.sub_(group["lr"] * trust * update)
+        return loss
 
 
 # -- conversion --------------------------------------------------------------------------------
@@ -338,13 +368,15 @@ class PopTorchUpdate:
         kind = _kind(optimizer)
         extras = _extras_of(optimizer) if extras is None else dict(extras)
         settings = hyperparameters(optimizer) if settings is None else settings
-        # AdamW's and LAMB's (PopTorch's own classes only; torch's AdamW always corrects)
-        correction = {"bias_correction": bool(extras.get("bias_correction", True))} \
-            if issubclass(kind, xl_optim.Adam) else {}
+        # LAMB's alone: PopTorch's AdamW(bias_correction=False) still corrects on the device
+        flags = {"bias_correction": bool(extras.get("bias_correction", True))} \
+            if kind is xl_optim.LAMB else \
+            {"tf_variant": bool(extras.get("use_tf_variant", False))} \
+            if kind is xl_optim.RMSprop else {}
         self.groups: list[tuple[xl_optim.Optimizer, set[str]]] = []
         for i, (group, values) in enumerate(zip(optimizer.param_groups, settings)):
             opt = kind(name=name if i == 0 else f"{name}.group{i}",
-                       **{k: _float(v) for k, v in values.items()}, **correction)
+                       **{k: _float(v) for k, v in values.items()}, **flags)
             self.groups.append((opt, {keys[id(p)] for p in group["params"] if id(p) in keys}))
         self.loss_scaling = float(extras.get("loss_scaling", 1.0))
         self.max_grad_norm = extras.get("max_grad_norm")

@@ -24,9 +24,11 @@ from typing import Any
 import torch
 
 from xlgraph.poptorch import optim as pt_optim
+from xlgraph.poptorch.enums import MeanReductionStrategy
 from xlgraph.poptorch.support import Error
 
-__all__ = ["Settings", "settings_of", "changed_attributes"]
+__all__ = ["Settings", "settings_of", "changed_attributes", "needs_running_mean",
+           "use_running_mean", "check_running_mean"]
 
 # the torch classes whose constructor defaults decide what a plain torch.optim leaves constant
 _TORCH_BASES = (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, torch.optim.RMSprop)
@@ -130,3 +132,29 @@ def changed_attributes(old: Settings, optimizer: torch.optim.Optimizer,
                     f"{_fix(attr, optimizer)}")
             changed.add(attr)
     return new, changed
+
+
+def needs_running_mean(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether PopTorch compiles ``optimizer`` with a running mean: a float16 ``accum_type``
+    without combined accumulators."""
+    extras = getattr(optimizer, "poptorch_extras", {})
+    return extras.get("accum_type") == torch.float16 and not extras.get("use_combined_accum")
+
+
+def use_running_mean(options: Any, optimizer: torch.optim.Optimizer) -> None:
+    """Set ``Training.meanAccumulationAndReplicationReductionStrategy`` to ``Running`` when the
+    optimiser needs it, over the user's choice and frozen options, as PopTorch does."""
+    if needs_running_mean(optimizer):
+        options.Training._values["mean_accumulation_and_replication_reduction_strategy"] = \
+            MeanReductionStrategy.Running
+
+
+def check_running_mean(options: Any, optimizer: torch.optim.Optimizer) -> None:
+    """Refuse, after compilation, an optimiser that would need the ``Running`` strategy the
+    model was not compiled with (``ValueError``, PopTorch's words)."""
+    strategy = options.Training.meanAccumulationAndReplicationReductionStrategy
+    if needs_running_mean(optimizer) and strategy != MeanReductionStrategy.Running:
+        raise ValueError(
+            "Invalid optimizer: the new optimizer would require changing "
+            "options.Training.meanAccumulationAndReplicationReductionStrategy to "
+            "poptorch.MeanReductionStrategy.Running but the executable is already compiled.")
