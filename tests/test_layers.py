@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  "xlgraph.data", "xlgraph.datasets")),
     ("api", ("xlgraph",)),
     ("frontends", ("xlgraph.poptorch", "xlgraph.popxl_compat", "xlgraph.popart_compat",
-                   "xlgraph.compat_pool", "xlgraph.shims",
+                   "xlgraph.compat_pool", "xlgraph.shims", "xlgraph.notebook",
                    "xlgraph.dist", "xlgraph.addons", "xlgraph.vision")),
 ]
 
@@ -195,9 +195,12 @@ def test_core_imports_nothing_above_it() -> None:
 
 def test_import_xlgraph_leaves_the_fetch_and_file_tools_unloaded() -> None:
     """`import xlgraph` (the cold start of every program) loads no module that only a download,
-    a checkpoint file, a rendering or a chunk thread pool needs: tqdm alone is 40 modules."""
+    a checkpoint file, a rendering, a chunk thread pool or Jupyter needs: tqdm alone is 40
+    modules."""
     heavy = ["tqdm", "subprocess", "tempfile", "zipfile", "concurrent.futures", "logging",
-             "email", "importlib.metadata", "xlgraph.datasets.sources", "xlgraph.progress"]
+             "email", "importlib.metadata", "xlgraph.datasets.sources", "xlgraph.progress",
+             "IPython", "ipykernel", "ipywidgets", "jupyter_client", "nbformat",
+             "xlgraph.notebook"]
     code = f"import sys, xlgraph; print(sorted(set({heavy!r}) & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=Path(__file__).resolve().parents[1])

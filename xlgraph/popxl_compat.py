@@ -184,19 +184,27 @@ def reach_children(env: MutableMapping[str, str] | None = None, device: str | No
 
 
 _USAGE = """usage: python -m xlgraph.popxl_compat [--device ipu_model] SCRIPT.py [ARGS...]
+       python -m xlgraph.popxl_compat --install-kernel [--user] [--name NAME]
+       python -m xlgraph.popxl_compat --uninstall-kernel [--name NAME]
 
 Runs SCRIPT with `import popxl` resolving to xlgraph, `import popxl_addons` to xlgraph.addons,
 `import poptorch` to xlgraph.poptorch (with torch), `import popart` to a minimal stand-in
 (xlgraph.popart_compat) and `import popdist` to xlgraph.dist; the processes SCRIPT starts get
 the same. --device ipu_model runs
 Session(ir, "ipu_hw") on the IPU model of a whole chip (IPUModel.full(): 1,472 tiles), as a
-program written for hardware expects."""
+program written for hardware expects. --install-kernel registers the Jupyter kernel "PopXL /
+PopTorch (xlgraph)", which gives notebooks the same (needs the notebook extra)."""
 
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m xlgraph.popxl_compat [--device ipu_model] script.py [args...]``: run a PopXL
-    script on xlgraph."""
+    or PopTorch script on xlgraph; ``--install-kernel``/``--uninstall-kernel``: the Jupyter
+    kernel (``xlgraph.notebook.kernelspec``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if {"--install-kernel", "--uninstall-kernel"} & set(argv[:1]):
+        from xlgraph.notebook.kernelspec import command
+
+        raise SystemExit(command(argv))
     device = None
     if argv[:1] == ["--device"] or argv[:1] and argv[0].startswith("--device="):
         device = argv[0].partition("=")[2] or (argv[1] if len(argv) > 1 else "")
