@@ -145,7 +145,6 @@ STATUS: dict[str, tuple[str, str]] = {
     "opts.TensorLocations.setAccumulatorLocation": (RECORDED, "all tensors stay on chip"),
     "optim.SGD": (RECORDED, "velocity_scaling and use_combined_accum are recorded: the "
                             "velocity is kept unscaled (equal in float32)"),
-    "optim.RMSprop": (RECORDED, "use_tf_variant=True is refused (torch's variant only)"),
     "PoplarExecutor.getPerfCounters": (IGNORED, "no hardware timers; returns empty counters"),
     "PoplarExecutor.getHostIpuLatency": (IGNORED, "no hardware timers; returns zeros"),
     "PoplarExecutor.getComputeLatency": (IGNORED, "no hardware timers; returns zeros"),
