@@ -53,6 +53,23 @@ def test_trig_tables_follow_the_formula():
     assert trig_tables(3, 4, np_dtype="float16")[0].dtype == np.float16
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_trig_tables_computed_in_the_requested_dtype(dtype):
+    """Every step in ``np_dtype`` as popxl-addons: angles rounded to that dtype before the
+    sine, so long sequences differ from a float64 computation rounded at the end."""
+    sin, cos = trig_tables(2048, 64, np_dtype=dtype)
+    theta = (10000 ** (-np.arange(0, 64, 2).astype(dtype) / 64)).astype(dtype)
+    phi = np.outer(np.arange(2048).astype(dtype), theta).astype(dtype)
+    np.testing.assert_array_equal(sin, np.sin(phi))
+    np.testing.assert_array_equal(cos, np.cos(phi))
+    wide = np.sin(np.outer(np.arange(2048), 10000.0 ** (-np.arange(0, 64, 2) / 64)))
+    assert np.abs(sin - wide.astype(dtype)).max() > 0
+    ir = xlgraph.Ir()
+    with ir.main_graph:
+        const, _ = trig_table_constants(2048, 64, dtype=xlgraph.dtypes.of_array(sin))
+    np.testing.assert_array_equal(const.data, sin)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("rotary_dim", [None, 4])
 def test_rotary_pos_embed_turns_pairs_by_position(backend, rotary_dim):

@@ -35,16 +35,34 @@ def flops_ir(replicas=1):
 
 
 def test_flops_count_the_librarys_op_types():
-    counts = addons.evaluate_FLOPs(flops_ir().main_graph)
-    assert sum(counts["MatMul"].values()) == 120 and sum(counts["Add"].values()) == 20
+    """Keys are PopART op ids; a call or repeat site's counts sit under each op type of the
+    called graph, keyed ``<OpType>_<id>(<graph>)``."""
+    ir = flops_ir()
+    counts = addons.evaluate_FLOPs(ir.main_graph)
+    ids = {v.opType(): v.id for v in ir.main_graph._pb_graph.getOps()}
+    assert counts["MatMul"] == {ids["MatMul"]: 120} and counts["Add"] == {ids["Add"]: 20}
     assert "Relu" not in counts
-    loop = next(v for k, v in counts.items() if k.startswith("Loop_"))
-    assert loop["TOT"] == 60  # 20 per iteration, 3 iterations
-    norm = next(v for k, v in counts.items() if k.startswith("Call_"))
+    body = next(g for g in ir.graphs if g.ops and g.ops[0].defn.name == "mul")
+    (mul_id,) = [v.id for v in body._pb_graph.getOps()]
+    loop_key = f"Loop_{ids['Loop']}({body.name.split('_subgraph')[0]})"
+    assert counts["Mul"] == {loop_key: {mul_id: 60}}  # 20 per iteration, 3 iterations
+    (norm,) = counts["GroupNormalization"].values()
     # a = 4*3/2 = 6, M = 2 rows x 2 groups = 4, O = 24: 3a + 2M + 4O
-    assert norm["TOT"] == 3 * 6 + 2 * 4 + 4 * 24
-    assert counts["TOT"] == 120 + 20 + 60 + norm["TOT"]
+    assert list(norm.values()) == [3 * 6 + 2 * 4 + 4 * 24]
+    assert counts["TOT"] == 120 + 20 + 60 + 3 * 6 + 2 * 4 + 4 * 24
     assert addons.total_FLOPs(flops_ir(2)) == 2 * counts["TOT"]
+
+
+def test_op_ids_count_from_100_per_ir():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a, b, c = (popxl.variable(np.ones((2, 2), np.float32)) for _ in range(3))
+        y = a @ b
+        z = y.T
+        z @ c
+    views = ir.main_graph._pb_graph.getOps()
+    assert [(v.opType(), v.id) for v in views] == [("MatMul", 100), ("Transpose", 101),
+                                                  ("MatMul", 102)]
 
 
 def test_flops_formatting_and_printing(capsys):

@@ -80,15 +80,26 @@ def test_only_the_newest_checkpoints_of_this_session_are_kept(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "c", "other"]
 
 
-def test_missing_tensors_are_reported_as_asked(tmp_path):
+def test_missing_tensors_are_reported_as_asked(tmp_path, caplog):
     s = make_session()
     s.save_checkpoint(tmp_path / "c")
     (tmp_path / "c" / "model" / "w.npz").unlink()
     t = make_session()
     t.load_checkpoint(tmp_path / "c", report_missing="none")
-    with pytest.warns(UserWarning, match="w"):
+    with caplog.at_level(logging.WARNING, logger="popxl_addons"):
         t.load_checkpoint(tmp_path / "c")
-    with pytest.raises(KeyError):
+    assert "state keys not in checkpoint: {'w'}" in caplog.text
+    with pytest.raises(ValueError, match=r"state keys not in checkpoint: \{'w'\}"):
+        t.load_checkpoint(tmp_path / "c", report_missing="error")
+    np.save(tmp_path / "c" / "model" / "w.npy", np.zeros(2))  # not a .npz: not compared
+    (tmp_path / "c" / "model" / "extra.npz").write_bytes(b"")
+    t.session_state["lr"] = 0.1
+    with pytest.raises(ValueError, match=r"Checkpoint keys not in state: \{'extra'\}\n"
+                                         r"state keys not in checkpoint: \{'w'\}"):
+        t.load_checkpoint(tmp_path / "c", report_missing="error")
+    (tmp_path / "c" / "model" / "extra.npz").unlink()
+    np.savez(tmp_path / "c" / "model" / "w.npz", w=np.zeros(2))
+    with pytest.raises(ValueError, match=r"state keys not in checkpoint: \{'lr'\}"):
         t.load_checkpoint(tmp_path / "c", report_missing="error")
     with pytest.raises(ValueError, match="report_missing"):
         t.load_checkpoint(tmp_path / "c", report_missing="loud")

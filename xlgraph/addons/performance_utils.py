@@ -11,6 +11,7 @@ are PopART's (``xlgraph.core.pb_views.op_type``).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import xlgraph as popxl
@@ -41,22 +42,24 @@ def _op_flops(op: Any, kind: str) -> int | None:
 
 
 def evaluate_FLOPs(graph: popxl.Graph) -> dict[str, Any]:  # noqa: N802 - the library's name
-    """``{op type: {op id: FLOPs}, "TOT": total}`` for ``graph``; a called graph's counts are
-    nested under ``"<OpType>_<id>(<graph name>)"`` (with its own ``"TOT"``)."""
+    """``{op type: {op id: FLOPs, ...}, ..., "TOT": total}`` for ``graph``, ``op id`` being
+    PopART's (``graph._pb_graph.getOps()[k].id``). A call or repeat site adds, under each op
+    type counted in the called graph, the entry ``"<OpType>_<id>(<graph name>)"`` holding
+    that graph's counts of the type (times the trip count for a repeat)."""
     out: dict[str, Any] = {}
     total = 0
     for op in graph.ops:
         kind = op_type(op.defn.name)
         flops = _op_flops(op, kind)
         if flops is not None:
-            out.setdefault(kind, {})[op.name] = flops
+            out.setdefault(kind, {})[op.id] = flops
             total += flops
         for called in op.called_graphs:
-            inner = evaluate_FLOPs(called)
-            trips = int(op.attrs.get("count", 1))
-            if trips != 1:
-                inner = _scaled(inner, trips)
-            out[f"{kind}_{op.name}({called.name})"] = inner
+            inner = _scaled(evaluate_FLOPs(called), int(op.attrs.get("count", 1)))
+            name = re.sub(r"_subgraph\(\d+\)$", "", called.name)
+            for inner_kind, counts in inner.items():
+                if inner_kind != "TOT":
+                    out.setdefault(inner_kind, {})[f"{kind}_{op.id}({name})"] = counts
             total += inner["TOT"]
     out["TOT"] = total
     return out
@@ -95,24 +98,28 @@ def format_flops_scientific(value: float, numerical_format: str = "nearest3") ->
     return f"{value / 10 ** exp:.3f}E{exp:+03d}"
 
 
-def _flat(counts: dict[str, Any], prefix: str = "") -> dict[str, int]:
+def _flat(counts: dict[Any, Any], prefix: str = "") -> dict[str, int]:
+    """``{"<type>/<op id>" or "<call site>/<type>/<op id>": FLOPs}`` of every counted op."""
     out: dict[str, int] = {}
-    for key, v in counts.items():
-        if key == "TOT":
+    for kind, v in counts.items():
+        if kind == "TOT":
             continue
-        if isinstance(v, dict) and "TOT" in v:  # a called graph
-            out.update(_flat(v, f"{prefix}{key}/"))
-        elif isinstance(v, dict):
-            out.update({f"{prefix}{op}": n for op, n in v.items()})
+        for key, n in v.items():
+            if isinstance(n, dict):  # a called graph's counts of this type
+                out.update(_flat({kind: n}, f"{prefix}{key}/"))
+            else:
+                out[f"{prefix}{kind}/{key}"] = n
     return out
 
 
+def _total(v: Any) -> int:
+    return sum(_total(n) for n in v.values()) if isinstance(v, dict) else int(v)
+
+
 def _by_type(counts: dict[str, Any], into: dict[str, int]) -> dict[str, int]:
-    for key, v in counts.items():
-        if key != "TOT" and isinstance(v, dict) and "TOT" in v:
-            _by_type(v, into)
-        elif key != "TOT" and isinstance(v, dict):
-            into[key] = into.get(key, 0) + sum(v.values())
+    for kind, v in counts.items():
+        if kind != "TOT":
+            into[kind] = into.get(kind, 0) + _total(v)
     return into
 
 

@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -134,7 +133,10 @@ class TaskSession(popxl.Session):
     def load_from_session(self, src: TaskSession, report_missing: str = "none") -> None:
         """Copy the values of ``src``'s state into this session's state variables of the same
         names."""
-        self._write(src.get_named_tensors_data().to_dict(), report_missing, "session")
+        _check_report(report_missing)
+        data = src.get_named_tensors_data().to_dict()
+        _report(set(data), set(self.state.to_dict()), report_missing)
+        self._write(data)
 
     def wandb_variable_histograms(self, step: int = 0) -> None:
         """Refused: xlgraph does not log to Weights & Biases."""
@@ -193,12 +195,16 @@ class TaskSession(popxl.Session):
 
         Args:
             checkpoint_dir: the checkpoint folder.
-            report_missing: for state tensors the checkpoint lacks: ``"none"``, ``"warn"`` or
-                ``"error"``.
+            report_missing: names only one side has (the ``model/*.npz`` files against
+                the state's flat names, then ``session_info.json``'s keys against
+                ``session_state``'s): ``"error"`` raises, ``"warn"`` logs ``Checkpoint keys
+                not in state: {...}`` / ``state keys not in checkpoint: {...}``, ``"none"``
+                skips; the names both have are loaded either way.
             skip_memmap: accepted (unused, as in popxl-addons).
 
         Raises:
             CheckpointError: a file of the folder is not readable (named; nothing loaded).
+            ValueError: names differ and ``report_missing="error"`` (nothing loaded).
         """
         if str(checkpoint_dir).startswith("wandb://"):
             _refuse_wandb("load_checkpoint")
@@ -209,22 +215,20 @@ class TaskSession(popxl.Session):
                 if info_path.exists() else {"steps": 0})
         found: dict[str, np.ndarray] = {}
         wanted = set(self.state.to_dict())
-        for path in sorted((folder / _MODEL).glob("*.npz")):
+        files = sorted((folder / _MODEL).glob("*.npz"))
+        _report({p.stem for p in files}, wanted, report_missing)
+        _report(set(info), set(self.session_state), report_missing)
+        for path in files:
             if path.stem in wanted:
                 found.update(_read_npz(path))
-        self._write(found, report_missing, str(folder))
+        self._write(found)
         if self._dataloader is not None:
             self._dataloader.resume(filename=str(folder / _DATALOADER))
         self.session_state = info
 
-    def _write(self, data: Mapping[str, np.ndarray], report_missing: str, source: str) -> None:
-        _check_report(report_missing)
+    def _write(self, data: Mapping[str, np.ndarray]) -> None:
+        """Write the values of ``data`` whose names are state variables."""
         targets = self.state.to_dict()
-        missing = sorted(set(targets) - set(data))
-        if missing and report_missing == "error":
-            raise KeyError(f"{source} has no values for {missing}")
-        if missing and report_missing == "warn":
-            warnings.warn(f"{source} has no values for {missing}", stacklevel=3)
         checkpoint.load_into(self, {k: data[k] for k in targets if k in data},
                              {k: targets[k] for k in targets if k in data})
 
@@ -269,6 +273,20 @@ class TaskSession(popxl.Session):
 
 
 _END = object()
+
+
+def _report(checkpoint_keys: set[str], state_keys: set[str], report_missing: str) -> None:
+    """Report the names only one side has, as popxl-addons: a ValueError for ``"error"``, a
+    logged warning for ``"warn"``."""
+    if report_missing == "none":
+        return
+    lines = [f"{what}: {{{', '.join(repr(k) for k in sorted(keys))}}}" for what, keys in (
+        ("Checkpoint keys not in state", checkpoint_keys - state_keys),
+        ("state keys not in checkpoint", state_keys - checkpoint_keys)) if keys]
+    if lines and report_missing == "error":
+        raise ValueError("\n".join(lines))
+    if lines:
+        logger.warning("\n".join(lines))
 
 
 def _check_report(report_missing: str) -> None:

@@ -43,6 +43,7 @@ class Ir:
         """``replication``: a whole number of replicas (>= 1), or ``"popdist"`` for the job's."""
         self.id = next(_ir_ids)
         self.graphs: list[Graph] = []
+        self.op_ids = itertools.count(100)  # PopART's op ids: one counter per Ir, from 100
         self._graph_names: dict[str, int] = {}
         self.main_graph = Graph(self, "main", is_main=True)
         self.graphs.append(self.main_graph)

@@ -43,6 +43,7 @@ class OpLike(Protocol):
 
     name: str
     index: int
+    id: int
     graph: GraphLike
     inputs: Sequence[Any]
     outputs: Sequence[Any]

@@ -180,7 +180,7 @@ class Op:
     """One node of a graph: an OpDef applied to input tensors with attributes."""
 
     __slots__ = ("defn", "graph", "inputs", "outputs", "attrs", "created_at", "index", "region",
-                 "hints")
+                 "hints", "id")
 
     def __init__(
         self, defn: OpDef, graph: Graph, inputs: list[Tensor], attrs: dict[str, Any], where: str
@@ -194,6 +194,7 @@ class Op:
         self.index = len(graph.ops)
         self.region = context.sequence_region()
         self.hints = context.current_hints()  # device facts that do not change values
+        self.id: int = next(graph.ir.op_ids)  # unique in the Ir, never reused (PopART's)
 
     @property
     def name(self) -> str:

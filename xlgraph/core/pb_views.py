@@ -227,15 +227,6 @@ class _GraphId:
         return self._name
 
 
-def _offsets(ir: Ir) -> dict[int, int]:
-    """The first op id of each graph: op ids are unique in an Ir."""
-    out, start = {}, 0
-    for g in ir.graphs:
-        out[id(g)] = start
-        start += len(g.ops)
-    return out
-
-
 class PbGraph(_View):
     """One graph: ``id``, ``getOps()`` in schedule (creation) order, inputs and outputs."""
 
@@ -244,7 +235,7 @@ class PbGraph(_View):
         self.id = _GraphId(graph.id)
 
     def _view_of(self, op: Op) -> PbOp:
-        return _op_view(op, _offsets(self._graph.ir).get(id(self._graph), 0) + op.index)
+        return _op_view(op, op.id)
 
     def getOps(self) -> list[PbOp]:  # noqa: N802
         return [self._view_of(op) for op in self._graph.ops]

@@ -217,7 +217,7 @@ class Tensor:
 
     def __len__(self) -> int:
         if not self.shape:
-            raise ValueError(f"len() of a scalar tensor {self.id}")
+            raise ValueError(f"Tensor is a scalar and doesn't have a length. ({self.id})")
         return self.shape[0]
 
     def __iter__(self) -> Iterator[Any]:
@@ -227,7 +227,10 @@ class Tensor:
         raise TypeError(f"{self.id}: tensors do not support `in`")
 
     def __bool__(self) -> bool:
-        raise TypeError(f"{self.id}: a graph tensor has no truth value at build time")
+        """PopXL's truth value: ``len(t) != 0`` (PopXL defines no ``__bool__``), so any tensor
+        with a non-empty first axis is true and a scalar raises ``len``'s ValueError; it says
+        nothing about the values."""
+        return len(self) != 0
 
     # -- shape methods -----------------------------------------------------------------------
     def reshape(self, shape: tuple[int, ...]) -> Tensor:

@@ -24,16 +24,19 @@ __all__ = ["rotary_pos_embed", "trig_tables", "trig_table_constants"]
 def trig_tables(seq_len: int, rotary_dim: int, base: float = 10000,
                 np_dtype: Any = "float32") -> tuple[np.ndarray, np.ndarray]:
     """``(sin, cos)`` of ``phi_{m,i} = m * base^(-2i/rotary_dim)``, each ``(seq_len,
-    rotary_dim/2)``, computed in float64 and returned in ``np_dtype``."""
-    theta = float(base) ** (-2.0 * np.arange(rotary_dim // 2) / rotary_dim)
-    phi = np.arange(seq_len, dtype=np.float64)[:, None] * theta[None, :]
-    return np.sin(phi).astype(np_dtype), np.cos(phi).astype(np_dtype)
+    rotary_dim/2)``, every step computed in ``np_dtype`` as popxl-addons does (float32
+    tables then agree with float32 references such as transformers' to about 1 ulp)."""
+    theta = base ** (-np.arange(0, rotary_dim, 2).astype(np_dtype) / rotary_dim)
+    theta = np.asarray(theta, np_dtype)
+    phi = np.outer(np.arange(seq_len).astype(np_dtype), theta).astype(np_dtype)
+    return np.sin(phi), np.cos(phi)
 
 
 def trig_table_constants(seq_len: int, rotary_dim: int, base: float = 10000,
                          dtype: dtypes.dtype = dtypes.float32) -> tuple[Tensor, Tensor]:
-    """``trig_tables`` as two constants of ``dtype`` in the current graph."""
-    sin, cos = trig_tables(seq_len, rotary_dim, base, "float64")
+    """``trig_tables`` computed in ``dtype`` (float16 tables in float16) as two constants
+    in the current graph."""
+    sin, cos = trig_tables(seq_len, rotary_dim, base, dtype.as_numpy())
     return constant(sin, dtype, "sin"), constant(cos, dtype, "cos")
 
 

@@ -77,9 +77,10 @@ class _GradBuilder:
         if callee not in self.cache:
             if not callee.recursively_autodiffable:
                 raise AutodiffError(
-                    f"autodiff({self.fwd.name!r}): the called graph {callee.name!r} has its own "
-                    f"gradient (it is not recursively autodiff-able); pass its GradGraphInfo in "
-                    f"called_graphs_grad_info (popxl-addons' call_module does) "
+                    f"autodiff({self.fwd.name!r}): The graph contains a call to another graph "
+                    f"{callee.name!r} which has been marked as unsafe to autodiff (it has its "
+                    f"own gradient). Please provide a gradient graph via "
+                    f"`called_graphs_grad_info` in PopXL (popxl-addons' call_module does) "
                     f"[at {user_source_line()}]")
             provided = [t for t in callee.outputs if t.dtype.is_floating_point]
             required = [t for t in callee.inputs if t.dtype.is_floating_point]
