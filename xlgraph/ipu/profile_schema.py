@@ -18,8 +18,9 @@ from xlgraph.ipu.hardware import IPUModel
 
 __all__ = ["InvalidField", "check_v0", "check_v1", "read_model", "shown"]
 
-MAX_BYTES = 2 ** 40  # bytes on one tile or of one value: a TiB is no modelled program's
-MAX_COUNT = 2 ** 31  # executions, tiles spanned, steps per run
+MAX_BYTES = 2 ** 53  # bytes of a value or of all tiles (exact as a float)
+MAX_TILE_BYTES = 2 ** 40  # bytes on one tile (so that sums over tiles fit in int64)
+MAX_COUNT = 2 ** 31  # tiles spanned, steps per run
 
 
 class InvalidField(Exception):
@@ -107,7 +108,7 @@ def _operations(value: Any, path: str, positions: int) -> None:
         for key in ("flops", "cycles"):
             if key in row:
                 _real(row[key], f"{where}.{key}")
-        for key, high in (("bytes", MAX_BYTES), ("executions", MAX_COUNT), ("tiles", MAX_COUNT)):
+        for key, high in (("bytes", MAX_BYTES), ("executions", MAX_BYTES), ("tiles", MAX_COUNT)):
             if key in row:
                 _int(row[key], f"{where}.{key}", 0, high)
         for j, p in enumerate(_list(row.get("positions", []), f"{where}.positions")):
@@ -131,7 +132,7 @@ def _steps(value: Any, path: str, kind: bool = True) -> list[dict[str, Any]]:
 
 def _per_tile(value: Any, path: str, tiles: int) -> None:
     for t, v in enumerate(_list(value, path, tiles)):
-        _int(v, f"{path}[{t}]")
+        _int(v, f"{path}[{t}]", 0, MAX_TILE_BYTES)
 
 
 def check_v1(data: dict[str, Any]) -> None:
@@ -184,8 +185,9 @@ def check_v0(data: dict[str, Any]) -> None:
             raise InvalidField(f"{where}.always_live", f"an object of the categories of tile 0 "
                                f"({', '.join(categories)})", list(always))
         for name, v in always.items():
-            _int(v, f"{where}.always_live.{name}")
-        _int(_get(entry, "not_always_live_peak", where), f"{where}.not_always_live_peak")
+            _int(v, f"{where}.always_live.{name}", 0, MAX_TILE_BYTES)
+        _int(_get(entry, "not_always_live_peak", where), f"{where}.not_always_live_peak", 0,
+             MAX_TILE_BYTES)
     _steps(_get(data, "liveness", ""), "liveness", kind=False)
     _operations(_get(data, "ops", ""), "ops", len(data["liveness"]))
     _int(_get(data, "steps_per_run", ""), "steps_per_run", 1, MAX_COUNT)
