@@ -245,3 +245,44 @@ def test_argmax_and_max_indices_match_torch():
     for g, e in zip(got, expected):
         assert g.shape == e.shape
         torch.testing.assert_close(g.to(e.dtype), e.detach())
+
+
+class Bucketize(nn.Module):
+    def __init__(self, boundaries: torch.Tensor, right: bool, out_int32: bool) -> None:
+        super().__init__()
+        self.register_buffer("boundaries", boundaries)
+        self.right, self.out_int32 = right, out_int32
+
+    def forward(self, x):
+        return torch.bucketize(x, self.boundaries, right=self.right, out_int32=self.out_int32)
+
+
+_SEEDED = torch.Generator().manual_seed(7)
+
+
+def _randn(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=_SEEDED)
+
+
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize("values,boundaries", [
+    (torch.arange(1.0, 10.0), torch.tensor([1.0, 2.0, 3.0, 6.0, 4.0, 5.0])),  # unsorted
+    (_randn(3, 5), torch.sort(_randn(7)).values),
+    (_randn(20), _randn(11)),  # random order, odd length
+    (torch.arange(-2, 8), torch.tensor([0.5, 2.5, 2.5, 6.0])),  # int values, float boundaries
+    (torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0])),
+    (torch.tensor([3.0, -3.0]), torch.tensor([2.0, 1.0, 0.0, -1.0])),  # descending
+])
+def test_bucketize_is_torchs_binary_search(values, boundaries, right):
+    model = Bucketize(boundaries, right, out_int32=False)
+    out = poptorch.inferenceModel(model)(values)
+    torch.testing.assert_close(out.long(), model(values))
+    if values.numel() == 9:  # the example PopTorch's behaviour rests on
+        want = [1, 2, 3, 3, 3, 6, 6, 6, 6] if right else [0, 1, 2, 3, 3, 3, 6, 6, 6]
+        assert out.tolist() == want
+
+
+def test_bucketize_out_int32():
+    model = Bucketize(torch.tensor([0.0, 1.0]), right=False, out_int32=True)
+    out = poptorch.inferenceModel(model)(torch.tensor([-1.0, 0.5, 2.0]))
+    assert out.dtype == torch.int32 and out.tolist() == [0, 1, 2]

@@ -83,10 +83,30 @@ def _var_mean(ctx: Any, x: Tensor, dim: Any = None, *, correction: Any = None,
 @register("aten.bucketize.Tensor")
 def _bucketize(ctx: Any, x: Tensor, boundaries: Tensor, *, out_int32: bool = False,
                right: bool = False) -> Tensor:
-    b = ops.cast(boundaries, x.dtype) if boundaries.dtype != x.dtype else boundaries
-    below = ops.greater_equal(ops.reshape(x, x.shape + (1,)), b) if right else \
-        ops.greater(ops.reshape(x, x.shape + (1,)), b)
-    return ops.sum(ops.cast(below, dtypes.int32), x.rank)
+    """torch's binary search over ``boundaries`` as given (sorted or not): the first position
+    whose boundary is not below ``x`` (``right``: not at or below ``x``); int32 positions."""
+    (n,) = boundaries.shape
+    x, b = _compared(x, boundaries)
+    lo = ops.cast(ops.greater(x, x), dtypes.float32)  # zeros of x's shape
+    hi = lo + float(n)
+    for _ in range(max(n, 1).bit_length()):  # the range [lo, hi) halves each round
+        mid = ops.floor((lo + hi) * 0.5)
+        probe = ops.gather(b, ops.cast(ops.where(ops.less(mid, float(n)), mid,
+                                                 constant(np.float32(0.0))), dtypes.int32))
+        below = ops.greater_equal(x, probe) if right else ops.greater(x, probe)
+        open_range = ops.less(lo, hi)
+        lo = ops.where(ops.logical_and(open_range, below), mid + 1.0, lo)
+        hi = ops.where(ops.logical_and(open_range, ops.logical_not(below)), mid, hi)
+    return ops.cast(lo, dtypes.int32)
+
+
+def _compared(x: Tensor, boundaries: Tensor) -> tuple[Tensor, Tensor]:
+    """``x`` and ``boundaries`` in the dtype torch compares them in (a float over an int)."""
+    if x.dtype == boundaries.dtype:
+        return x, boundaries
+    floats = [t.dtype for t in (x, boundaries) if t.dtype.is_floating_point]
+    common = max(floats, key=lambda d: d.as_numpy().itemsize) if floats else dtypes.int32
+    return ops.cast(x, common), ops.cast(boundaries, common)
 
 
 @register("aten.bincount.default", "xlgraph_poptorch.bincount.default")
