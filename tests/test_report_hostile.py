@@ -107,8 +107,7 @@ def _benign_markup() -> tuple[frozenset[str], frozenset[str]]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as where:
-        report = ProfileReport.load(Path(where, "p.json").write_text(_profile()) and
-                                    Path(where, "p.json"))
+        report = _load(Path(where), _profile())
         parsed = [_markup(page) for page in _pages(report, Path(where))]
     return (frozenset().union(*(p.tags for p in parsed)),
             frozenset().union(*(p.attrs for p in parsed)))
