@@ -49,6 +49,11 @@ EXTENDED: dict[str, str] = {
         "name=None, empty=False, memmap_dir=None, read_only_if_exists=False"),
     "popxl_addons.variable_factory.NamedVariableFactories.init": (
         "prefix=None, empty=False, memmap_dir=None, read_only_if_exists=False"),
+    "popxl_addons.variable_factory.VariableFactory.create_remote_tensor": (
+        "buffer, entry, name=None, empty=False, memmap_dir=None, read_only_if_exists=False"),
+    "popxl_addons.variable_factory.NamedVariableFactories.init_remote": (
+        "buffers, entry=0, prefix=None, empty=False, memmap_dir=None, "
+        "read_only_if_exists=False"),
     "popxl_addons.array_munging.pad_axis": "x, n, axis, value=0",
     "popxl_addons.task_session.TaskSession.load_checkpoint": (
         "checkpoint_dir, report_missing='warn', skip_memmap=False"),

@@ -78,19 +78,111 @@ def test_memmaps_of_remote_sharded_and_grouped_variables_come_back_through_the_m
     np.testing.assert_array_equal(grouped_mm, 0.0)
 
 
-def test_a_memmap_of_another_dtype_is_copied_and_left_alone(tmp_path) -> None:
-    """PopXL downcasts float64 data to float32: a float64 memmap becomes a float32 copy, and
-    the map is not written back (its dtype differs)."""
-    mm = _map(tmp_path, "d.bin", np.ones(2, np.float64))
+_NO_COPY = "When passing a memory-mapped NumPy array, "
+
+
+def test_memmaps_that_would_need_a_copy_are_refused_as_in_popxl(tmp_path) -> None:
+    """PopXL keeps a map only as it is: another dtype, a Fortran-ordered map or a 64-bit map
+    (which PopXL would downcast) is a ValueError starting with PopXL's sentence, for remote
+    variables too; ``downcast=False`` keeps a float64 map."""
+    f32 = _map(tmp_path, "a.bin", np.ones((2, 3), np.float32))
+    fortran = np.memmap(tmp_path / "f.bin", np.float32, "w+", shape=(2, 3), order="F")
+    f64 = _map(tmp_path, "d.bin", np.ones(2, np.float64))
+    ir = popxl.Ir()
+    with ir.main_graph:
+        cases = [
+            (lambda: popxl.variable(f32, popxl.float16),
+             "the `dtype` parameter must be None or the same as the array's dtype"),
+            (lambda: popxl.variable(fortran), "it must already be in C-ordered and aligned form."),
+            (lambda: popxl.variable(f64), "the dtype None is not supported, as it requires "
+                                          "downcasting"),
+            (lambda: popxl.variable(f64, popxl.float64),
+             f"the dtype {popxl.float64} is not supported, as it requires downcasting"),
+            (lambda: popxl.remote_variable(f32, popxl.remote_buffer((2, 3), popxl.float16, 1)),
+             "the `dtype` parameter must be None"),
+        ]
+        for make, message in cases:
+            with pytest.raises(ValueError) as info:
+                make()
+            assert str(info.value).startswith(_NO_COPY + message)
+        kept = popxl.variable(f64, downcast=False, name="kept")
+        plain = popxl.variable(np.ones(2, np.float32), name="plain")
+    assert kept.dtype == popxl.float64 and kept._memmap_arr is f64
+    assert plain._memmap_arr is None
+
+
+class _Counted(np.memmap):
+    """A map that counts its flushes (a user's subclass of np.memmap)."""
+
+    flushes = 0
+
+    def flush(self) -> None:
+        type(self).flushes += 1
+        super().flush()
+
+
+def test_weights_to_host_flushes_every_map(tmp_path) -> None:
+    """PopXL's weights_to_host writes the device values into the maps and flushes them;
+    leaving the Session does the same."""
+    mm = _Counted(tmp_path / "w.bin", np.float32, "w+", shape=(3,))
+    mm[:] = 1.0
     ir = popxl.Ir()
     with ir.main_graph:
         w = popxl.variable(mm, name="w")
-        ops.var_updates.accumulate_(w, popxl.constant(np.ones(2, np.float32)))
-    assert w.dtype == popxl.float32 and w.host_memmap is None
+        ops.var_updates.accumulate_(w, popxl.constant(np.ones(3, np.float32)))
+    session = popxl.Session(ir)
+    with session:
+        session.run()
+        before = _Counted.flushes
+        session.weights_to_host()
+        assert _Counted.flushes == before + 1 and mm.tolist() == [2.0] * 3
+        session.run()
+    assert _Counted.flushes == before + 2
+    assert np.fromfile(tmp_path / "w.bin", np.float32).tolist() == [3.0] * 3
+
+
+def test_a_read_only_map_turns_weights_to_host_off(tmp_path, caplog) -> None:
+    """PopXL: a read-only map marks the Ir; its Session does not write weights back on exit
+    (logging why) and refuses an explicit weights_to_host; running works, and after the
+    Session the map still holds the file's values."""
+    _map(tmp_path, "w.bin", np.full(2, 4.0, np.float32)).flush()
+    mm = np.memmap(tmp_path / "w.bin", np.float32, "r", shape=(2,))
+    ir = popxl.Ir()
+    with ir.main_graph:
+        w = popxl.variable(mm, name="w")
+        y = popxl.d2h_stream((2,), popxl.float32, "y")
+        ops.host_store(y, w * 2.0)
+    assert ir._has_read_only_memmap
+    with caplog.at_level("INFO", logger="popart"):
+        session = popxl.Session(ir)
+    assert not session.weights_to_host_on_exit and "read-only memmap" in caplog.text
+    with session:
+        assert session.run()[y].tolist() == [8.0, 8.0]
+        with pytest.raises(Exception) as info:
+            session.weights_to_host()
+        assert str(info.value).startswith("Writing data from device to host is not possible "
+                                          "as the `ir` contains a read-only memmap.")
+    assert session.get_tensor_data(w) is mm and mm.tolist() == [4.0, 4.0]
+
+
+def test_a_memmap_with_a_non_const_grouping_is_copied_with_a_warning(tmp_path, caplog) -> None:
+    """PopXL re-orders the data of a grouping no stride describes, so it copies the map,
+    warning once per variable through PopART's logger; the variable then runs normally and
+    its values do not come back into the map."""
+    mm = _map(tmp_path, "g.bin", np.array([[1.0], [5.0]], np.float32))
+    ir = popxl.Ir(replication=4)
+    groups = ir.replica_grouping_from_assignments([0, 1, 1, 0])
+    with ir.main_graph, caplog.at_level("WARNING", logger="popart"):
+        g = popxl.variable(mm, name="g", replica_grouping=groups)
+        ops.var_updates.accumulate_(g, popxl.constant(np.ones(1, np.float32)))
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert "you have passed np.memmap data and a non-const replica grouping" in record.message
+    assert g._memmap_arr is None
     with popxl.Session(ir) as session:
         session.run()
-    np.testing.assert_array_equal(mm, 1.0)
-    np.testing.assert_array_equal(session.get_tensor_data(w), 2.0)
+    assert session.get_tensor_data(g).tolist() == [[2.0], [6.0]]
+    assert mm.tolist() == [[1.0], [5.0]]
 
 
 def test_a_failed_run_leaves_a_large_memmapped_variable_unchanged(tmp_path, monkeypatch) -> None:

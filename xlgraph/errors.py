@@ -30,6 +30,7 @@ __all__ = [
     "ArgumentError",
     "NumericsError",
     "ProfileFormatError",
+    "MemmapError",
     "UndefinedValue",
     "user_source_line",
     "whole_number",
@@ -132,6 +133,11 @@ class UndefinedValue(XlgraphError, ValueError):  # noqa: N818 - PopXL's public n
 
 class ProfileFormatError(XlgraphError, ValueError):
     """A file that is not an xlgraph profile report, or of a schema version not read here."""
+
+
+class MemmapError(XlgraphError, ValueError):
+    """A memory-mapped variable's map cannot be used as asked: not kept as it is (another
+    dtype or layout), an existing map of another spec, or a read-only map to write."""
 
 
 class NumericsError(XlgraphError, FloatingPointError):

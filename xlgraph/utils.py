@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
+from xlgraph.errors import MemmapError
 from xlgraph.fp8_utils import host_pow2scale_cast_from_fp8, host_pow2scale_cast_to_fp8
 
 __all__ = ["to_numpy", "table_to_string", "from_torch", "host_pow2scale_cast_to_fp8",
@@ -29,17 +30,20 @@ def to_numpy(x: Any, dtype: Any = None, downcast: bool = True, copy: bool = True
         x: the data.
         dtype: the target dtype; inferred when None (Python floats are float32, ints int32).
         downcast: when inferring, store float64/int64/uint64 data as 32-bit.
-        copy: always return a new array (False may return ``x`` itself).
+        copy: always return a new array (False may return ``x`` itself; an ``np.memmap``
+            is then returned as it is, PopXL's memory-mapped weights, or refused).
         log2_scale: for an fp8 ``dtype``: float data is scaled by ``2**log2_scale`` first.
         nan_on_overflow: for an fp8 ``dtype``: out-of-range values become NaN (True, the
             default) or saturate (False).
 
     Raises:
         TypeError: for graph tensors or data with no xlgraph dtype. ValueError: empty data.
+        MemmapError: with ``copy=False``, a memmap that would need a copy (PopXL's checks).
     """
     if hasattr(x, "graph") and hasattr(x, "spec"):
         raise TypeError(f"to_numpy needs host data, got the graph tensor {x.id}")
-    if not copy and isinstance(x, np.memmap) and _memmap_kept(x, dtype, downcast):
+    if not copy and isinstance(x, np.memmap):
+        _check_memmap(x, dtype, downcast)
         return x  # PopXL's memmapped weights: the map itself is the host data
     data = from_torch(x)
     if dtype is not None and dtypes.as_dtype(dtype).is_fp8:
@@ -73,15 +77,20 @@ def is_large_map(a: np.ndarray | None) -> bool:
     return isinstance(a, np.memmap) and a.nbytes >= SPILL_BYTES
 
 
-def _memmap_kept(x: np.memmap, dtype: Any, downcast: bool) -> bool:
-    """Whether memmapped ``x`` already is what ``to_numpy`` would make of it (no cast)."""
-    try:
-        have = dtypes.of_array(x)
-    except TypeError:
-        return False
-    want = dtypes.as_dtype(dtype) if dtype is not None else (
-        dtypes.downcast(have) if downcast else have)
-    return want is have and not want.is_fp8
+def _check_memmap(x: np.memmap, dtype: Any, downcast: bool) -> None:
+    """PopXL's checks of a memmap kept as a variable's host data (no copy, so no cast): the
+    messages start with PopXL's sentences, which programs match."""
+    got = f" Got a {dtypes.of_array(x).name} map of shape {x.shape}."
+    if dtype is not None and dtypes.as_dtype(dtype).as_numpy() != x.dtype:
+        raise MemmapError("When passing a memory-mapped NumPy array, the `dtype` parameter "
+                          f"must be None or the same as the array's dtype (dtype={dtype}).{got}")
+    if not (x.flags.c_contiguous and x.flags.aligned):
+        raise MemmapError("When passing a memory-mapped NumPy array, it must already be in "
+                          f"C-ordered and aligned form.{got}")
+    if downcast and x.dtype in (np.float64, np.int64, np.uint64):
+        raise MemmapError(f"When passing a memory-mapped NumPy array, the dtype {dtype} is "
+                          f"not supported, as it requires downcasting, which would copy it.{got} "
+                          f"Pass downcast=False, or a map of a 32-bit dtype.")
 
 
 def _to_fp8(data: Any, dt: dtypes.dtype, log2_scale: int | None, nan_on_overflow: bool | None,

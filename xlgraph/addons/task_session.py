@@ -17,6 +17,7 @@ import xlgraph as popxl
 from xlgraph import checkpoint
 from xlgraph.addons import session_state
 from xlgraph.addons.dot_tree import DotTree
+from xlgraph.addons.memmap_dir import spec_file
 from xlgraph.addons.named_tensors import NamedTensorData, NamedTensors
 from xlgraph.addons.utils import timer
 from xlgraph.errors import (
@@ -328,8 +329,10 @@ def _atomic(path: Path, write: Callable[[Any], Any]) -> None:
 def initialise_memmap_dir_from_checkpoint(checkpoint_dir: str | Path,
                                           memmap_dir: str | Path) -> None:
     """Copy the raw ``model/*.npy`` data of memory-mapped variables from a checkpoint into
-    ``memmap_dir``, where ``VariableFactory.create_tensor(memmap_dir=...)`` finds it."""
+    ``memmap_dir``, where ``VariableFactory.create_tensor(memmap_dir=...)`` finds it (a spec
+    recorded for an earlier map there is removed: the copy is checked by its size)."""
     target = Path(memmap_dir)
     target.mkdir(parents=True, exist_ok=True)
     for path in (Path(checkpoint_dir) / _MODEL).glob("*.npy"):
+        spec_file(target / path.name).unlink(missing_ok=True)
         shutil.copyfile(path, target / path.name)

@@ -19,6 +19,7 @@ import numpy as np
 import xlgraph as popxl
 from xlgraph import ops
 from xlgraph.addons.dot_tree import DotTree
+from xlgraph.addons.memmap_dir import open_map
 from xlgraph.addons.named_replica_grouping import NamedReplicaGrouping, fill_none_group
 from xlgraph.addons.named_tensors import NamedTensors
 from xlgraph.utils import to_numpy
@@ -145,34 +146,37 @@ class VariableFactory:
         """A main-graph variable holding ``next_data()``.
 
         With ``memmap_dir`` the host data lives in a raw memory map ``<dir>/<name>.npy``
-        (made and filled when absent; reused when present, read-only with
-        ``read_only_if_exists``).
+        (made and filled when absent; reused when present and of the variable's dtype and
+        shape, read-only with ``read_only_if_exists``; see ``addons.memmap_dir``).
+
+        Raises:
+            MemmapError: the existing map holds another dtype or shape.
         """
         name = name or self.name
         if self.shard_over > 1:
             raise ValueError(f"variable {name!r} is sharded over {self.shard_over} "
                              f"replicas: make it with init_remote(named_variable_buffers(...))")
-        data = self.next_data(empty) if memmap_dir is None else \
-            self._memmap(Path(memmap_dir) / f"{name}.npy", empty, read_only_if_exists)
+        data = self._data(name, empty, memmap_dir, read_only_if_exists)
         return popxl.variable(data, self.dtype, name, replica_grouping=self.replica_grouping)
 
-    def _memmap(self, path: Path, empty: bool, read_only: bool) -> np.ndarray:
+    def _data(self, name: str, empty: bool, memmap_dir: str | os.PathLike | None,
+              read_only: bool) -> np.ndarray:
+        """``next_data(empty)``, or with ``memmap_dir`` the variable's map there."""
+        if memmap_dir is None:
+            return self.next_data(empty)
         groups = self._groups()
         shape = self._data_shape if groups == 1 else (groups, *self._data_shape)
-        if path.exists():
-            return np.memmap(path, self.dtype.as_numpy(), "r" if read_only else "r+",
-                             shape=shape)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        mm = np.memmap(path, self.dtype.as_numpy(), "w+", shape=shape)
-        mm[...] = self.next_data(empty)
-        mm.flush()
-        return mm
+        return open_map(Path(memmap_dir) / f"{name}.npy", name, np.dtype(self.dtype.as_numpy()),
+                        shape, lambda: self.next_data(empty), read_only)
 
     def create_remote_tensor(self, buffer: popxl.RemoteBuffer, entry: int,
-                             name: str | None = None, empty: bool = False) -> popxl.Variable:
-        """A variable stored in entry ``entry`` of ``buffer`` (sharded when the buffer is)."""
-        data = self.next_data(empty)
+                             name: str | None = None, empty: bool = False,
+                             memmap_dir: str | os.PathLike | None = None,
+                             read_only_if_exists: bool = False) -> popxl.Variable:
+        """A variable stored in entry ``entry`` of ``buffer`` (sharded when the buffer is);
+        ``memmap_dir`` and ``read_only_if_exists`` as for ``create_tensor``."""
         name = name or self.name
+        data = self._data(name, empty, memmap_dir, read_only_if_exists)
         if buffer.meta_shape:
             return popxl.remote_replica_sharded_variable(
                 data, buffer, entry, self.dtype, name, replica_grouping=self.replica_grouping)
@@ -211,12 +215,14 @@ class NamedVariableFactories(DotTree[VariableFactory]):
                 name, empty, memmap_dir, read_only_if_exists))
 
     def init_remote(self, buffers: DotTree, entry: int = 0, prefix: str | None = None,
-                    empty: bool = False) -> NamedTensors:
+                    empty: bool = False, memmap_dir: str | os.PathLike | None = None,
+                    read_only_if_exists: bool = False) -> NamedTensors:
         """Make every variable in entry ``entry`` of its buffer in ``buffers`` (a tree with the
-        same names, from ``named_variable_buffers``)."""
+        same names, from ``named_variable_buffers``); ``memmap_dir`` as for ``init``."""
         with popxl.gmg():
             return self._sorted()._each(prefix, lambda name, f: f.create_remote_tensor(
-                buffers.get(name[len(prefix) + 1:] if prefix else name), entry, name, empty))
+                buffers.get(name[len(prefix) + 1:] if prefix else name), entry, name, empty,
+                memmap_dir, read_only_if_exists))
 
     def init_zero(self) -> NamedTensors:
         """Zero tensors of every variable's replica shape, in the current graph."""

@@ -53,6 +53,7 @@ class Ir:
         self.weight_shards: list[Any] = []  # (buffer, shard) of replica_sharded_variable
         self.num_host_transfers = 1
         self.frozen = False
+        self._has_read_only_memmap = False  # PopXL's flag: a variable keeps a read-only map
         self._pb_ir = PbIr(self)
         self._popdist = replication == "popdist"
         self.instance_index = 0

@@ -17,6 +17,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.core.context import get_current_graph
 from xlgraph.core.dispatch import provided as _op
+from xlgraph.core.memmaps import kept_map
 from xlgraph.dtypes import dtype
 from xlgraph.errors import ShapeError
 from xlgraph.utils import to_numpy
@@ -358,6 +359,12 @@ class Variable(Tensor):
         self.retrieval_mode = "one_per_group"
 
     @property
+    def _memmap_arr(self) -> np.memmap | None:
+        """PopXL's name for the map kept as this variable's host data (None when there is
+        none); programs read it directly."""
+        return self.host_memmap
+
+    @property
     def replica_grouping(self) -> ReplicaGrouping:
         """The groups of replicas that share one value (default: all replicas, one group)."""
         return self._replica_grouping or self.graph.ir.replica_grouping()
@@ -425,6 +432,8 @@ def variable(
     # np.memmap data is kept as it is (no host copy): weights come back through the map
     arr = to_numpy(data, dtype, downcast, copy=not isinstance(data, np.memmap),
                    log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
+    if isinstance(arr, np.memmap):
+        arr = kept_map(arr, replica_grouping, name or "v", graph.ir)
     grouped = replica_grouping is not None and replica_grouping.num_groups > 1
     if grouped and (arr.ndim == 0 or arr.shape[0] != replica_grouping.num_groups):
         raise ValueError(

@@ -4,8 +4,9 @@ With several replicas both run this instance's replicas at once over a leading r
 (``xlgraph.lower.replicas``); ``held_once`` lists the variables without that axis.
 
 Both own the device arrays of the variables (``arrays``, one per entry of ``variables``); ``run``
-updates them. ``written_variables`` are the ones a failed run may have changed: the Session
-snapshots those. The compiled plan writes some variables into spare arrays instead and swaps
+updates them. ``changed_variables`` are the ones a run may write (the Session writes only
+those back into memory maps); ``written_variables`` those a failed run may have changed: the
+Session snapshots those. The compiled plan writes some variables into spare arrays instead and swaps
 them in only when the run succeeds, all at once by rebinding ``state`` (so ``arrays`` may hold
 other array objects after a run, and a run interrupted before that rebinding changed none of them),
 and puts back the regions of variables written only in regions itself (``lower.undo``).
@@ -53,6 +54,7 @@ class Executable(Protocol):
     arrays: list[np.ndarray]
     source: str
     written_variables: list[Variable]
+    changed_variables: set[Variable]
     state: object  # rebound, in one assignment, exactly when a run commits its results
     held_once: set[Variable]  # replicated Irs: variables without the replica axis
 
@@ -101,6 +103,15 @@ def _used_functions(program: Program) -> list[Function]:
     return [fn for fn in program.functions if id(fn) in used]
 
 
+def _changed_variables(ir: Ir) -> set[Variable]:
+    """The variables a run of ``ir`` writes, directly or through aliases (as the compiled plan
+    finds them)."""
+    program = flatten(ir)
+    slots = list(program.variable_slots)
+    written = plan_copies(liveness(program.steps, slots), slots)
+    return {program.variable_slots[s] for s in written}
+
+
 class CompiledExecutable:
     """The generated step function."""
 
@@ -129,6 +140,7 @@ class CompiledExecutable:
         slots = list(program.variable_slots)
         live = liveness(program.steps, slots)
         written = plan_copies(live, slots)
+        self.changed_variables = {program.variable_slots[s] for s in written}
         plans[program] = plan = plan_body(program.steps, live, slots, [], program.specs, pool, "C")
         # a large memmapped variable gets no spare array (the Session snapshots it on disk)
         spared = [s for s in slots if not is_large_map(program.variable_slots[s].host_memmap)]
@@ -226,6 +238,7 @@ class InterpretedExecutable:
         self.held_once: set[Variable] = set()
         self.arrays = _device_arrays(self.variables, None if ctx is None else ctx.local)
         self.written_variables = list(self.variables)
+        self.changed_variables = _changed_variables(ir)
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
         self.interpreter = interpreter(ir, ctx)

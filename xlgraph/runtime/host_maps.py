@@ -73,9 +73,10 @@ class Spill:
     """A snapshot of a device array kept in a temporary file (written and read with file I/O:
     no page of it is mapped into the process), or none at all while the device array equals its
     ``host`` copy (after an attach or ``weights_to_host``): then that copy is the snapshot.
-    The file is removed when the Spill is freed."""
+    ``host`` None: always the file (a read-only map is never brought in sync). The file is
+    removed when the Spill is freed."""
 
-    def __init__(self, like: np.ndarray, host: np.ndarray) -> None:
+    def __init__(self, like: np.ndarray, host: np.ndarray | None) -> None:
         import tempfile  # only Sessions that spill snapshots need it
 
         self._file = tempfile.TemporaryFile(prefix="xlgraph-snapshot-")
@@ -83,8 +84,8 @@ class Spill:
         self._from_host = False
 
     def save(self, live: np.ndarray, in_sync: bool) -> None:
-        self._from_host = in_sync
-        if not in_sync:
+        self._from_host = in_sync and self.host is not None
+        if not self._from_host:
             self._file.seek(0)
             self._file.write(_bytes(live))
 

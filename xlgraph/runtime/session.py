@@ -38,8 +38,8 @@ from xlgraph.remote import store_weight_shards
 from xlgraph.runtime import host_maps
 from xlgraph.runtime.device import make_device
 from xlgraph.runtime.host_io import HostIO
-from xlgraph.runtime.host_maps import is_large_map
 from xlgraph.runtime.kernels import KernelThread
+from xlgraph.runtime.mapped import MappedVariables
 from xlgraph.runtime.remote_memory import RemoteMemory
 from xlgraph.runtime.replica_layout import ReplicaLayout
 from xlgraph.runtime.threads import (
@@ -139,7 +139,6 @@ class Session:
         ir.frozen = True
         ir.session_ref = weakref.ref(self)  # for Tensor.in_sync_with_ipu
         self.ir = ir
-        self.weights_to_host_on_exit = weights_to_host_on_exit
         self.executable = lower(ir, optimize, backend, _exchange(ir), check_numerics,
                                 defer=compile_in_background, fuse=fuse_steps)
         self.layout.held_once = self.executable.held_once
@@ -152,11 +151,12 @@ class Session:
         variables = self.executable.variables
         self._host = {v: self._host_copy(v) for v in variables}
         self.remote = RemoteMemory(ir, self.layout, _exchange(ir))
+        self._maps = MappedVariables(ir, self.executable.changed_variables, self.remote.variables)
+        self.weights_to_host_on_exit = self._maps.on_exit(weights_to_host_on_exit)
         self._host_values = {v: v.initial_data for v in [*variables, *self.remote.variables]}
         device = self._device
         written = self.executable.written_variables
-        self._backup = [(device[v], host_maps.Spill(device[v], self._host[v])
-                         if is_large_map(v.host_memmap) else np.empty_like(device[v]))
+        self._backup = [(device[v], self._maps.spare(v, device[v], self._host[v]))
                         for v in written] + [(a, np.empty_like(a)) for a in self.remote.arrays()]
         self.io = HostIO(ir)
         self.blas_threads = blas_threads
@@ -250,14 +250,17 @@ class Session:
 
     @_serialised
     def __exit__(self, *_: Any) -> None:
-        if self._entered.pop():
+        if not self._entered.pop():
+            return
+        try:
             if self.weights_to_host_on_exit:  # also after an error: a failed run changed nothing
                 self.weights_to_host()
+        finally:  # detached even when the weights cannot come back
             self._attached = False
             self.host_timing.detach()
             self._thread_limit.restore()
             self._chunk_pool.stop()
-            self._write_auto_report()  # now with the host-side time of the runs
+        self._write_auto_report()  # now with the host-side time of the runs
 
     def _require_attached(self, what: str) -> None:
         if not self._attached:
@@ -351,15 +354,28 @@ class Session:
     # -- weights -----------------------------------------------------------------------------
     @_serialised
     def weights_to_host(self) -> None:
-        """Copy every variable from the device to the host."""
+        """Copy every variable from the device to the host, and flush their memory maps (a
+        map whose variable the program never writes is left alone).
+
+        Raises:
+            MemmapError: the Ir has a read-only memory map (PopXL's refusal).
+        """
         self._require_attached("weights_to_host")
+        self._maps.check_weights_to_host()
+        self._to_host()
+
+    def _to_host(self) -> None:
+        """``weights_to_host`` without PopXL's refusal: read-only maps are skipped."""
         for v, arr in self._device.items():
+            if self._maps.kept(v):
+                continue
             host_maps.copy(self._host[v], arr)
             if v.host_memmap is not None and v.host_memmap is not self._host[v]:
                 np.copyto(v.host_memmap, self._one_per_group(v))
         for v in self.remote.variables:
-            if v.host_memmap is not None:  # off-chip memory comes back through the map too
+            if v.host_memmap is not None and not self._maps.kept(v):  # through the map too
                 np.copyto(v.host_memmap, self.remote.read(v, v.host_memmap))
+        self._maps.flush()
         self._host_stale = False
 
     @_serialised
@@ -385,10 +401,14 @@ class Session:
             value = self.remote.read(tensor, self._host_values[tensor])
             if tensor.host_memmap is None:
                 return value
-            np.copyto(tensor.host_memmap, value)
-            return tensor.host_memmap  # as PopXL: the data comes back through the map
-        if self._attached and self._host_stale:
-            self.weights_to_host()
+            self._maps.check_read(tensor)
+            if not self._maps.kept(tensor):  # as PopXL: the data comes back through the map
+                np.copyto(tensor.host_memmap, value)
+            return tensor.host_memmap
+        if self._attached:
+            self._maps.check_read(tensor)
+            if self._host_stale:
+                self._to_host()
         if self._host[tensor] is tensor.host_memmap:
             return tensor.host_memmap
         return self.layout.retrieve(tensor, self._host[tensor], self._host_values[tensor])
@@ -437,6 +457,7 @@ class Session:
             )
         mapped = tensor.host_memmap
         if mapped is not None:  # written through the map, as PopXL
+            self._maps.check_write(tensor)
             if arr is not mapped:
                 host_maps.copy(mapped, arr)
             arr = mapped
