@@ -4,6 +4,10 @@ A bar is shown only when its stream is a terminal, unless the caller asks for it
 environment variable ``XLGRAPH_PROGRESS`` overrides both for the whole process: ``0`` hides every
 bar, ``1`` shows every bar even when the output is a file or a pipe.
 
+In a Jupyter kernel a bar is shown (the cell's output is where its user looks), as a notebook
+widget when ``ipywidgets`` is installed and as text otherwise: tqdm's own convention
+(``tqdm.auto``), without its warning when the widgets are missing.
+
 A shown bar redraws at most twice a second (``mininterval`` 0.5 s unless the caller sets it),
 ``set_postfix``/``set_description`` included: tqdm redraws on every such call, which in a
 training loop that sets the loss each step means thousands of redraws an epoch.
@@ -12,6 +16,7 @@ training loop that sets the loss each step means thousands of redraws an epoch.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from tqdm import tqdm as _tqdm
@@ -26,7 +31,7 @@ def bar_disable(requested: bool | None = None) -> bool | None:
     Args:
         requested: ``True`` shows the bar even when its stream is not a terminal, ``False``
             hides it (for example PopTorch's ``showCompilationProgressBar(False)``), ``None``
-            leaves it to tqdm (shown on a terminal only).
+            leaves it to tqdm (shown on a terminal only), but shows it in a Jupyter kernel.
 
     Returns:
         ``True`` (hidden), ``False`` (shown) or ``None`` (shown when the stream is a terminal).
@@ -36,12 +41,35 @@ def bar_disable(requested: bool | None = None) -> bool | None:
     env = os.environ.get(ENV, "").strip()
     if env in ("0", "1"):
         return env == "0"
-    return None if requested is None else not requested
+    if requested is None:
+        return False if in_notebook() else None
+    return not requested
 
 
-class tqdm(_tqdm):  # noqa: N801 - the drop-in name
-    """``tqdm.tqdm`` that is off when its stream is not a terminal, honours ``XLGRAPH_PROGRESS``
-    and redraws at most every ``mininterval`` seconds (default ``MININTERVAL``).
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's ``IPKernelApp``, as tqdm.auto asks;
+    IPython is not imported to find out)."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def _base() -> type:
+    """tqdm's notebook widget bar in a Jupyter kernel with ipywidgets, else its text bar."""
+    if in_notebook():
+        try:
+            import ipywidgets  # noqa: F401 - the widget bar needs it
+            from tqdm.notebook import tqdm as widget_bar
+        except ImportError:
+            return _tqdm
+        return widget_bar
+    return _tqdm
+
+
+class tqdm(_base()):  # type: ignore[misc]  # noqa: N801 - the drop-in name
+    """``tqdm.tqdm`` (``tqdm.notebook.tqdm`` in a Jupyter kernel with ipywidgets) that is off
+    when its stream is not a terminal (outside Jupyter), honours ``XLGRAPH_PROGRESS`` and
+    redraws at most every ``mininterval`` seconds (default ``MININTERVAL``).
 
     ``disable=False`` asks for the bar whatever the stream; ``disable=True`` hides it. A
     refreshing ``set_postfix``/``set_description`` redraws only when ``mininterval`` has passed

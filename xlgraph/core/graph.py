@@ -154,6 +154,12 @@ class Graph:
         """
         return provided("write_dot")(provided("graph_dot")(self), path)  # core.listing
 
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None
+                          ) -> dict[str, str]:
+        """Jupyter's view: the drawing (SVG, through Graphviz's ``dot``), else the listing and
+        a one-line hint."""
+        return provided("display_bundle")(self)  # core.listing
+
     # -- building ----------------------------------------------------------------------------
     def check_mutable(self) -> None:
         """Raise ``IrFrozenError`` when a Session owns the Ir (its graphs can no longer change)."""

@@ -166,6 +166,12 @@ class Ir:
         to their callees; ``path`` is handled as by ``Graph.to_dot``."""
         return provided("write_dot")(provided("ir_dot")(self), path)  # core.listing
 
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None
+                          ) -> dict[str, str]:
+        """Jupyter's view: the drawing (SVG, through Graphviz's ``dot``), else the listing and
+        a one-line hint."""
+        return provided("display_bundle")(self)  # core.listing
+
     def _unique_graph_name(self, base: str, suffix: bool) -> str:
         n = self._graph_names.get(base, 0)
         self._graph_names[base] = n + 1

@@ -4,7 +4,8 @@
 conditional also names the parent tensors its callee changes (``modifies=[%W, %b]``) and the
 by-value inputs it writes only a copy of (``writes_copy_of=[%x]``).
 ``str(ir)`` lists every graph. ``graph.to_dot()`` and ``ir.to_dot()`` give DOT text, rendered to
-SVG or PNG by Graphviz's ``dot`` when it is installed.
+SVG or PNG by Graphviz's ``dot`` when it is installed; in Jupyter a graph or an Ir shows that
+drawing (``display_bundle``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from xlgraph.core.tensor import Tensor
 
 __all__ = ["printable", "format_listing", "format_ir", "modified_inputs", "graph_dot", "ir_dot",
-           "write_dot"]
+           "write_dot", "display_bundle", "DRAW_LIMIT"]
 
 _SITE_ATTRS = ("graph", "then_graph", "else_graph", "modified", "n_then")
 
@@ -213,6 +214,32 @@ def ir_dot(ir: Ir) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _graphviz(dot: str, fmt: str, purpose: str, path: Path | None = None) -> str:
+    """Run Graphviz's ``dot -T<fmt>`` on ``dot`` (into ``path``, else returning its output).
+
+    Raises:
+        RuntimeError: ``dot`` is not on PATH, fails (its first error line) or takes over a
+            minute; the message begins with ``purpose``.
+    """
+    import shutil  # with subprocess: rendering alone needs them
+    import subprocess
+
+    program = shutil.which("dot")
+    if program is None:
+        raise RuntimeError(f"{purpose} needs Graphviz's `dot` program, which is not on PATH "
+                           "(apt-get install graphviz)")
+    out = ["-o", str(path)] if path is not None else []
+    try:
+        done = subprocess.run([program, f"-T{fmt}", *out], input=dot, text=True, check=True,
+                              capture_output=True, timeout=60)
+    except subprocess.CalledProcessError as exc:
+        first = (exc.stderr or "").strip().splitlines()[:1] or [f"exit status {exc.returncode}"]
+        raise RuntimeError(f"{purpose}: Graphviz's `dot` failed: {first[0]}") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{purpose}: Graphviz's `dot` took over a minute") from None
+    return "" if path is not None else done.stdout
+
+
 def write_dot(dot: str, path: str | Path | None) -> str:
     """Return ``dot``; with a ``path``, also write it (``.dot``/``.gv``) or render it with
     Graphviz (``.svg``, ``.png``, ``.pdf``: needs the ``dot`` program on PATH)."""
@@ -223,19 +250,36 @@ def write_dot(dot: str, path: str | Path | None) -> str:
     if fmt in ("dot", "gv", ""):
         path.write_text(dot)
         return dot
-    import shutil  # with subprocess: rendering alone needs them
-    import subprocess
-
-    program = shutil.which("dot")
-    if program is None:
-        raise RuntimeError(f"rendering {path.name} needs Graphviz's `dot` program, which is not "
-                           f"on PATH (apt-get install graphviz); write a .dot file instead")
-    subprocess.run([program, f"-T{fmt}", "-o", str(path)], input=dot, text=True, check=True,
-                   capture_output=True)
+    try:
+        _graphviz(dot, fmt, f"rendering {path.name}", path)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}; write a .dot file instead") from None
     return dot
+
+
+DRAW_LIMIT = 2000
+"""Ops beyond which a notebook lists a program rather than drawing it (Graphviz's layout takes
+seconds to minutes for such graphs)."""
+
+
+def display_bundle(program: Graph | Ir) -> dict[str, str]:
+    """Jupyter's view of a graph or an Ir (``_repr_mimebundle_``): its drawing as SVG when
+    Graphviz's ``dot`` draws it, else its listing and a one-line hint saying why not."""
+    ops = sum(len(g.ops) for g in getattr(program, "graphs", [program]))
+    kind = type(program).__name__.lower()
+    if ops > DRAW_LIMIT:
+        why = (f"{ops:,} ops are too many to draw inline; {kind}.to_dot('{kind}.svg') draws "
+               "them into a file")
+    else:
+        try:
+            svg = _graphviz(program.to_dot(), "svg", f"drawing this {kind}")
+            return {"image/svg+xml": svg, "text/plain": repr(program)}
+        except RuntimeError as exc:
+            why = str(exc)
+    return {"text/plain": f"{program}\n(no drawing: {why})"}
 
 
 # ``str(graph)``, ``str(ir)`` and their ``to_dot`` print through these (the graph and ir modules
 # cannot import this one, which imports them); ``import xlgraph`` loads it.
 provide(format_listing=format_listing, graph_dot=graph_dot, write_dot=write_dot,
-        format_ir=format_ir, ir_dot=ir_dot)
+        format_ir=format_ir, ir_dot=ir_dot, display_bundle=display_bundle)

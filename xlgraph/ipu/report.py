@@ -28,7 +28,7 @@ class ProfileReport(_ReportFacts):
     ``str(report)`` is a summary; ``save(path)`` writes every fact as JSON (``to_dict`` and
     ``to_json`` give the same document) and ``ProfileReport.load(path)`` reads it back;
     ``to_html(path)`` writes a page to explore it in a browser (needs plotly); ``plot(path)``
-    draws a PNG (needs matplotlib).
+    draws a PNG (needs matplotlib). In Jupyter a report shows the page's views inline.
 
     Attributes:
         model: the modelled hardware.
@@ -75,6 +75,12 @@ class ProfileReport(_ReportFacts):
         from xlgraph.ipu.page import write_report
 
         return write_report(self, path)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the page's views inline (``xlgraph.ipu.page.inline``)."""
+        from xlgraph.ipu.page.inline import report_html
+
+        return report_html(self)
 
     # -- text ------------------------------------------------------------------------------------
     def __str__(self) -> str:

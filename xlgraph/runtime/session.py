@@ -223,6 +223,12 @@ class Session:
         """
         return self._kernels is None or self._kernels.wait(timeout)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: device, replicas and memory use (``runtime.session_view``)."""
+        from xlgraph.runtime.session_view import session_html
+
+        return session_html(self)
+
     # -- attachment --------------------------------------------------------------------------
     @property
     def source(self) -> str:

@@ -18,7 +18,7 @@ from xlgraph.ipu.report_plot import context_of, format_bytes
 if TYPE_CHECKING:
     from xlgraph.ipu.report_data import _ReportFacts
 
-__all__ = ["require_plotly", "write_report", "write_compare", "OPERATION_COLUMNS"]
+__all__ = ["require_plotly", "write_report", "page_text", "write_compare", "OPERATION_COLUMNS"]
 
 OPERATION_COLUMNS = (
     ("name", "operation", False), ("module", "module", False), ("op", "op", False),
@@ -110,13 +110,21 @@ def write_report(report: _ReportFacts, path: str | Path) -> Path:
     Raises:
         ImportError: without plotly (``pip install 'xlgraph[report]'``).
     """
+    path = Path(path)
+    path.write_text(page_text(report), encoding="utf-8")
+    return path
+
+
+def page_text(report: _ReportFacts) -> str:
+    """The page ``write_report`` writes, as text (a notebook shows it inline).
+
+    Raises:
+        ImportError: without plotly (``pip install 'xlgraph[report]'``).
+    """
     require_plotly()
     from xlgraph.ipu.page.html import document
 
-    path = Path(path)
-    text = document("IPU model report", _summary(report), report_sections(report))
-    path.write_text(text, encoding="utf-8")
-    return path
+    return document("IPU model report", _summary(report), report_sections(report))
 
 
 def write_compare(before: _ReportFacts, after: _ReportFacts, path: str | Path,
