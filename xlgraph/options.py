@@ -168,3 +168,18 @@ class PbIr(PbIrGraphs):
     def getSessionOptions(self) -> SessionOptions:  # noqa: N802 - PopART's name
         """The Ir's session options, read when a Session is created."""
         return self._options
+
+    def setPatterns(self, patterns: Any) -> None:  # noqa: N802
+        """Record PopART's pattern set (``popart._internal.ir.patterns.Patterns``). No effect
+        on the simulator: its identity-replaceable ops already lower as identities."""
+        self._patterns = patterns
+
+    def getPatterns(self) -> Any:  # noqa: N802
+        """The pattern set given to ``setPatterns`` (None before)."""
+        return getattr(self, "_patterns", None)
+
+    def applyPreAliasPatterns(self, graph: Any) -> None:  # noqa: N802
+        """Accepted with no effect (see ``setPatterns``)."""
+
+    def applyInplacePattern(self, graph: Any) -> None:  # noqa: N802
+        """Accepted with no effect: xlgraph's in-place ops are the ones the program made."""

@@ -53,7 +53,8 @@ _TARGET = "xlgraph"
 _ALIASES = {"popxl_addons": "xlgraph.addons", "poptorch": "xlgraph.poptorch", ALIAS: _TARGET}
 # the stand-ins the runner provides under these names (whole modules, not module trees)
 _STAND_INS = {name: "xlgraph.popart_compat" + name[6:]  # ``import popart._internal.ir`` too
-              for name in ("popart", "popart._internal", "popart._internal.ir")}
+              for name in ("popart", "popart._internal", "popart._internal.ir",
+                           "popart._internal.ir.patterns")}
 _STAND_INS["popdist"] = "xlgraph.dist"
 SHIMS = Path(__file__).resolve().with_name("shims")  # popxl.py, popart.py, ...
 DEVICE_ENV = "XLGRAPH_POPXL_DEVICE"  # the runner's --device, for the processes it starts

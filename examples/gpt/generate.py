@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> str:
                           ir, args.device)
     out = list(prompt)
     with session:
-        session.load_checkpoint(args.checkpoint, report_missing="error")
+        # a training checkpoint also holds the optimizer state: compare the weights only
+        saved = {p.stem for p in Path(args.checkpoint, "model").glob("*.npz")}
+        if set(weights) - saved:
+            raise ValueError(f"{args.checkpoint} lacks weights {sorted(set(weights) - saved)}")
+        session.load_checkpoint(args.checkpoint, report_missing="none")
         for position in range(len(prompt) + count - 1):
             step = session.run({word_s: np.array([out[position]], np.int32),
                                 position_s: np.array(position, np.int32)})

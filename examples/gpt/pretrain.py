@@ -103,12 +103,13 @@ def main(argv: list[str] | None = None) -> list[float]:
     lead = tuple(n for n in (cfg.gradient_accumulation, local) if n > 1)
     losses: list[float] = []
     with session:
-        if args.resume:
+        session.add_session_state_info({"config": asdict(cfg)})
+        if args.resume:  # the same names on both sides, or ValueError
             session.load_checkpoint(args.resume, report_missing="error")
             rng = batches(cfg.seed, session.session_state["steps"])
             if first:
                 print(f"resumed from {args.resume} at step {session.session_state['steps']}")
-        session.add_session_state_info({"config": asdict(cfg)})
+            session.add_session_state_info({"config": asdict(cfg)})  # this run's, not saved
         start = time.perf_counter()
         for _ in range(cfg.steps):
             words, labels = data.windows(tokens, rng, per_step, cfg.sequence_length)

@@ -42,6 +42,22 @@ def test_linear_init_and_torch_mapping():
     assert np.abs(w).max() <= 0.04 and 0.015 < w.std() < 0.02  # truncated at 2 sigma
 
 
+def test_layer_norm_torch_mapping_of_a_multi_dimensional_torch_layer():
+    """A torch layer norm over the last two dimensions is LayerNorm on the flattened rows:
+    its (3, 4) weight and bias are mapped flat onto the (12,) variables."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    nn = torch.nn.LayerNorm((3, 4))
+    with torch.no_grad():
+        nn.weight.normal_()
+        nn.bias.normal_()
+    x = RNG.normal(size=(2, 3, 4)).astype(np.float32)
+    (y,) = run_module(layers.LayerNorm(), TensorInput(x.reshape(2, 12)),
+                      weights=lambda v: layers.LayerNorm.torch_mapping(v, nn))
+    ref = nn(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(y.reshape(2, 3, 4), ref, rtol=1e-4, atol=1e-5)
+
+
 def test_layer_norm_and_group_norm():
     x = RNG.normal(size=(2, 6)).astype(np.float32)
     (y,) = run_module(layers.LayerNorm(), TensorInput(x))

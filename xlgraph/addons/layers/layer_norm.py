@@ -41,8 +41,11 @@ class LayerNorm(Module):
     @staticmethod
     def torch_mapping(variables: Any, nn_layer: Any, dtype: popxl.dtype = popxl.float32,
                       ) -> WeightsDict:
-        """The values of a ``torch.nn.LayerNorm`` for ``variables``."""
-        return norm_mapping(variables, nn_layer, dtype)
+        """The values of a ``torch.nn.LayerNorm`` for ``variables``; a layer over several
+        trailing dimensions gives its weight and bias flattened to the variables' shapes."""
+        return WeightsDict({
+            variables.weight: host_array(nn_layer.weight, dtype).reshape(variables.weight.shape),
+            variables.bias: host_array(nn_layer.bias, dtype).reshape(variables.bias.shape)})
 
 
 class GroupNorm(Module):

@@ -5,11 +5,15 @@
 ``op.<Type>Op`` (also ``op.collectives.<Type>Op``, ``op.exchange.<Type>Op``, ...) is the class
 of the views of ops of that PopART type, for ``isinstance`` checks and
 ``testing_utils.ops_of_type``; ``SessionOptions`` and ``GraphId`` / ``TensorId`` (strings) as
-PopART names them. Anything else raises ``AttributeError`` naming the support page.
+PopART names them; ``patterns.Patterns(patterns.PatternsLevel.Default)`` for
+``ir._pb_ir.setPatterns`` (recorded; pattern passes have no effect on the simulator).
+Anything else raises ``AttributeError`` naming the support page.
 """
 
 from __future__ import annotations
 
+import enum
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -25,7 +29,7 @@ from xlgraph.core.pb_views import (
 from xlgraph.options import SessionOptions
 
 __all__ = ["Ir", "Graph", "Op", "Tensor", "Session", "SessionOptions", "GraphId", "TensorId",
-           "OpId", "op"]
+           "OpId", "op", "patterns"]
 
 Ir = PbIrGraphs
 Graph = PbGraph
@@ -61,6 +65,33 @@ def _namespace(name: str) -> _OpNamespace:
 
 
 op = _namespace("op")
+
+
+class PatternsLevel(enum.Enum):
+    """PopART's pattern levels."""
+
+    NoPatterns = 0
+    Minimal = 1
+    Default = 2
+    All = 3
+
+
+class Patterns:
+    """A PopART pattern set at ``level``, for ``ir._pb_ir.setPatterns``: recorded, with no
+    effect on the simulator (identity-replaceable ops lower as identities already)."""
+
+    def __init__(self, level: PatternsLevel = PatternsLevel.Default) -> None:
+        self.level = level
+        self.runtime_asserts = True
+
+    def enableRuntimeAsserts(self, enabled: bool) -> Patterns:  # noqa: N802 - PopART's name
+        self.runtime_asserts = bool(enabled)
+        return self
+
+
+patterns = ModuleType(f"{__name__}.patterns", "PopART's pattern sets (recorded, no effect).")
+patterns.Patterns, patterns.PatternsLevel = Patterns, PatternsLevel  # type: ignore[attr-defined]
+sys.modules[patterns.__name__] = patterns
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,42 @@
+"""Smaller popxl-addons / PopXL behaviours programs rely on: the fp8 module paths and
+PopXL's tensor truth value."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import xlgraph as popxl
+import xlgraph.addons as addons
+
+
+def test_fp8_module_paths():
+    module = importlib.import_module("xlgraph.addons.ops.fp8_amax_scale")
+    assert addons.ops.fp8_amax_scale is module.fp8_amax_scale  # the attribute: the function
+    from xlgraph.addons.ops.fp8_utils import FpDef, float8_143_def, float8_152_def
+
+    assert FpDef._fields == ("num_exp_bits", "num_mantissa_bits", "fix_exponent_bias",
+                             "include_denorm", "has_nans", "max_value", "max_exp", "min_exp")
+    assert float8_143_def == (4, 3, 8, True, False, 240, 7, -10)
+    assert float8_152_def == (5, 2, 16, True, False, 57344, 15, -17)
+    utils = addons.ops.fp8_utils
+    assert utils.ieee_fp16_denorms.max_value == float(np.finfo(np.float16).max)
+    assert utils.ieee_fp32_no_denorms.max_value == pytest.approx(np.finfo(np.float32).max)
+
+
+def test_tensor_truth_value_is_its_length():
+    """``assert variables.fc.weight`` passes for a non-empty first axis; a scalar has no
+    length; ``==`` is identity and gives a bool."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        w = popxl.variable(np.zeros((3, 2), np.float32))
+        empty = popxl.variable(np.zeros((0, 2), np.float32))
+        s = popxl.variable(np.float32(0.0))
+    assert w and len(w) == 3 and not empty
+    with pytest.raises(ValueError, match="Tensor is a scalar and doesn't have a length."):
+        bool(s)
+    assert (w == w) is True and (w == empty) is False and hash(w) == hash(w)
+    with pytest.raises(TypeError):
+        iter(w)
