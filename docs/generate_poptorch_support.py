@@ -139,6 +139,10 @@ def op_rows() -> list[str]:
         done, total = done + ok, total + 1
         why = "" if ok else coverage.NOT_CONVERTED.get(name, "")
         lines.append(f"| `{name}` | {'yes' if ok else 'no'}{': ' + why if why else ''} |")
+    lines += ["", "### Beyond the list", "",
+              "Operations PopTorch converts that its list leaves out, checked by the op sweep "
+              "like the rest:", "", "| operation | converted |", "|---|---|"]
+    lines += [f"| `{name}` | yes |" for name in sorted(coverage.BEYOND_LIST)]
     return [f"{done} of {total} of PopTorch's listed operations are converted, each checked "
             f"against torch eager by the op sweep (`tests/test_poptorch_sweep.py`: forward and "
             f"gradient, float32 and float16); the rest raise `UnsupportedOpError` naming the op "

@@ -107,7 +107,10 @@ CASES: dict[str, list[Case]] = {
     "torch.bincount": [(lambda i: torch.bincount(i, minlength=5), inputs(I(7, hi=5))),
                        (lambda i, w: i.bincount(w, minlength=6), inputs(I(7, hi=5), R(7)))],
     "torch.bucketize": [(lambda x: torch.bucketize(x, torch.tensor([-1.0, 0.0, 0.5])),
-                         inputs(R(3, 4)))],
+                         inputs(R(3, 4))),
+                        (lambda x, b: torch.bucketize(x, b, right=True), inputs(R(3, 4), R(6))),
+                        (lambda x, b: torch.bucketize(x, b, out_int32=True),
+                         inputs(R(2, 5), R(7)))],
     "torch.cat": [(lambda a, b: torch.cat([a, b], 1), inputs(R(3, 4), R(3, 2))),
                   (lambda a, b: torch.cat([a, b]), inputs(R(3, 4), R(1, 4)))],
     "torch.chunk": [(lambda x: torch.chunk(x, 2, 1), inputs(R(3, 4)))],
@@ -402,6 +405,14 @@ CASES: dict[str, list[Case]] = {
                          lambda d: torch.tensor([6, 5]), lambda d: torch.tensor([3, 2]))],
     "torch.nn.Upsample": module(lambda: nn.Upsample(scale_factor=2), IMG2)
     + module(lambda: nn.Upsample(size=(8, 9), mode="bilinear"), IMG2),
+    # -- named by PopTorch's behaviour reference, beyond its list ----------------------------
+    "torch.erfc": unary(torch.erfc),
+    "torch.addmv": [(lambda c, a, b: torch.addmv(c, a, b, alpha=0.0, beta=1.5),
+                     inputs(R(3), R(3, 4), R(4))),
+                    (lambda c, a, b: torch.addmv(c, a, b, alpha=0, beta=0),
+                     inputs(R(3), R(3, 4), R(4))),
+                    (lambda c, a, b: torch.addmv(c, a, b, beta=0.0, alpha=0.5),
+                     inputs(R(3), R(3, 4), R(4)))],
 }
 
 # Random samplers: (fn, inputs, expected mean, expected standard deviation) of the samples.

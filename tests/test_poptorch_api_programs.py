@@ -60,17 +60,17 @@ def test_dynamic_slice_trains_like_narrow():
             self.fc = nn.Linear(8, 8)
 
         def forward(self, x, start, target):
-            window = poptorch.dynamic_slice(self.fc(x), 1, start, 3, 1)
+            window = poptorch.dynamic_slice(self.fc(x), 1, start, 4, 1)
             return window, poptorch.identity_loss((window - target) ** 2, reduction="mean")
 
     torch.manual_seed(1)
     net = Net()
     reference = copy.deepcopy(net)
-    x, target = torch.randn(4, 8), torch.randn(4, 3)
+    x, target = torch.randn(4, 8), torch.randn(4, 4)
     model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
     model(x, torch.tensor([2]), target)
     opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    ((reference.fc(x).narrow(1, 2, 3) - target) ** 2).mean().backward()
+    ((reference.fc(x).narrow(1, 2, 4) - target) ** 2).mean().backward()
     opt.step()
     torch.testing.assert_close(net.fc.weight.detach(), reference.fc.weight.detach())
 

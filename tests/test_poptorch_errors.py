@@ -61,11 +61,16 @@ def test_every_n_period_must_divide_device_iterations(iterations, period):
         model(_batch(2 * iterations)[0])
 
 
-def test_output_return_period_goes_with_every_n_only():
+def test_output_return_period_is_needed_by_every_n_and_ignored_by_the_rest():
     with pytest.raises(AssertionError, match="output_return_period"):
         poptorch.Options().outputMode(poptorch.OutputMode.EveryN)
-    with pytest.raises(AssertionError, match="only used with EveryN"):
-        poptorch.Options().outputMode(poptorch.OutputMode.All, 2)
+    opts = poptorch.Options().deviceIterations(4)
+    opts.outputMode(poptorch.OutputMode.Final, output_return_period=3)
+    assert opts.output_return_period == 3
+    x = _batch(8)[0]
+    net = Net()
+    out = poptorch.inferenceModel(net, opts)(x)
+    torch.testing.assert_close(out, net(x[6:]).detach())
 
 
 def test_pipelined_training_needs_accumulation_to_fill_the_pipeline():

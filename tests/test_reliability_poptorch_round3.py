@@ -341,7 +341,7 @@ SETTERS: dict[tuple[str, str], tuple[Callable[[Any, Any], Any], str, int, int]] 
         (lambda o, v: o["Distributed"].configureProcessId(0, v),
          "Distributed.configureProcessId", 1, MAX),
     ("TensorLocations.numIOTiles", "num_tiles"):
-        (lambda o, v: o["TensorLocations"].numIOTiles(v), "TensorLocations.numIOTiles", 0, 192),
+        (lambda o, v: o["TensorLocations"].numIOTiles(v), "TensorLocations.numIOTiles", 32, 192),
     ("_Popart.setPatterns", "level"):
         (lambda o, v: o["_Popart"].setPatterns({}, v), "_Popart.setPatterns", 0, 3),
     ("TensorLocationSettings.minElementsForOffChip", "min_elements"):
@@ -381,7 +381,7 @@ def test_every_count_setter_refuses_zero_negative_huge_and_non_integers(key) -> 
     if key[0] == "Options.useOfflineIpuTarget":
         bad.append(3)  # versions 2 and 21 only
     if key[0] == "TensorLocations.numIOTiles":
-        bad += [7, 16]  # 0, or even in [32, 192]
+        bad += [0, 7, 16, 33]  # even in [32, 192]
     with torch.random.fork_rng():  # randomSeed seeds torch too
         for value in bad:
             with pytest.raises((ValueError, TypeError, AssertionError)) as info:

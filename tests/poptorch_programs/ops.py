@@ -1,6 +1,7 @@
 """PopTorch user guide, PopTorch's own operations: a layer run on the CPU (``poptorch.CPU``),
 ``MultiConv``, ``serializedMatMul``, ``nop``, ``for_loop`` and ``NameScope``, in one inference
-model and one training model; a ``forward`` with an IPU-only path (``isRunningOnIpu``).
+model and (without ``for_loop``, which PopTorch refuses in training) one training model; a
+``forward`` with an IPU-only path (``isRunningOnIpu``).
 
 ``import poptorch`` became ``import xlgraph.poptorch as poptorch``.
 """
@@ -21,7 +22,7 @@ class Network(nn.Module):
     def my_cpu_op(self, x):
         return x * 2.0
 
-    def forward(self, x):
+    def features(self, x):
         with poptorch.MultiConv():
             a = self.convA(x)
             b = self.convB(x)
@@ -30,11 +31,12 @@ class Network(nn.Module):
         with poptorch.NameScope("head"):
             out = poptorch.serializedMatMul(
                 out, self.fc.weight.t(), poptorch.MatMulSerializationMode.OutputChannels, 2)
-            out = poptorch.nop(out + self.fc.bias)
+            return poptorch.nop(out + self.fc.bias)
 
+    def forward(self, x):
         def body(t):
             return torch.tanh(t) * 1.5
-        return poptorch.for_loop(3, body, [out])[0]
+        return poptorch.for_loop(3, body, [self.features(x)])[0]
 
 
 class IpuOrHost(nn.Module):
@@ -46,7 +48,7 @@ class IpuOrHost(nn.Module):
 
 class TrainingNetwork(Network):
     def forward(self, x, labels):
-        out = super().forward(x)
+        out = self.features(x)   # for_loop is for inference models only
         return out, nn.functional.cross_entropy(out, labels)
 
 

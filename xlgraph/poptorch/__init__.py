@@ -22,7 +22,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise ImportError("xlgraph.poptorch needs torch: pip install 'xlgraph[torch]'") from exc
 
-from xlgraph.poptorch import optim
+from xlgraph.poptorch import _impl, optim
 from xlgraph.poptorch.api_ops import (
     cond,
     custom_op,
@@ -74,6 +74,7 @@ from xlgraph.poptorch.executor import (
     PoplarExecutor,
     inferenceModel,
     registerPostCompileHook,
+    registerPreCompileHook,
     trainingModel,
 )
 from xlgraph.poptorch.identity import identity_loss
@@ -110,7 +111,7 @@ __all__ = [
     "ipu_print_tensor", "isCompilingWithDispatcher", "isRunningOnIpu", "load", "module_repr",
     "nearest", "nop", "optim", "poptorchAtExit",
     "recomputationCheckpoint", "registerCustomArgParser", "registerPostCompileHook",
-    "registerGeometricCustomArgParsers",
+    "registerPreCompileHook", "registerGeometricCustomArgParsers",
     "removeBlocks", "serializedMatMul", "set_available_memory", "set_overlap_for_input",
     "set_overlap_for_output", "setLogLevel", "trainingModel",
 ]
@@ -121,7 +122,7 @@ _LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERR", "OFF")
 def isRunningOnIpu() -> bool:  # noqa: N802
     """True while a model's ``forward`` is captured for the device, False when torch runs it
     on the host (as PopTorch: ``forward`` may take an IPU-only path)."""
-    return capturing()
+    return _impl.isRunningOnIpu()
 
 
 def isCompilingWithDispatcher() -> bool:  # noqa: N802

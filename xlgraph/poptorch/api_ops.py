@@ -15,8 +15,9 @@ from typing import Any
 import torch
 
 from xlgraph import dtypes, ops
+from xlgraph.poptorch.capture import capturing, capturing_training
 from xlgraph.poptorch.enums import MatMulSerializationMode, OverlapMode
-from xlgraph.poptorch.support import refuse
+from xlgraph.poptorch.support import Error, refuse
 
 __all__ = [
     "CONVERSIONS", "cond", "custom_op", "dynamic_slice", "dynamic_update", "for_loop",
@@ -154,16 +155,14 @@ def dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: int
     index ``start`` (a tensor; the region is clamped to fit): ``ceil(size / step)`` elements.
 
     Raises:
-        ValueError: ``dim`` is not a dim of ``tensor``, or ``size``/``step`` is not a
-            positive int, or ``size`` exceeds the dim.
+        poptorch.Error: as PopTorch, a non-int ``dim``/``size``/``step``; when compiled, a
+            ``size`` below 1, a ``step`` below 1 or a ``size`` that does not divide the dim.
     """
+    _check_ints(dim, size, step)
     dim = _dim("dynamic_slice", tensor, dim)
-    for name, value in (("size", size), ("step", step)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"dynamic_slice: {name} must be a positive int, got {value!r}")
-    if size > tensor.shape[dim]:
-        raise ValueError(f"dynamic_slice: size {size} exceeds dim {dim} of a tensor of shape "
-                         f"{tuple(tensor.shape)}")
+    if _check_size(size, step) and tensor.shape[dim] % size:
+        raise Error(f"The size of the slice ({size}) must be a factor of the slicing "
+                    f"dimension ({tensor.shape[dim]}).")
     return _dynamic_slice(tensor, dim, _start(start), size, step)
 
 
@@ -173,9 +172,19 @@ def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int,  # noqa: A0
     ``src``.
 
     Raises:
+        poptorch.Error: as PopTorch, ``src`` of another rank or dtype than ``input``; when
+            compiled, a ``size`` below 1.
         ValueError: ``src``'s shape is not ``input``'s with ``size`` in ``dim``.
     """
+    _check_ints(dim, size)
+    if input.dim() != src.dim():
+        raise Error(f"input and src tensors must have same dimensionality. ({input.dim()}) vs "
+                    f"({src.dim()})")
+    if input.dtype != src.dtype:
+        raise Error(f"input and src tensor must have same dtype. ({input.dtype} vs "
+                    f"{src.dtype})")
     dim = _dim("dynamic_update", input, dim)
+    _check_size(size, 1)
     expected = list(input.shape)
     expected[dim] = size
     if list(src.shape) != expected:
@@ -183,6 +192,27 @@ def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int,  # noqa: A0
                          f"of input {tuple(input.shape)} with size {size} in dim {dim}: "
                          f"{tuple(expected)}")
     return _dynamic_update(input, src, dim, _start(start), size)
+
+
+def _check_ints(dim: Any, size: Any, step: Any = 1) -> None:
+    for value, what in ((dim, "Dimension"), (size, "Size"), (step, "Step")):
+        if not isinstance(value, int):
+            raise Error(f"{what} must be an integer.")
+
+
+def _check_size(size: int, step: int) -> bool:
+    """PopTorch's compile-time checks of a slice's ``size`` and ``step`` (only while the
+    model is captured: torch runs any size on the host); whether they ran."""
+    if not capturing():
+        return False
+    if size == 0:
+        raise Error("The start and end of a slice must be different.")
+    if size < 0:
+        raise Error("Taking a slice of a tensor with the end less than the start is not "
+                    "supported.")
+    if step < 1:
+        raise Error("Slicing step must be at least 1")
+    return True
 
 
 def _dim(op: str, tensor: torch.Tensor, dim: int) -> int:
@@ -197,13 +227,32 @@ def _start(start: Any) -> Any:
     return start if hasattr(start, "shape") or hasattr(start, "node") else torch.tensor(start)
 
 
-def for_loop(count: int, body: Callable[..., Any], inputs: Sequence[torch.Tensor],
+def _inference_only(name: str) -> None:
+    if capturing_training():
+        raise Error(f"poptorch.{name}() is only supported in inference.")
+
+
+def for_loop(count: int, body: Callable[..., Any], inputs: list[torch.Tensor],
              ) -> list[torch.Tensor]:
     """Run ``body(*inputs)`` ``count`` times, feeding each result to the next; returns the
-    last results as a list (the loop is unrolled into the graph)."""
+    last results as a list (the loop is unrolled into the graph). The inputs are passed by
+    value: in-place changes the body makes never reach them.
+
+    Raises:
+        ValueError: ``inputs`` is not a list of tensors (PopTorch's words).
+        poptorch.Error: in a ``trainingModel`` (inference only, as PopTorch).
+    """
+    what = "poptorch.for_loop expects input tensors (inputs) to be a list of tensors."
+    if not isinstance(inputs, list):
+        raise ValueError(f"{what} (Object is not list)")
+    for i, value in enumerate(inputs):
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{what} (Object contained in list at index {i} is not "
+                             f"torch.tensor)")
+    _inference_only("for_loop")
     if not isinstance(count, int) or count < 0:
         raise ValueError(f"for_loop: count must be a non-negative int, got {count!r}")
-    values = list(inputs)
+    values = [t.clone() for t in inputs]
     for _ in range(count):
         out = body(*values)
         out = list(out) if isinstance(out, (list, tuple)) else [out]
@@ -220,7 +269,11 @@ def cond(condition: torch.Tensor, then_body: Callable[..., Any], then_inps: Sequ
 
     Both branches are evaluated and the outputs selected, so the branches must be free of side
     effects and return tensors of the same shapes.
+
+    Raises:
+        poptorch.Error: in a ``trainingModel`` (inference only, as PopTorch).
     """
+    _inference_only("cond")
     then = then_body(*then_inps)
     other = else_body(*else_inps)
     then = list(then) if isinstance(then, (list, tuple)) else [then]

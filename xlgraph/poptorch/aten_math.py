@@ -40,6 +40,11 @@ def _exp2(ctx: Any, x: Tensor) -> Tensor:
     return ops.exp(x * math.log(2.0))
 
 
+@register("aten.erfc.default", promote=True)
+def _erfc(ctx: Any, x: Tensor) -> Tensor:
+    return 1.0 - ops.erf(x)
+
+
 @register("aten.gelu.default", promote=True)
 def _gelu(ctx: Any, x: Tensor, approximate: str = "none") -> Tensor:
     return ops.gelu(x) if approximate == "tanh" else ops.geluerf(x)

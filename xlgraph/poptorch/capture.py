@@ -24,7 +24,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from xlgraph.poptorch.support import Error
 
-__all__ = ["DataDependentError", "capturing", "decompositions", "export_module",
+__all__ = ["DataDependentError", "capturing", "capturing_training", "decompositions",
+           "export_module",
            "module_path", "source_line", "trace_function"]
 
 aten = torch.ops.aten
@@ -100,6 +101,7 @@ def _cumulative_forward(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _CAPTURING: contextvars.ContextVar[bool] = contextvars.ContextVar("capturing", default=False)
+_TRAINING: contextvars.ContextVar[bool] = contextvars.ContextVar("training", default=False)
 
 
 def capturing() -> bool:
@@ -108,8 +110,13 @@ def capturing() -> bool:
     return _CAPTURING.get()
 
 
+def capturing_training() -> bool:
+    """Whether the code running is being captured for a ``trainingModel``."""
+    return _CAPTURING.get() and _TRAINING.get()
+
+
 @contextlib.contextmanager
-def _capturing() -> Iterator[None]:
+def _capturing(training: bool = False) -> Iterator[None]:
     """What capture changes while it runs: oneDNN off (LSTM decomposes into matmuls),
     BatchNorm's cumulative average in tensor ops, no argument validation in
     ``torch.distributions`` (its checks read tensor values), CTC loss as one op, and three
@@ -128,7 +135,7 @@ def _capturing() -> Iterator[None]:
     Distribution.set_default_validate_args(False)
     torch.nn.functional.ctc_loss = ctc_loss_op
     torch.bincount = torch.Tensor.bincount = bincount_op
-    token = _CAPTURING.set(True)
+    token, training_token = _CAPTURING.set(True), _TRAINING.set(training)
     try:
         with warnings.catch_warnings():
             # torch 2.13 warns about its own internals here (export's pytree, oneDNN's TF32 on
@@ -148,6 +155,7 @@ def _capturing() -> Iterator[None]:
         torch.nn.functional.ctc_loss = ctc
         torch.bincount, torch.Tensor.bincount = bincount, tensor_bincount
         _CAPTURING.reset(token)
+        _TRAINING.reset(training_token)
 
 
 def _module_path(model: torch.nn.Module, tb: Any) -> str:
@@ -195,16 +203,17 @@ def _attributes_as_buffers(model: torch.nn.Module) -> Iterator[set[str]]:
             module.__dict__[name] = value
 
 
-def export_module(model: torch.nn.Module, args: tuple[Any, ...],
-                  kwargs: dict[str, Any]) -> torch.export.ExportedProgram:
-    """``model(*args, **kwargs)`` as a core-ATen ``ExportedProgram`` (shapes as given).
+def export_module(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  training: bool = False) -> torch.export.ExportedProgram:
+    """``model(*args, **kwargs)`` as a core-ATen ``ExportedProgram`` (shapes as given), for a
+    ``trainingModel`` when ``training``.
 
     Raises:
         DataDependentError: ``forward`` branches on a tensor's value; names the module path
             and the user's line, and suggests ``poptorch.cond``.
     """
     try:
-        with _capturing(), _attributes_as_buffers(model) as constants:
+        with _capturing(training), _attributes_as_buffers(model) as constants:
             program = torch.export.export(model, args, kwargs, strict=False)
             program = program.run_decompositions(decompositions())
     except Exception as exc:

@@ -7,6 +7,12 @@ forward and backward, in float32 and float16.
 
 from __future__ import annotations
 
+# Operations PopTorch's behaviour reference names that its supported-ops list leaves out.
+BEYOND_LIST: frozenset[str] = frozenset({
+    "torch.addmv",
+    "torch.erfc",
+})
+
 COVERED: frozenset[str] = frozenset({
     "tensor.expand",
     "tensor.expand_as",
@@ -226,7 +232,7 @@ COVERED: frozenset[str] = frozenset({
     "torch.where",
     "torch.zeros",
     "torch.zeros_like",
-})
+}) | BEYOND_LIST
 
 # Listed by PopTorch but not converted, and why (the support page shows the reason).
 NOT_CONVERTED: dict[str, str] = {

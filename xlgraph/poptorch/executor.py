@@ -30,14 +30,13 @@ from xlgraph.poptorch.executor_calls import (  # noqa: F401 - the old path re-ex
     _to_torch,
 )
 from xlgraph.poptorch.executor_compile import (  # noqa: F401 - the old path re-exports them
-    _POST_COMPILE_HOOKS,
     _compile_bar,
     _Compiled,
     _CompileStep,
     _concrete,
-    _HookHandle,
     _ipu_model,
     registerPostCompileHook,
+    registerPreCompileHook,
 )
 from xlgraph.poptorch.executor_weights import (  # noqa: F401 - the old path re-exports them
     _anchor_key,
@@ -49,7 +48,7 @@ from xlgraph.poptorch.options import Options
 from xlgraph.poptorch.support import Error
 
 __all__ = ["Error", "PoplarExecutor", "trainingModel", "inferenceModel",
-           "registerPostCompileHook"]
+           "registerPostCompileHook", "registerPreCompileHook"]
 
 
 class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
@@ -276,8 +275,13 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         return int(round(compiled.session.report().estimated_cycles_per_run))
 
     def compilationTime(self) -> float:  # noqa: N802
-        """Seconds the last compilation took."""
-        self._require_compiled()
+        """Seconds the last compilation took (measured with the compilation progress bar
+        on, as PopTorch)."""
+        if self._compiled is None:
+            raise Error("Please compile the model before obtaining compilation time.")
+        if not self.options.show_compilation_progress_bar:
+            raise Error("Please set showCompilationProgressBar option to obtain compilation "
+                        "time.")
         return self._compile_seconds
 
     def getPerfCounters(self) -> dict[str, list[Any]]:  # noqa: N802

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,12 @@ from xlgraph.poptorch import optim as pt_optim
 from xlgraph.poptorch import optim_changes, replica_grouped, weights
 from xlgraph.poptorch.arguments import CompiledInputs
 from xlgraph.poptorch.blocks import custom_structures, recorded_blocks, static_blocks
+from xlgraph.poptorch.compile_hooks import (
+    registerPostCompileHook,
+    registerPreCompileHook,
+    run_post_compile_hooks,
+    run_pre_compile_hooks,
+)
 from xlgraph.poptorch.enums import (
     HalfFloatCastingBehavior,
     ReductionType,
@@ -41,10 +46,7 @@ from xlgraph.runtime import Session
 from xlgraph.tensor import TensorSpec, variable
 from xlgraph.training import build_inference, build_train_step
 
-__all__ = ["registerPostCompileHook"]
-
-
-_POST_COMPILE_HOOKS: list[Callable[[], None]] = []
+__all__ = ["registerPostCompileHook", "registerPreCompileHook"]
 
 
 @dataclass
@@ -60,24 +62,6 @@ class _Compiled:
     fast: FastCall | None
     optimizer: Any = None
     seed: Any = None
-
-
-class _HookHandle:
-    def __init__(self, hook: Callable[[], None]) -> None:
-        self.hook = hook
-
-    def remove(self) -> None:
-        if self.hook in _POST_COMPILE_HOOKS:
-            _POST_COMPILE_HOOKS.remove(self.hook)
-
-
-def registerPostCompileHook(hook: Callable[[], None]) -> _HookHandle:  # noqa: N802
-    """Call ``hook()`` after every compilation of a wrapped model; ``.remove()`` the handle
-    to stop."""
-    if not callable(hook):
-        raise TypeError(f"registerPostCompileHook: {hook!r} is not callable")
-    _POST_COMPILE_HOOKS.append(hook)
-    return _HookHandle(hook)
 
 
 def _compile_bar(show: bool) -> tqdm:
@@ -124,6 +108,7 @@ class _CompileStep:
 
     def _compile(self, args: dict[str, Any]) -> None:
         self._compiled_args = args  # the signature save() exports
+        run_pre_compile_hooks()
         if self.training and not self._hooked:  # compiled again after destroy()
             weights.hook_module(self._user_model, self)
             self._hooked = True
@@ -227,5 +212,4 @@ class _CompileStep:
         bar.close()
         self._compile_seconds = time.perf_counter() - start
         self._write_profile()
-        for hook in list(_POST_COMPILE_HOOKS):
-            hook()
+        run_post_compile_hooks()

@@ -23,15 +23,20 @@ def _mm(ctx: Any, a: Tensor, b: Tensor) -> Tensor:
 
 
 def _blas(batch_sum: bool) -> Any:
-    """``beta * bias + alpha * (a @ b)``, the product summed over the batch for ``addbmm``;
-    with ``beta == 0`` the bias is ignored, NaNs included, as in torch."""
+    """``beta * bias + alpha * (a @ b)``, the product summed over the batch for ``addbmm``; a
+    term whose scale is 0 is not computed, so its NaNs do not propagate, as in torch."""
     def convert(ctx: Any, bias: Tensor, a: Tensor, b: Tensor, *, beta: Any = 1,
                 alpha: Any = 1) -> Tensor:
+        shape = tuple(ctx.val.shape)
+        if alpha == 0:
+            term = bias if beta == 1 else bias * beta
+            if beta == 0:
+                term = constant(np.zeros(shape, bias.dtype.as_numpy()))
+            return term if term.shape == shape else ops.expand(term, shape)
         product = ops.matmul(a, b)
         product = ops.sum(product, 0) if batch_sum else product
         product = product if alpha == 1 else product * alpha
         if beta == 0:
-            shape = tuple(ctx.val.shape)
             return product if product.shape == shape else ops.expand(product, shape)
         return product + (bias if beta == 1 else bias * beta)
     return convert

@@ -214,7 +214,7 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
         DataDependentError: ``forward`` branches on a tensor value.
     """
     call_args, call_kwargs = split_arguments(model, args)
-    program = export_module(model, call_args, call_kwargs)
+    program = export_module(model, call_args, call_kwargs, training)
     flat_args = pytree.tree_leaves((call_args, call_kwargs))
     graph = ir.create_empty_graph(name)
     seeds = SeedInput()

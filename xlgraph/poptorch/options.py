@@ -180,15 +180,12 @@ class Options(OptionsDict):
 
     def outputMode(self, output_mode: OutputMode,  # noqa: N802
                    output_return_period: int | None = None) -> Options:
-        """Which steps' outputs a call returns (``OutputMode``; ``EveryN`` needs a period)."""
+        """Which steps' outputs a call returns (``OutputMode``; ``EveryN`` needs a period,
+        which other modes ignore, as PopTorch does)."""
         mode = OutputMode(output_mode)
         if mode == OutputMode.EveryN:
             output_return_period = whole("Options.outputMode(OutputMode.EveryN)",
                                          "output_return_period", output_return_period)
-        elif output_return_period is not None and whole(
-                "Options.outputMode", "output_return_period", output_return_period) != 1:
-            raise OptionValueError(f"Options.outputMode: output_return_period is only used "
-                                   f"with EveryN, not {mode.name}; got {output_return_period}")
         self._set("output_mode", mode)
         return self._set("output_return_period", output_return_period or 1)
 

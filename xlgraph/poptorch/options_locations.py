@@ -58,10 +58,10 @@ class _TensorLocationOptions(OptionsDict):
 
     def numIOTiles(self, num_tiles: int) -> _TensorLocationOptions:  # noqa: N802
         """Tiles reserved for IO (the ipu_model spreads compute over the others)."""
-        num_tiles = whole("TensorLocations.numIOTiles", "num_tiles", num_tiles, 0, 192)
-        if num_tiles and not 32 <= num_tiles <= 192 or num_tiles % 2:
-            raise OptionValueError(f"TensorLocations.numIOTiles: num_tiles must be 0 or an "
-                                   f"even number in [32, 192], got {num_tiles}")
+        if isinstance(num_tiles, bool) or not isinstance(num_tiles, int) or \
+                not 32 <= num_tiles <= 192 or num_tiles % 2:
+            raise OptionValueError(f"numIOTiles must be an even number between 32 and 192. "
+                                   f"(TensorLocations.numIOTiles: num_tiles={num_tiles!r})")
         return self._set("num_io_tiles", num_tiles)
 
     def _location(self, key: str, location: TensorLocationSettings) -> _TensorLocationOptions:

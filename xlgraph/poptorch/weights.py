@@ -25,7 +25,7 @@ import torch
 
 from xlgraph.tensor import Variable
 
-__all__ = ["WeightSync", "hook_module", "unhook_module", "fetch_trained"]
+__all__ = ["WeightSync", "hook_module", "unhook_module", "fetch_trained", "is_hooked"]
 
 _OWNER = "_xlgraph_poptorch_sync"
 
@@ -199,6 +199,11 @@ def hook_module(model: torch.nn.Module, sync: Any) -> None:
     for m in model.modules():
         m.__dict__[_OWNER] = sync
         m.__class__ = _synced_class(type(m))
+
+
+def is_hooked(module: Any) -> bool:
+    """Whether ``module``'s class is the synced subclass a training model gave it."""
+    return isinstance(module, _SyncOnRead)
 
 
 def unhook_module(model: torch.nn.Module) -> None:
