@@ -1,7 +1,6 @@
 """PopTorch's helpers and small ops as PopTorch programs use them: ``poptorch._impl``, the
 compile hooks, ``for_loop``/``cond`` (inputs by value, inference only), ``addmv`` with zero
-scales, ``erfc`` and a few option checks; values
-against torch eager."""
+scales, ``erfc`` and a few option checks; values against torch eager."""
 
 from __future__ import annotations
 
