@@ -54,7 +54,8 @@ def argument_key(arg: Any) -> Hashable:
     """The exact key of one argument.
 
     Tensors by spec; lists, tuples, dicts and sets by type and items; addons modules by class
-    and settings; numpy arrays and scalars by type, dtype, shape and bytes; floats by their bits
+    and every setting, private ones included (``_module_key``), or by the ``__hash__`` their
+    class defines; numpy arrays and scalars by type, dtype, shape and bytes; floats by their bits
     (``0.0`` and ``-0.0`` differ); functions, classes, graphs and other objects without their
     own ``==`` by identity (held, so the address is not reused); other hashable objects by type
     and ``==``; other unhashable objects by type and attributes.
@@ -96,8 +97,7 @@ def _container_key(arg: Any, path: list[int]) -> Hashable:
     if isinstance(arg, set | frozenset):
         return (type(arg), frozenset(_key(v, path) for v in arg))
     if is_module(arg):
-        settings = {k: v for k, v in vars(arg).items() if not k.startswith("_")}
-        return ("module", type(arg), _key(settings, path))
+        return _module_key(arg, path)
     try:
         hash(arg)
     except TypeError:  # unhashable: by its attributes, or its buffer, or itself
@@ -105,6 +105,30 @@ def _container_key(arg: Any, path: list[int]) -> Hashable:
     # functions, classes, graphs and other objects hashed by identity are held, so their
     # address is not reused while the key lives; objects with their own ``==`` are taken at it
     return (type(arg), _Same(arg) if _by_identity(arg) else arg)
+
+
+def _module_key(module: Any, path: list[int]) -> Hashable:
+    """A module whose class defines ``__hash__`` is keyed by it, as popxl-addons keys modules:
+    instances of equal hash share a graph, and a class that also defines ``__eq__`` decides
+    with ``==`` (so colliding hashes, ``hash(-1) == hash(-2)``, stay apart). Any other module
+    by its class and every attribute but ``Module``'s own records (``Module._record``): a
+    private setting (``self._k``) counts, and a setting changed between two builds makes a new
+    graph, while alike modules (two ``Linear(512)``) share one."""
+    cls = type(module)
+    if _user_defined(cls, "__hash__") and cls.__hash__ is not None:
+        if _user_defined(cls, "__eq__"):
+            return ("module", cls, module)
+        return ("module", cls, "hash", hash(module))
+    record = getattr(cls, "_record", frozenset())
+    settings = {k: v for k, v in vars(module).items() if k not in record}
+    return ("module", cls, _key(settings, path))
+
+
+def _user_defined(cls: type, name: str) -> bool:
+    """Whether ``cls`` takes method ``name`` from a class other than ``object`` and
+    xlgraph's own."""
+    owner = next(k for k in cls.__mro__ if name in vars(k))
+    return owner is not object and owner.__module__.partition(".")[0] != "xlgraph"
 
 
 def _unhashable_key(arg: Any, path: list[int]) -> Hashable:

@@ -53,9 +53,11 @@ class GraphCache:
 
     ``create_graph(module, ...)`` returns ``(factories, GraphWithNamedArgs)`` as
     ``Module.create_graph`` does; ``create_graph(fn, ...)`` returns a ``popxl.Graph``. A second
-    request with the same function (or a module of the same class and settings) and arguments
-    of the same specs and values returns the graph made the first time. Keys are exact
-    (``cache_key.argument_key``): values and types, never a hash or an id alone.
+    request with the same function (or module) and arguments of the same specs and values
+    returns the graph made the first time. Argument keys are exact (``cache_key.argument_key``):
+    values and types, never a hash or an id alone. A module is keyed by its class and every
+    setting (private ones too), or, as popxl-addons keys it, by the ``__hash__`` (and
+    ``__eq__``) its class defines.
     """
 
     def __init__(self) -> None:
