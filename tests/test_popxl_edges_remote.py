@@ -19,7 +19,7 @@ def _run(ir: popxl.Ir, streams: list) -> list[np.ndarray]:
     return [out[s] for s in streams]
 
 
-@pytest.mark.parametrize("n, shape", [(1, (3, 4)), (2, (3, 4)), (4, (5,)), (8, (2, 3))])
+@pytest.mark.parametrize("n, shape", [(2, (3, 4)), (4, (5,)), (8, (2, 3))])
 def test_sharded_variable_on_a_plain_buffer_takes_its_meta_shape(n, shape) -> None:
     """PopXL: remote_replica_sharded_variable on ``remote_buffer((ceil(nelms / n),), dtype)``
     sets the buffer's meta_shape to the variable's shape, so its loads carry it and
@@ -39,16 +39,34 @@ def test_sharded_variable_on_a_plain_buffer_takes_its_meta_shape(n, shape) -> No
     assert v.location_info.replicated_tensor_sharding == popxl.ReplicatedTensorSharding.On
     with popxl.Session(ir, "ipu_model") as session:
         out = session.run()[s]
-        np.testing.assert_array_equal(out, np.broadcast_to(data, (n, *shape)) if n > 1 else data)
+        np.testing.assert_array_equal(out, np.broadcast_to(data, (n, *shape)))
         np.testing.assert_array_equal(session.get_tensor_data(v), data * data)
 
 
-def test_sharded_variable_refuses_a_buffer_of_the_wrong_shard_shape() -> None:
-    """PopXL: the buffer must hold one flat shard of the variable (ValueError otherwise)."""
+def test_sharded_variable_needs_replicas() -> None:
+    """PopXL: remote_replica_sharded_variable raises ValueError on an Ir of one replica."""
+    ir = popxl.Ir()
+    with ir.main_graph, pytest.raises(ValueError, match="replica"):
+        popxl.remote_replica_sharded_variable(np.zeros(4, np.float32),
+                                              popxl.remote_buffer((2,), popxl.float32), 0)
+
+
+def test_sharded_variable_takes_a_buffer_of_the_whole_shape() -> None:
+    """PopXL never checks a plain buffer's entry shape: ``RemoteBuffer([5], ...)`` for a
+    5-element variable over 2 replicas works, and loads give the 3-element shard."""
     ir = popxl.Ir(replication=2)
-    with ir.main_graph, pytest.raises(ValueError, match=r"needs entries of shape \(3,\)"):
-        popxl.remote_replica_sharded_variable(np.zeros(5, np.float32),
-                                              popxl.remote_buffer((5,), popxl.float32), 0)
+    data = np.arange(5, dtype=np.float32)
+    with ir.main_graph:
+        buffer = popxl.RemoteBuffer([5], popxl.float32, 1)
+        v = popxl.remote_replica_sharded_variable(data, buffer, 0)
+        shard = ops.remote_load(buffer, 0)
+        full = ops.collectives.replicated_all_gather(shard)
+        s = popxl.d2h_stream(full.shape, full.dtype, "full")
+        ops.host_store(s, full)
+    assert shard.shape == (3,) and full.shape == (5,)
+    with popxl.Session(ir, "ipu_model") as session:
+        np.testing.assert_array_equal(session.run()[s], np.stack([data, data]))
+        np.testing.assert_array_equal(session.get_tensor_data(v), data)
 
 
 @pytest.mark.parametrize("n, group_size", [(1, 1), (2, 2), (4, 2), (8, 4)])

@@ -39,21 +39,43 @@ def replica_sharded_buffer(shape: tuple[int, ...], dtype: dtype,
                            replica_grouping: ReplicaGrouping | None = None,
                            shard_over: int | ReplicaGrouping | None = None,
                            entries: int = 1) -> RemoteBuffer:
-    """A buffer for tensors of ``shape`` split over ``shard_over`` replicas (default: the
-    group size; a ReplicaGrouping counts its group size), each keeping a flat, zero-padded
-    shard."""
+    """A buffer for the variables of ``replica_grouping`` (its ``const_rg``), each group's value
+    split over ``shard_over`` of its replicas (default: the group size), each keeping a flat,
+    zero-padded shard. With several groups ``shape`` leads with the group dimension, which the
+    buffer's ``meta_shape`` (one group's value) drops, as in PopXL."""
     ir = get_ir()
+    grouping = (replica_grouping or ir.replica_grouping()).const_rg
+    if grouping.num_groups > 1:
+        shape = tuple(shape)[1:]
     if shard_over is None:
-        shard_over = (replica_grouping or ir.replica_grouping()).group_size
+        shard_over = grouping.group_size
     elif isinstance(shard_over, ReplicaGrouping):  # a grouping: shard over its members
         shard_over = shard_over.group_size
-    if ir.replication_factor % shard_over:
-        raise ValueError(f"shard_over={shard_over} does not divide {ir.replication_factor} "
-                         f"replicas")
-    shard = math.ceil(math.prod(shape) / shard_over)
-    buffer = RemoteBuffer((shard,), dtype, entries, meta_shape=tuple(shape), shard_over=shard_over)
+    _check_shard_over(int(shard_over), grouping)
+    buffer = RemoteBuffer((math.ceil(math.prod(shape) / shard_over),), dtype, entries)
+    _shard(buffer, tuple(shape), grouping, int(shard_over))
     ir.remote_buffers.append(buffer)
     return buffer
+
+
+def _check_shard_over(shard_over: int, grouping: ReplicaGrouping) -> None:
+    if not 0 < shard_over <= grouping.group_size:
+        raise ValueError(f"shard_over ({shard_over}) must be between 1 and the replica "
+                         f"grouping's group size ({grouping.group_size}) [at "
+                         f"{user_source_line()}]")
+    if grouping.group_size % shard_over:
+        raise ValueError(f"shard_over ({shard_over}) must divide the replica grouping's group "
+                         f"size ({grouping.group_size}) [at {user_source_line()}]")
+
+
+def _shard(buffer: RemoteBuffer, meta_shape: tuple[int, ...], grouping: ReplicaGrouping,
+           shard_over: int) -> None:
+    """Make ``buffer`` hold shards of ``meta_shape`` tensors: ``shard_over`` consecutive members
+    of each group of ``grouping`` split one value, in the order of the group's members."""
+    buffer.meta_shape = meta_shape
+    buffer.shard_over = shard_over
+    buffer.shard_grouping = ReplicaGrouping.from_stride(grouping.num_replicas, grouping.stride,
+                                                        shard_over)
 
 
 def _check_entry(buffer: RemoteBuffer, offset: int, name: str | None) -> None:
@@ -69,14 +91,17 @@ def remote_variable(data: Any, remote_buffer: RemoteBuffer, offset: int = 0,
                     retrieval_mode: str | None = "one_per_group", log2_scale: int | None = None,
                     nan_on_overflow: bool | None = None) -> Variable:
     """A variable stored in entry ``offset`` of ``remote_buffer``; load it with
-    ``ops.remote_load``. Arguments as for ``variable``."""
+    ``ops.remote_load``. Arguments as for ``variable``. As in PopXL the value's shape need not be
+    the entry shape, only its element count: ``ops.remote_load`` gives the entry shape."""
     _check_entry(remote_buffer, offset, name)
     v = variable(data, dtype or remote_buffer.tensor_dtype, name, downcast,
                  replica_grouping=replica_grouping, retrieval_mode=retrieval_mode,
                  log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
-    if v.shape != remote_buffer.tensor_shape or v.dtype is not remote_buffer.tensor_dtype:
+    if v.nelms != math.prod(remote_buffer.tensor_shape) or \
+            v.dtype is not remote_buffer.tensor_dtype:
         raise ShapeError(f"remote variable {v.id} is {v.spec} but {remote_buffer} holds "
-                         f"{remote_buffer.tensor_dtype.name}{list(remote_buffer.tensor_shape)}")
+                         f"{remote_buffer.tensor_dtype.name}{list(remote_buffer.tensor_shape)} "
+                         f"[at {user_source_line()}]")
     v.remote = RemoteLocation(remote_buffer, offset, sharded=False)
     return v
 
@@ -88,38 +113,35 @@ def remote_replica_sharded_variable(data: Any, remote_buffer: RemoteBuffer, offs
                                     retrieval_mode: str | None = "one_per_group",
                                     log2_scale: int | None = None,
                                     nan_on_overflow: bool | None = None) -> Variable:
-    """A variable of the buffer's ``meta_shape`` whose replicas each store one shard in entry
-    ``offset``."""
+    """A variable (one value per group of ``replica_grouping``) whose value each group splits
+    over its replicas, each storing one flat shard in entry ``offset``. A buffer without a
+    ``meta_shape`` gets the variable's (and entries of one shard); one with another
+    ``meta_shape`` is refused (``ValueError``), as in PopXL."""
+    ir = get_ir()
+    if ir.replication_factor <= 1:
+        raise ValueError(f"replica-sharded variable {name!r} needs more than one replica, the "
+                         f"Ir has replication_factor {ir.replication_factor} [at "
+                         f"{user_source_line()}]")
     _check_entry(remote_buffer, offset, name)
+    grouping = replica_grouping or ir.replica_grouping()
     arr = to_numpy(data, dtype or remote_buffer.tensor_dtype, downcast,
                    copy=not isinstance(data, np.memmap), log2_scale=log2_scale,
                    nan_on_overflow=nan_on_overflow)  # a memmap stays one (written back)
+    meta = arr.shape[1:] if grouping.num_groups > 1 else arr.shape
     if not remote_buffer.meta_shape and remote_buffer.storage is None:
-        _shard_plain_buffer(remote_buffer, arr, replica_grouping, name)
-    if arr.shape != remote_buffer.meta_shape:
-        raise ShapeError(f"replica-sharded variable {name!r}: data of shape {arr.shape} for "
-                         f"{remote_buffer}, which shards tensors of shape "
-                         f"{remote_buffer.meta_shape}")
+        const = grouping.const_rg
+        remote_buffer.set_remote_buffer_info(
+            remote_buffer.tensor_dtype, (math.ceil(math.prod(meta) / const.group_size),),
+            remote_buffer.entries)
+        _shard(remote_buffer, meta, const, const.group_size)
+    elif tuple(remote_buffer.meta_shape) != tuple(meta):
+        raise ValueError(f"Cannot use {remote_buffer} for replica sharded variable of shape "
+                         f"{meta}: the buffer's meta_shape is {remote_buffer.meta_shape} [at "
+                         f"{user_source_line()}]")
     v = variable(arr, name=name, replica_grouping=replica_grouping,
                  retrieval_mode=retrieval_mode)
     v.remote = RemoteLocation(remote_buffer, offset, sharded=True)
     return v
-
-
-def _shard_plain_buffer(buffer: RemoteBuffer, arr: np.ndarray,
-                        replica_grouping: ReplicaGrouping | None, name: str | None) -> None:
-    """Give a plain buffer (``remote_buffer((shard,), dtype)``) the meta_shape of the tensor
-    it shards, as PopXL's ``remote_replica_sharded_variable`` does; its entries must hold one
-    flat shard of ``ceil(nelms / group size)`` elements."""
-    shard_over = (replica_grouping or get_ir().replica_grouping()).group_size
-    shard = (math.ceil(arr.size / shard_over),)
-    if buffer.tensor_shape != shard:
-        raise ShapeError(
-            f"replica-sharded variable {name!r}: data of shape {arr.shape} split over "
-            f"{shard_over} replicas needs entries of shape {shard}, but {buffer} holds "
-            f"{buffer.tensor_dtype.name}{list(buffer.tensor_shape)} [at {user_source_line()}]")
-    buffer.meta_shape = arr.shape
-    buffer.shard_over = shard_over
 
 
 def replica_sharded_variable(data: Any, dtype: dtype | None = None, name: str | None = None,

@@ -55,8 +55,8 @@ def create_remote_buffer(spec: popxl.TensorSpec | popxl.Tensor, entries: int = 1
         if math.prod(spec.shape) % shard:
             raise ValueError(f"create_remote_buffer: {math.prod(spec.shape)} elements of "
                              f"{spec.shape} do not divide into {shard} shards")
-        return popxl.replica_sharded_buffer(spec.shape, spec.dtype, replica_group, shard,
-                                            entries)
+        shape = (group.num_groups, *spec.shape) if group.num_groups > 1 else spec.shape
+        return popxl.replica_sharded_buffer(shape, spec.dtype, group, shard, entries)
     return popxl.remote_buffer(spec.shape, spec.dtype, entries)
 
 

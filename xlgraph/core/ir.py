@@ -128,7 +128,8 @@ class Ir:
         return self.instance_index * self.instance_replication_factor
 
     def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
-        """Groups of ``group_size`` replicas (default: all) whose members are ``stride`` apart."""
+        """Groups of ``group_size`` replicas whose members are ``stride`` apart; ``group_size``
+        defaults to ``replication_factor // stride`` (as PopXL)."""
         return ReplicaGrouping.from_stride(self.replication_factor, stride, group_size)
 
     def replica_grouping_from_assignments(self, assignment: list[int]) -> ReplicaGrouping:

@@ -15,6 +15,7 @@ from xlgraph.dtypes import dtype
 
 if TYPE_CHECKING:
     from xlgraph.core.tensor import Tensor
+    from xlgraph.replica_grouping import ReplicaGrouping
 
 __all__ = ["RemoteBuffer", "RemoteLocation"]
 
@@ -25,7 +26,8 @@ class RemoteBuffer:
     """``entries`` slots of ``tensor_shape``/``tensor_dtype`` in off-chip memory, per replica.
 
     For a replica-sharded buffer, ``tensor_shape`` is one shard, ``meta_shape`` the whole tensor
-    and ``shard_over`` the number of replicas that split it.
+    and ``shard_over`` the number of replicas that split it: the members of one group of
+    ``shard_grouping``, in order.
     """
 
     def __init__(self, tensor_shape: tuple[int, ...], tensor_dtype: dtype, entries: int, *,
@@ -34,6 +36,7 @@ class RemoteBuffer:
         self.set_remote_buffer_info(tensor_dtype, tensor_shape, entries)
         self.meta_shape = tuple(meta_shape)
         self.shard_over = shard_over
+        self.shard_grouping: ReplicaGrouping | None = None  # whose groups split one value
         self.storage: np.ndarray | None = None  # set by the Session that runs the Ir
 
     def set_remote_buffer_info(self, tensor_dtype: dtype, tensor_shape: tuple[int, ...],

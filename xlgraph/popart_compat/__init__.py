@@ -15,7 +15,7 @@ import enum
 
 from xlgraph.errors import ExecutionError, XlgraphError
 from xlgraph.options import SessionOptions
-from xlgraph.replica_grouping import CommGroup, CommGroupType
+from xlgraph.replica_grouping import CommGroup, CommGroupType, VariableRetrievalMode
 
 __all__ = ["SessionOptions", "VariableRetrievalMode", "ReductionType", "CommGroupType",
            "CommGroup", "popart_exception", "poplar_exception", "poplar_runtime_error",
@@ -60,14 +60,6 @@ class DeviceInfo:
     def __repr__(self) -> str:
         return (f"DeviceInfo(type={self.type.name}, numIpus={self.numIpus}, "
                 f"tilesPerIPU={self.tilesPerIPU})")
-
-
-class VariableRetrievalMode(enum.Enum):
-    """What ``Session.get_tensor_data`` returns for a replica-grouped variable; the values are
-    PopXL's ``retrieval_mode`` strings, and ``popxl.variable`` takes either."""
-
-    OnePerGroup = "one_per_group"
-    AllReplicas = "all_replicas"
 
 
 class ReductionType(enum.Enum):

@@ -10,6 +10,7 @@ import numpy as np
 from xlgraph.errors import DistributedError, GraphMismatchError
 from xlgraph.ir import Ir
 from xlgraph.remote import RemoteBuffer
+from xlgraph.replica_grouping import ReplicaGrouping
 from xlgraph.runtime.replica_layout import ReplicaLayout
 from xlgraph.tensor import Variable
 
@@ -52,10 +53,13 @@ class RemoteMemory:
         """Every buffer's storage (for the Session's snapshot of a run)."""
         return [b.storage for b in self.buffers]
 
-    def _shards(self, v: Variable) -> list[tuple[int, int]]:
-        """``(local replica, shard index)`` for each local replica of a sharded variable."""
-        n = v.remote.buffer.shard_over
-        return [(r - self.layout.offset, r % n) for r in self.layout.mine]
+    def _shard_groups(self, v: Variable) -> list[tuple[int, ...]]:
+        """For each local replica of a sharded variable, the replicas that split its value
+        (in shard order)."""
+        buffer = v.remote.buffer
+        grouping = buffer.shard_grouping or ReplicaGrouping.from_stride(
+            self.layout.total, 1, buffer.shard_over)
+        return [grouping.members(grouping.assignment[r]) for r in self.layout.mine]
 
     def _entry(self, v: Variable) -> np.ndarray:
         """The storage view of ``v``'s entry, with the replica axis when replicated."""
@@ -63,21 +67,23 @@ class RemoteMemory:
         return storage[:, offset, ...] if self.layout.replicated else storage[offset, ...]
 
     def write(self, v: Variable, host: np.ndarray) -> None:
-        """Store host data (``shape_on_host``) of remote variable ``v``."""
+        """Store host data (``shape_on_host``) of remote variable ``v``: each replica its
+        group's value, or its shard of it."""
         values = np.asarray(self.layout.expand(v, host))
         entry = self._entry(v)
-        if not v.remote.sharded:
-            entry[...] = values
-            return
         lead = values.shape[: values.ndim - v.rank]
+        if not v.remote.sharded:
+            entry[...] = values.reshape(*lead, *entry.shape[len(lead):])
+            return
         shard, n = v.remote.buffer.tensor_shape[0], v.remote.buffer.shard_over
         flat = np.zeros((*lead, shard * n), values.dtype)
         flat[..., : v.nelms] = values.reshape(*lead, -1)
         if not self.layout.replicated:
             entry[...] = flat
             return
-        for local, r in enumerate(self.layout.mine):
-            index = r % n
+        for local, (r, members) in enumerate(zip(self.layout.mine, self._shard_groups(v),
+                                                 strict=True)):
+            index = members.index(r)
             entry[local] = flat[local, index * shard:(index + 1) * shard]
 
     def read(self, v: Variable, host: np.ndarray) -> np.ndarray:
@@ -85,25 +91,27 @@ class RemoteMemory:
         entry = self._entry(v)
         if v.remote.sharded:
             entry = self._unshard(v, entry)
+        else:
+            entry = entry.reshape(*entry.shape[: entry.ndim - len(v.remote.buffer.tensor_shape)],
+                                  *v.shape)
         return self.layout.retrieve(v, entry, host)
 
     def _unshard(self, v: Variable, shards: np.ndarray) -> np.ndarray:
         """Each local replica's full value, from the shards of its shard group. A group spread
         over instances is gathered from them: every instance reads the variable (as every
         instance of a PopXL job calls ``get_tensor_data``), or the read fails naming it."""
-        n = v.remote.buffer.shard_over
         if not self.layout.replicated:
             return shards[: v.nelms].reshape(v.shape)
+        groups = self._shard_groups(v)
         first = self.layout.offset
-        if self.layout.local % n or first % n:
+        if any(m not in self.layout.mine for members in groups for m in members):
             if self.exchange is None:
                 raise DistributedError(
                     f"{v.id}: its shards are spread over instances; read it where a whole "
-                    f"shard group of {n} replicas runs"
+                    f"shard group of {v.remote.buffer.shard_over} replicas runs"
                 )
             shards = self.exchange.allgather(np.ascontiguousarray(shards),
                                              f"read of sharded variable {v.id}")
             first = 0
-        starts = [(r // n) * n - first for r in self.layout.mine]
-        return np.stack([shards[s:s + n].reshape(-1)[: v.nelms].reshape(v.shape)
-                         for s in starts])
+        return np.stack([shards[[m - first for m in members]].reshape(-1)[: v.nelms]
+                         .reshape(v.shape) for members in groups])

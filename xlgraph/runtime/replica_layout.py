@@ -23,6 +23,7 @@ class ReplicaLayout:
 
     def __init__(self, ir: Ir) -> None:
         self.replicated = ir.replication_factor > 1
+        self.total = ir.replication_factor
         self.local = ir.instance_replication_factor
         self.offset = ir.replica_offset
         self.mine = range(self.offset, self.offset + self.local)
