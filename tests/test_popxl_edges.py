@@ -219,10 +219,11 @@ def test_tensor_data_of_constants_grouped_all_replicas_remote_and_sharded() -> N
     session.write_variables_data({grouped: np.zeros((2, 2), np.float32),
                                   remote: np.ones(2, np.float32),
                                   sharded: np.full(8, 4.0, np.float32)})
-    session.write_variable_data(every, np.array([9.0], np.float32))
+    with pytest.raises(NotImplementedError):  # all_replicas retrieval of a group of 4
+        session.write_variable_data(every, np.array([9.0], np.float32))
     got = session.get_tensors_data([grouped, every, remote, sharded])
     np.testing.assert_array_equal(got[grouped], 0.0)
-    np.testing.assert_array_equal(got[every], [[9.0]] * 4)
+    np.testing.assert_array_equal(got[every], [[6.0]] * 4)
     np.testing.assert_array_equal(got[remote], 1.0)
     np.testing.assert_array_equal(got[sharded], 4.0)
     with pytest.raises(TypeError, match="is not of type Variable"):
@@ -251,15 +252,19 @@ def test_tensor_data_messages_are_popxls_sentences() -> None:
     assert str(info.value) == f"Tensor {t.id} is not of type Constant or Variable."
 
 
-def test_grouped_all_replicas_variables_read_per_replica_and_write_per_group() -> None:
+def test_grouped_all_replicas_variables_read_per_replica_and_refuse_writes() -> None:
     """PopXL stores one value per replica group: an ``all_replicas`` read of a grouped variable
-    repeats each group's value for its replicas, a write takes one value per group; a
-    per-replica write is taken only when the replicas of each group agree."""
+    repeats each group's value for its replicas; writing such a variable (groups of more than
+    one replica) raises NotImplementedError, after the dtype (TypeError) and shape
+    (ValueError, ``shape_on_host`` only) checks."""
     ir = popxl.Ir(replication=4)
     with ir.main_graph:
         v = popxl.variable(np.array([[1.0], [2.0]], np.float32), name="v",
                            replica_grouping=ir.replica_grouping(stride=2, group_size=2),
                            retrieval_mode="all_replicas")  # groups (0, 2) and (1, 3)
+        single = popxl.variable(np.arange(4, dtype=np.float32).reshape(4, 1), name="single",
+                                replica_grouping=ir.replica_grouping(group_size=1),
+                                retrieval_mode="all_replicas")
         ops.var_updates.accumulate_(v, popxl.constant(np.ones(1, np.float32)))
     assert v.shape_on_host == (2, 1)
     session = popxl.Session(ir)
@@ -267,13 +272,17 @@ def test_grouped_all_replicas_variables_read_per_replica_and_write_per_group() -
     with session:
         session.run()
         np.testing.assert_array_equal(session.get_tensor_data(v), [[2], [3], [2], [3]])
-        session.write_variable_data(v, np.array([[5.0], [6.0]], np.float32))
-        np.testing.assert_array_equal(session.get_tensor_data(v), [[5], [6], [5], [6]])
-        session.write_variable_data(v, np.array([[7.0], [8.0], [7.0], [8.0]], np.float32))
-        with pytest.raises(ValueError, match="one value per replica group"):
-            session.write_variable_data(v, np.array([[1.0], [2.0], [3.0], [4.0]], np.float32))
-        session.run()
-    np.testing.assert_array_equal(session.get_tensor_data(v), [[8], [9], [8], [9]])
+        with pytest.raises(TypeError):
+            session.write_variable_data(v, np.array([[5], [6]], np.int32))
+        with pytest.raises(ValueError):
+            session.write_variable_data(v, np.array([[7.0], [8.0], [7.0], [8.0]], np.float32))
+        with pytest.raises(NotImplementedError):
+            session.write_variable_data(v, np.array([[5.0], [6.0]], np.float32))
+        with pytest.raises(NotImplementedError):
+            session.write_variables_data({v: np.array([[5.0], [6.0]], np.float32)})
+        session.write_variable_data(single, np.full((4, 1), 9.0, np.float32))  # groups of one
+        np.testing.assert_array_equal(session.get_tensor_data(single), np.full((4, 1), 9.0))
+    np.testing.assert_array_equal(session.get_tensor_data(v), [[2], [3], [2], [3]])
 
 
 def test_names_popxl_never_defined_fail_as_in_popxl() -> None:

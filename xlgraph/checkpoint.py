@@ -235,6 +235,6 @@ def load_into(session: Any, source: PathLike | Mapping[str, np.ndarray],
                              f"cast to variable {v.id} {v.spec}; pass allow_lossy_cast=True to "
                              f"accept; nothing was loaded")
         ready.append((name, v, converted))
-    for _, v, converted in ready:
-        session.write_variable_data(v, converted)
+    for _, v, converted in ready:  # all_replicas variables too, as get_tensor_data gave them
+        session._write_replica_values(v, converted)
     return [name for name, _, _ in ready]

@@ -152,15 +152,15 @@ class Tensor:
         """The ``name_scope`` the tensor was created in (``""`` for none)."""
         return self.name.rpartition("/")[0]
 
-    def strides(self, shape: tuple[int, ...] | None = None) -> list[int]:
+    def strides(self, shape: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """Bytes between consecutive elements along each axis of the row-major layout of
-        ``shape`` (default: the tensor's), as ``numpy.ndarray.strides``."""
+        ``shape`` (default: the tensor's): a tuple, equal to ``numpy.ndarray.strides``."""
         dims = self.shape if shape is None else tuple(shape)
         out, step = [], self.dtype.as_numpy().itemsize
         for d in reversed(dims):
             out.append(step)
             step *= int(d)
-        return out[::-1]
+        return tuple(out[::-1])
 
     @property
     def location_info(self) -> TensorLocationInfo:

@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.errors import StreamInputError
+from xlgraph.errors import DTypeError, ShapeError, StreamInputError
 from xlgraph.ir import Ir
 from xlgraph.streams import DeviceToHostStream, HostToDeviceStream
+from xlgraph.tensor import Variable
 from xlgraph.utils import from_torch
 
 
@@ -179,3 +180,24 @@ def _c_strides(shape: tuple[int, ...], dtype: Any) -> tuple[int, ...]:
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1)
+
+
+def variable_data(tensor: Variable, data: Any, shapes: list[Any]) -> np.ndarray:
+    """``data`` for ``Session.write_variable_data``: an array of ``tensor``'s dtype (a Python
+    scalar is cast; other dtypes raise ``DTypeError``, a TypeError) of one of ``shapes``
+    (``ShapeError``, a ValueError, naming ``shape_on_host`` otherwise)."""
+    arr = np.asarray(data)
+    if arr.dtype != tensor.dtype.as_numpy():
+        if arr.ndim or not isinstance(data, int | float):
+            raise DTypeError(
+                f"write_variable_data: {tensor.id} is {tensor.spec}, got data of dtype "
+                f"{dtypes.of_array(arr).name if arr.dtype.kind in 'biuf' else arr.dtype}"
+            )
+        arr = arr.astype(tensor.dtype.as_numpy())
+    if arr.shape not in shapes:
+        raise ShapeError(
+            f"write_variable_data: {tensor.id} is {tensor.spec} and takes host data of shape "
+            f"{tensor.shape_on_host} (a leading dimension per replica group when there are "
+            f"several), got data of shape {arr.shape}"
+        )
+    return arr

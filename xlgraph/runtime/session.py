@@ -17,14 +17,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from xlgraph import dtypes
 from xlgraph.core.pb_views import PbSession
 from xlgraph.errors import (
-    DTypeError,
     EmptyProgramError,
     ExecutionError,
     NotAttachedError,
-    ShapeError,
     UnsupportedDeviceError,
     flag,
     user_source_line,
@@ -37,7 +34,7 @@ from xlgraph.ops.window import chunks_on
 from xlgraph.remote import store_weight_shards
 from xlgraph.runtime import host_maps
 from xlgraph.runtime.device import make_device
-from xlgraph.runtime.host_io import HostIO
+from xlgraph.runtime.host_io import HostIO, variable_data
 from xlgraph.runtime.kernels import KernelThread
 from xlgraph.runtime.mapped import MappedVariables
 from xlgraph.runtime.remote_memory import RemoteMemory
@@ -437,30 +434,35 @@ class Session:
         """Set a variable's value on the host, and on the device when attached.
 
         Raises:
-            TypeError: not a Variable, or the dtype differs. ValueError: the shape differs.
+            TypeError: not a Variable, or the dtype differs. ValueError: the shape is not
+            ``shape_on_host``. NotImplementedError: an ``all_replicas`` variable whose groups
+            hold several replicas (as PopXL).
         """
         self._check_variable(tensor, writing=True)
-        arr = np.asarray(data)
-        if arr.dtype != tensor.dtype.as_numpy():
-            if arr.ndim or not isinstance(data, int | float):
-                raise DTypeError(
-                    f"write_variable_data: {tensor.id} is {tensor.spec}, got data of dtype "
-                    f"{dtypes.of_array(arr).name if arr.dtype.kind in 'biuf' else arr.dtype}"
-                )
-            arr = arr.astype(tensor.dtype.as_numpy())
-        per_replica = self.layout.replica_values_shape(tensor)
+        arr = variable_data(tensor, data, [tensor.shape_on_host])
+        if tensor.retrieval_mode == "all_replicas" and tensor.replica_grouping.group_size > 1:
+            raise NotImplementedError(
+                f"write_variable_data: writing {tensor.id}, a variable with "
+                f"retrieval_mode='all_replicas' and replica groups of "
+                f"{tensor.replica_grouping.group_size}, is not supported (as in PopXL)")
+        self._store_host_data(tensor, arr)
+
+    @_serialised
+    def _write_replica_values(self, tensor: Variable, data: Any) -> None:
+        """``write_variable_data`` taking what ``get_tensor_data`` gave (for checkpoints)."""
+        self._check_variable(tensor, writing=True)
+        shapes = [tensor.shape_on_host]
+        if tensor not in self.remote.variables:
+            shapes.append(self.layout.replica_values_shape(tensor))
+        arr = variable_data(tensor, data, shapes)
         device = None
-        if (arr.shape != tensor.shape_on_host and arr.shape == per_replica
-                and tensor not in self.remote.variables):
-            # an all_replicas variable takes back what get_tensor_data gave: a value per replica
+        if arr.shape != tensor.shape_on_host:
             device, arr = self.layout.from_replica_values(tensor, arr, self._host_values[tensor])
-        elif arr.shape != tensor.shape_on_host:
-            also = "" if per_replica is None else f" or {per_replica} (a value per replica)"
-            raise ShapeError(
-                f"write_variable_data: {tensor.id} is {tensor.spec} and takes host data of shape "
-                f"{tensor.shape_on_host}{also} (a leading dimension per replica group when there "
-                f"are several), got data of shape {arr.shape}"
-            )
+        self._store_host_data(tensor, arr, device)
+
+    def _store_host_data(self, tensor: Variable, arr: np.ndarray,
+                         device: np.ndarray | None = None) -> None:
+        """Keep ``arr`` (``shape_on_host``) as host value, on the device too when attached."""
         mapped = tensor.host_memmap
         if mapped is not None:  # written through the map, as PopXL
             self._maps.check_write(tensor)
