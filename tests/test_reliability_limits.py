@@ -64,7 +64,8 @@ def test_xlgraph_run_counts_must_be_at_least_one(flag: str, bad: str, capsys) ->
     with pytest.raises(SystemExit) as info:
         mpiexec_command([*(x for kv in args.items() for x in kv), "--mpiexec", "m", "prog"])
     assert info.value.code == 2
-    assert f"argument {flag}: must be a whole number >= 1, got {bad!r}" in capsys.readouterr().err
+    assert f"argument {flag}: must be a whole number from 1 to 2147483647, got {bad!r}" in \
+        capsys.readouterr().err
 
 
 def _stream_session() -> tuple[popxl.Session, popxl.HostToDeviceStream]:

@@ -57,8 +57,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="replicas over all instances (a multiple of --num-instances)")
     parser.add_argument("--ipus-per-replica", type=at_least_one, default=1,
                         help="IPUs per replica: popdist.getNumIpusPerReplica() reports it")
-    parser.add_argument("--mpi-global-args", default="", help="options for mpiexec")
-    parser.add_argument("--mpi-local-args", default="", help="options for each instance")
+    parser.add_argument("--mpi-global-args", type=_words, default="",
+                        help="options for mpiexec")
+    parser.add_argument("--mpi-local-args", type=_words, default="",
+                        help="options for each instance")
     parser.add_argument("--host", "-H", default=None, help="hosts (mpiexec -hosts)")
     parser.add_argument("--only-output-from-instance", type=int, default=None,
                         help="show only this instance's output (the others' goes to /dev/null)")
@@ -70,9 +72,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _hydra(openmpi: str) -> list[str]:
-    """``openmpi`` (an OpenMPI option string) as MPICH ``mpiexec`` options."""
-    words = shlex.split(openmpi)
+def _words(text: str) -> list[str]:
+    """An argparse type: an option string split as the shell splits it (an unbalanced quote
+    is an error naming the option)."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} in {text!r}") from None
+
+
+def _hydra(words: list[str]) -> list[str]:
+    """``words`` (OpenMPI options) as MPICH ``mpiexec`` options."""
     out: list[str] = []
     i = 0
     while i < len(words):
@@ -95,7 +105,8 @@ def poprun_command(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """``(mpiexec command, environment)`` that ``poprun argv`` runs."""
     from xlgraph.popxl_compat import reach_children
 
-    args = _parser().parse_args(list(argv))
+    parser = _parser()
+    args = parser.parse_args(list(argv))
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise SystemExit("poprun: no COMMAND given (poprun [options] python program.py ...)")
@@ -114,9 +125,14 @@ def poprun_command(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
                              f"{args.num_instances - 1})")
         env[OUTPUT_INSTANCE] = str(args.only_output_from_instance)
     reach_children(env, device="ipu_model")
+    timeout = env.get(TIMEOUT, "60")
+    try:
+        at_least_one(timeout)
+    except argparse.ArgumentTypeError as exc:  # poprun has no --timeout: name the variable
+        parser.error(f"environment variable {TIMEOUT}: {exc}")
     launcher = ["--num-instances", str(args.num_instances),
                 "--num-replicas", str(args.num_replicas),
-                "--timeout", env.get(TIMEOUT, "60"), "--", *command]
+                "--timeout", timeout, "--", *command]
     return mpiexec_command(launcher, options), env
 
 

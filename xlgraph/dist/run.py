@@ -25,7 +25,9 @@ from pathlib import Path
 
 from xlgraph.dist import NUM_INSTANCES, NUM_REPLICAS, TIMEOUT
 
-__all__ = ["main", "mpiexec_command"]
+__all__ = ["main", "mpiexec_command", "MAX_COUNT"]
+
+MAX_COUNT = 2**31 - 1  # mpiexec reads -n as a C int: a larger count wraps around
 
 # Hydra (MPICH) options that take values; every other option stands alone.
 _VALUES = {"-genv": 2, "-env": 2, "-hosts": 1, "-host": 1, "-f": 1, "-hostfile": 1,
@@ -34,9 +36,10 @@ _VALUES = {"-genv": 2, "-env": 2, "-hosts": 1, "-host": 1, "-f": 1, "-hostfile":
 
 
 def at_least_one(text: str) -> int:
-    """An argparse type: a whole number >= 1 (the error names the valid range)."""
-    if not text.strip().isdecimal() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    """An argparse type: a whole number from 1 to ``MAX_COUNT`` (the error names the range)."""
+    if not text.strip().isdecimal() or not 1 <= int(text) <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 1 to {MAX_COUNT}, got {text!r}")
     return int(text)
 
 
@@ -46,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False, allow_abbrev=False)
     parser.add_argument("--help", action="help", help="show this help and exit")
     parser.add_argument("--num-instances", type=at_least_one, required=True,
-                        help="processes to start (>= 1)")
+                        help=f"processes to start (1 to {MAX_COUNT})")
     parser.add_argument("--num-replicas", type=at_least_one, required=True,
                         help="replicas over all instances (a multiple of --num-instances)")
     parser.add_argument("--timeout", type=at_least_one, default=60,
