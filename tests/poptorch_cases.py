@@ -404,9 +404,14 @@ CASES: dict[str, list[Case]] = {
                          lambda d: torch.tensor([[1, 2, 2], [0, 1, 0]]),
                          lambda d: torch.tensor([6, 5]), lambda d: torch.tensor([3, 2]))],
     "torch.nn.Upsample": module(lambda: nn.Upsample(scale_factor=2), IMG2)
-    + module(lambda: nn.Upsample(size=(8, 9), mode="bilinear"), IMG2),
+    + module(lambda: nn.Upsample(size=(8, 9), mode="bilinear"), IMG2)
+    + module(lambda: nn.Upsample(scale_factor=5.12498), R(1, 2, 3, 4))
+    + module(lambda: nn.Upsample(scale_factor=0.435714), R(1, 1, 14, 14)),
     # -- named by PopTorch's behaviour reference, beyond its list ----------------------------
     "torch.erfc": unary(torch.erfc),
+    "torch.Tensor.unfold": [(lambda x: x.unfold(1, 5, 2), inputs(R(3, 11, 4))),
+                            (lambda x: x.unfold(0, 2, 3), inputs(R(8, 3))),
+                            (lambda x: x.unfold(-1, 3, 1), inputs(R(2, 5)))],
     "torch.addmv": [(lambda c, a, b: torch.addmv(c, a, b, alpha=0.0, beta=1.5),
                      inputs(R(3), R(3, 4), R(4))),
                     (lambda c, a, b: torch.addmv(c, a, b, alpha=0, beta=0),

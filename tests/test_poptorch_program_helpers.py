@@ -151,3 +151,43 @@ def test_compilation_time_needs_a_compiled_model_with_the_progress_bar():
     with pytest.raises(poptorch.Error, match=r"^Please set showCompilationProgressBar option "
                                              r"to obtain compilation time\.$"):
         quiet.compilationTime()
+
+
+@pytest.mark.parametrize("scale,shape", [(5.00001, (1, 2, 3, 4)), (5.12498, (1, 1, 3, 5)),
+                                         (0.435714, (1, 2, 14, 14))])
+def test_nearest_upsampling_uses_the_given_fractional_scale(scale, shape):
+    up = nn.Upsample(scale_factor=scale)
+    x = torch.randn(shape)
+    got = poptorch.inferenceModel(up)(x)
+    assert got.shape == up(x).shape and torch.equal(got, up(x))
+
+
+@pytest.mark.parametrize("mode,shape,op", [("linear", (1, 2, 5), "upsample_linear1d"),
+                                           ("trilinear", (1, 1, 2, 3, 4), "upsample_trilinear3d")])
+def test_linear_and_trilinear_upsampling_are_refused(mode, shape, op):
+    model = poptorch.inferenceModel(nn.Upsample(scale_factor=2, mode=mode))
+    with pytest.raises(poptorch.Error, match=rf"^Unsupported upsample mode aten::{op}: currently "
+                                             r"only 'nearest' is supported$"):
+        model(torch.randn(shape))
+
+
+def test_unfold_trains_like_torch():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(11, 4))
+
+        def forward(self, x):
+            y = (x * self.w).unfold(1, 5, 2)
+            return y, poptorch.identity_loss((y * y).sum(), reduction="sum")
+
+    torch.manual_seed(0)
+    net = Net()
+    w = net.w.detach().clone().requires_grad_()
+    x = torch.randn(3, 11, 4)
+    got, _ = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.01))(x)
+    want = (x * w).unfold(1, 5, 2)
+    assert got.shape == (3, 4, 4, 5)
+    torch.testing.assert_close(got, want.detach())
+    (want * want).sum().backward()
+    torch.testing.assert_close(net.w.detach(), (w - 0.01 * w.grad).detach())

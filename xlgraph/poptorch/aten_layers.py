@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes, ops
+from xlgraph.poptorch.support import Error
 from xlgraph.poptorch.table import register
 from xlgraph.poptorch.util import dims
 from xlgraph.tensor import Tensor, constant
@@ -49,9 +50,15 @@ def _resize(x: Tensor, matrices: Sequence[np.ndarray]) -> Tensor:
     return x
 
 
-@register("aten.upsample_bilinear2d.default", "aten.upsample_bilinear2d.vec",
-          "aten.upsample_linear1d.default", "aten.upsample_trilinear3d.default",
+@register("aten.upsample_linear1d.default", "aten.upsample_trilinear3d.default",
           "aten.upsample_linear1d.vec", "aten.upsample_trilinear3d.vec")
+def _upsample_refused(ctx: Any, *args: Any) -> Tensor:
+    """PopTorch refuses the linear modes other than bilinear (``linear``, ``trilinear``)."""
+    raise Error(f"Unsupported upsample mode {ctx.node.target._schema.name}: currently only "
+                f"'nearest' is supported")
+
+
+@register("aten.upsample_bilinear2d.default", "aten.upsample_bilinear2d.vec")
 def _upsample_linear(ctx: Any, x: Tensor, output_size: Any, align_corners: bool,
                      *scales: Any) -> Tensor:
     out = tuple(int(s) for s in ctx.val.shape[2:])

@@ -294,6 +294,20 @@ def _fill(ctx: Any, x: Tensor, value: Any) -> Tensor:
     return _filled(ctx, value)
 
 
+@register("aten.unfold.default")
+def _unfold(ctx: Any, x: Tensor, dim: int, size: int, step: int) -> Tensor:
+    """``Tensor.unfold``: the windows ``[i * step, i * step + size)`` of dim ``dim`` (as many
+    as fit), each a new last dim of ``size``."""
+    if not x.rank:
+        return ops.reshape(x, (1,))
+    d = _d(dim, x.rank)
+    count = (x.shape[d] - size) // step + 1
+    index = np.arange(count)[:, None] * step + np.arange(size)[None, :]
+    y = ops.gather(x, constant(index.astype(np.int32)), d)
+    perm = [a for a in range(y.rank) if a != d + 1] + [d + 1]
+    return ops.transpose(y, perm)
+
+
 @register("aten.diagonal.default")
 def _diagonal(ctx: Any, x: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
     """The elements ``(i, i + offset)`` of dims ``dim1``, ``dim2``, as a last dim."""

@@ -21,7 +21,7 @@ from xlgraph.errors import XlgraphError
 from xlgraph.poptorch.capture import module_path, source_line
 from xlgraph.poptorch.conversions import CONVERSIONS
 from xlgraph.poptorch.masks import MaskPlan, plan
-from xlgraph.poptorch.support import SUPPORT_PAGE
+from xlgraph.poptorch.support import SUPPORT_PAGE, Error
 from xlgraph.poptorch.table import op_name
 from xlgraph.poptorch.util import Unsupported, torch_to_numpy, xlgraph_dtype
 from xlgraph.tensor import Tensor, constant, graph_input
@@ -236,6 +236,8 @@ def convert_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any], ctx: Contex
         return out
     except (Unsupported, TypeError, KeyError) as exc:
         raise _fail(node, f"unsupported arguments: {exc}") from exc
+    except Error:
+        raise  # PopTorch's own refusal, as PopTorch words it
     except XlgraphError as exc:
         raise _fail(node, str(exc)) from exc
 

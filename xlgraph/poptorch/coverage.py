@@ -9,6 +9,7 @@ from __future__ import annotations
 
 # Operations PopTorch's behaviour reference names that its supported-ops list leaves out.
 BEYOND_LIST: frozenset[str] = frozenset({
+    "torch.Tensor.unfold",
     "torch.addmv",
     "torch.erfc",
 })

@@ -142,11 +142,17 @@ def _adaptive_avg_pool(ctx: Any, x: Tensor, output_size: Sequence[int]) -> Tenso
 @register("aten.upsample_nearest2d.default", "aten.upsample_nearest2d.vec")
 def _upsample_nearest(ctx: Any, x: Tensor, output_size: Any = None, scales_h: Any = None,
                       scales_w: Any = None) -> Tensor:
+    """torch's nearest source index ``min(floor(dst * (1 / scale)), in - 1)`` in float32, with
+    the given scale when there is one (not ``in / out``, which differs for fractional scales
+    such as 5.00001 or 0.435714)."""
     out = tuple(int(s) for s in ctx.val.shape[2:])
+    scales = list(scales_h) if isinstance(scales_h, list | tuple) else [scales_h, scales_w]
     for i, o in enumerate(out):
-        d = 2 + i
-        index = np.floor(np.arange(o) * (x.shape[d] / o)).astype(np.int32)
-        x = ops.gather(x, constant(np.minimum(index, x.shape[d] - 1)), d)
+        d, n, scale = 2 + i, x.shape[2 + i], scales[i] if i < len(scales) else None
+        ratio = np.float32(1.0 / scale) if scale else np.float32(n) / np.float32(o)
+        index = np.arange(o) if o == n else \
+            np.floor(np.arange(o, dtype=np.float32) * ratio).astype(np.int64)
+        x = ops.gather(x, constant(np.minimum(index, n - 1).astype(np.int32)), d)
     return x
 
 
