@@ -112,8 +112,9 @@ def test_wrong_batch_sizes_are_refused():
         model(torch.randn(6, 6))
     model(torch.randn(8, 6))
     x = torch.randn(12, 6)  # PopTorch runs only the compiled shapes, until destroy()
-    with pytest.raises(poptorch.Error, match=r"Shape mismatch for x: expected \[8, 6\] but got "
-                                             r"\[12, 6\].*destroy\(\)"):
+    with pytest.raises(poptorch.Error, match=r"Shape mismatch for x: expected torch.Size\(\[8, "
+                                             r"6\]\) but got torch.Size\(\[12, 6\]\)\.\n.*"
+                                             r"destroy\(\)"):
         model(x)
     model.destroy()
     torch.testing.assert_close(model(x), net(x), rtol=1e-5, atol=1e-5)

@@ -124,14 +124,14 @@ def test_inputs_must_match_the_compiled_ones_until_destroy():
     model = poptorch.inferenceModel(net)
     x, y = _batch(4)
     model(x)
-    with pytest.raises(poptorch.Error, match=r"Shape mismatch for x: expected \[4, 4\] but got "
-                                             r"\[2, 4\]"):
+    with pytest.raises(poptorch.Error, match=r"Shape mismatch for x: expected torch.Size\(\[4, "
+                                             r"4\]\) but got torch.Size\(\[2, 4\]\)\."):
         model(x[:2])
-    with pytest.raises(poptorch.Error, match=r"Dtype mismatch for x: expected torch.float32 "
-                                             r"but got torch.float16"):
+    with pytest.raises(poptorch.Error, match=r"Data type mismatch for x: expected torch.float32 "
+                                             r"but got torch.float16\."):
         model(x.half())
-    with pytest.raises(poptorch.Error, match=r"Type mismatch for labels: expected NoneType but "
-                                             r"got torch.Tensor"):
+    with pytest.raises(poptorch.Error, match=r"Type mismatch for labels: expected <class "
+                                             r"'NoneType'> but got <class 'torch.Tensor'>\."):
         model(x, y)
     model.destroy()  # the next call compiles for its inputs
     out, loss = model(x, y)
@@ -148,7 +148,8 @@ def test_nested_inputs_and_plain_values_must_match_too():
     model = poptorch.inferenceModel(Pairs())
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     torch.testing.assert_close(model((a, b), 2.0), (a + b) * 2.0)
-    with pytest.raises(poptorch.Error, match=r"Length mismatch for xs: expected 2 but got 3"):
+    with pytest.raises(poptorch.Error, match=r"Length mismatch for xs: expected 2 elements but "
+                                             r"got 3\."):
         model((a, b, a), 2.0)
     with pytest.raises(poptorch.Error, match=r"Shape mismatch for xs\[1\]"):
         model((a, b[:1]), 2.0)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from xlgraph.poptorch.input_match import register_dict_types
 from xlgraph.poptorch.support import Error
 
 __all__ = ["DataDependentError", "capturing", "capturing_training", "decompositions",
@@ -213,6 +214,9 @@ def export_module(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[st
         DataDependentError: ``forward`` branches on a tensor's value; names the module path
             and the user's line, and suggests ``poptorch.cond``.
     """
+    # an output in a dict subclass becomes a pytree node as it is returned, so the caller gets
+    # that subclass back
+    hook = model.register_forward_hook(lambda module, inputs, out: register_dict_types([out]))
     try:
         with _capturing(training), _attributes_as_buffers(model) as constants:
             program = torch.export.export(model, args, kwargs, strict=False)
@@ -227,6 +231,8 @@ def export_module(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[st
             f"data-dependent control flow at {_module_path(model, exc.__traceback__)}, {where}: "
             f"Python decides on a tensor's value, which is only known on the device. Use "
             f"poptorch.cond (or torch.where) for a branch on a tensor value.") from None
+    finally:
+        hook.remove()
     program.xlgraph_constants = constants  # attributes captured as constants
     return program
 

@@ -19,6 +19,7 @@ from xlgraph.poptorch.enums import (
     OutputMode,
 )
 from xlgraph.poptorch.executor_compile import _Compiled
+from xlgraph.poptorch.input_match import register_dict_types
 from xlgraph.poptorch.lowering import (
     flat_tensors,
     torch_to_numpy,
@@ -76,7 +77,9 @@ class _CallPlan:
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         owner = f"{type(self._user_model).__name__}.forward"
-        return bind_call(self._signature, owner, args, kwargs)
+        bound = bind_call(self._signature, owner, args, kwargs)
+        register_dict_types(bound)
+        return bound
 
     @property
     def _input_replicas(self) -> int:
@@ -119,7 +122,7 @@ class _CallPlan:
         bound = None
         if feeds is None:  # the general path: bind, check the signature, convert
             fast, bound = None, self._bind(args, kwargs)
-            compiled, feeds = self._prepare(bound)
+            compiled, bound, feeds = self._prepare(bound)
         if not compiled.session.is_attached:
             self.attachToDevice()
         if not self.training:
@@ -165,8 +168,10 @@ class _CallPlan:
             with torch.no_grad():
                 t.copy_(torch.from_numpy(np.ascontiguousarray(grid)).reshape(t.shape))
 
-    def _prepare(self, bound: dict[str, Any]) -> tuple[_Compiled, dict[Any, np.ndarray]]:
-        """Compile for ``bound`` if needed and convert its tensors to stream data.
+    def _prepare(self, bound: dict[str, Any],
+                 ) -> tuple[_Compiled, dict[str, Any], dict[Any, np.ndarray]]:
+        """Compile for ``bound`` if needed and convert its tensors to stream data; ``bound``
+        comes back with its dicts in the compiled key order.
 
         Raises:
             InputMismatchError: after compilation, inputs other than the compiled ones
@@ -175,12 +180,12 @@ class _CallPlan:
         if self._compiled is None:
             self._compile(bound)
         compiled = self._compiled
+        bound = compiled.inputs.check(bound)  # PopTorch runs only what it compiled for
         tensors = flat_tensors(bound)
         if any(t.requires_grad for t in tensors):
             warnings.warn("Input tensor has requires_grad=True set. This tensor will be "
                           "detached: the backward pass through inputs is not supported "
                           "(as in PopTorch)", stacklevel=3)
-        compiled.inputs.check(bound)  # PopTorch runs only what it compiled for
         if self._stale_step:  # setOptimizer changed what the step compiled in
             if not compiled.session.is_attached:
                 self.attachToDevice()  # the state to carry over is on the device
@@ -195,5 +200,5 @@ class _CallPlan:
             self._optimizer_steps = steps
             compiled = self._compiled
         names = [t.name for t in compiled.lowered.data_inputs]
-        return compiled, {stream: self._feed(stream, t, name)
-                          for stream, t, name in zip(compiled.streams, tensors, names)}
+        return compiled, bound, {stream: self._feed(stream, t, name)
+                                 for stream, t, name in zip(compiled.streams, tensors, names)}

@@ -18,7 +18,6 @@ from xlgraph.ipu import IPUModel
 from xlgraph.ir import Ir
 from xlgraph.poptorch import optim as pt_optim
 from xlgraph.poptorch import optim_changes, replica_grouped, weights
-from xlgraph.poptorch.arguments import CompiledInputs
 from xlgraph.poptorch.blocks import custom_structures, recorded_blocks, static_blocks
 from xlgraph.poptorch.compile_hooks import (
     registerPostCompileHook,
@@ -31,6 +30,7 @@ from xlgraph.poptorch.enums import (
     ReductionType,
 )
 from xlgraph.poptorch.fastcall import FastCall
+from xlgraph.poptorch.input_match import CompiledInputs
 from xlgraph.poptorch.lowering import (
     Lowered,
     flat_tensors,
@@ -200,8 +200,8 @@ class _CompileStep:
             self.options.synthetic_data, self.options.output_mode, streams, out_streams,
             lowered.output_dtypes, lowered.constant_outputs, session.io.d2h, lowered.out_spec)
         self._compiled = _Compiled(session, lowered, sync, streams, out_streams, loss_stream,
-                                   CompiledInputs.of(args), input_updates, fast, xl_optimizer,
-                                   seed_var)
+                                   CompiledInputs.of(args, self._signature), input_updates, fast,
+                                   xl_optimizer, seed_var)
         self.blocks = dict(blocks)
         session.__enter__()
         if self.training:
