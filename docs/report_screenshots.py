@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES = ROOT / "docs" / "images"
@@ -73,20 +74,26 @@ def report_command(*args: str | Path) -> None:
     subprocess.run([*command, *map(str, args)], check=True)
 
 
-def screenshots(page: Path, views: tuple[str, ...], prefix: str, select: bool = False) -> None:
-    """Each view of ``page`` as docs/images/<prefix>_<view>.png; with ``select``, after sorting
-    the operation table by cycles and clicking its first convolution (highlighted on the
-    liveness chart)."""
+def headless_chromium(width: int, height: int) -> Any:
+    """Debian's chromium, headless, through Selenium and the system chromedriver."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                "--window-size=1300,2200", "--force-device-scale-factor=1"):
+                f"--window-size={width},{height}", "--force-device-scale-factor=1"):
         options.add_argument(arg)
-    browser = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+
+
+def screenshots(page: Path, views: tuple[str, ...], prefix: str, select: bool = False) -> None:
+    """Each view of ``page`` as docs/images/<prefix>_<view>.png; with ``select``, after sorting
+    the operation table by cycles and clicking its first convolution (highlighted on the
+    liveness chart)."""
+    from selenium.webdriver.common.by import By
+
+    browser = headless_chromium(1300, 2200)
     try:
         browser.get(page.resolve().as_uri())
         if select:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,15 @@ with session:
 print("tiles", session.device.model.tiles, "sums", losses)
 plt.plot(losses)
 plt.show()""",
+    """\
+import sys
+
+sys.modules["ipywidgets"] = None  # as if not installed: xlgraph's bars are text
+from xlgraph.progress import tqdm as xlgraph_tqdm
+
+print("bar class from", xlgraph_tqdm.__mro__[1].__module__)
+for _ in xlgraph_tqdm(range(3), desc="text bar", mininterval=0):
+    pass""",
 ]
 
 
@@ -80,6 +90,8 @@ def test_a_tutorial_notebook_runs_unchanged(kernel: str, tmp_path: Path) -> None
     assert "tiles 1472 sums" in text  # "ipu_hw" ran on the model of a whole chip
     assert not [o for o in outputs(notebook) if o["output_type"] == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs(notebook))  # the inline plot
+    assert "bar class from tqdm.std" in text  # shown, though the kernel's stream is no tty:
+    assert re.search(r"text bar: 100%\|█+\| 3/3", text)
 
 
 def test_install_and_uninstall(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

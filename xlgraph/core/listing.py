@@ -273,6 +273,8 @@ def display_bundle(program: Graph | Ir) -> dict[str, str]:
     else:
         try:
             svg = _graphviz(program.to_dot(), "svg", f"drawing this {kind}")
+            # scaled down to the output's width (dot gives a viewBox), never up
+            svg = svg.replace("<svg ", '<svg style="max-width: 100%; height: auto" ', 1)
             return {"image/svg+xml": svg, "text/plain": repr(program)}
         except RuntimeError as exc:
             why = str(exc)
