@@ -111,15 +111,16 @@ def _module_key(module: Any, path: list[int]) -> Hashable:
     """A module whose class defines ``__hash__`` is keyed by it, as popxl-addons keys modules:
     instances of equal hash share a graph, and a class that also defines ``__eq__`` decides
     with ``==`` (so colliding hashes, ``hash(-1) == hash(-2)``, stay apart). Any other module
-    by its class and every attribute but ``Module``'s own records (``Module._record``): a
-    private setting (``self._k``) counts, and a setting changed between two builds makes a new
-    graph, while alike modules (two ``Linear(512)``) share one."""
+    by its class and every attribute but ``Module``'s own records
+    (``Module._record_attributes``): a private setting (``self._k``) counts, and a setting
+    changed between two builds makes a new graph, while alike modules (two ``Linear(512)``)
+    share one."""
     cls = type(module)
     if _user_defined(cls, "__hash__") and cls.__hash__ is not None:
         if _user_defined(cls, "__eq__"):
             return ("module", cls, module)
         return ("module", cls, "hash", hash(module))
-    record = getattr(cls, "_record", frozenset())
+    record = getattr(cls, "_record_attributes", frozenset())
     settings = {k: v for k, v in vars(module).items() if k not in record}
     return ("module", cls, _key(settings, path))
 

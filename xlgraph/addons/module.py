@@ -105,9 +105,9 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
     var_grad: dict[str, popxl.Tensor]  # variable gradients set by build_grad (VarGrad)
     # What Module keeps for itself (records, links, options that never change a graph): the
     # rest of a module's attributes are its settings, which key its graphs (cache_key).
-    _record = frozenset({"grad_inlining_error", "_name_scope", "_graph_cache", "_links",
-                         "_variable_factories", "_named_inputs", "_called_graphs_grad_info",
-                         "aux", "var_grad"})
+    _record_attributes = frozenset({
+        "grad_inlining_error", "_name_scope", "_graph_cache", "_links", "_variable_factories",
+        "_named_inputs", "_called_graphs_grad_info", "aux", "var_grad"})
 
     def __init__(self, cache: bool | GraphCache = False,
                  grad_inlining_error: str = "error") -> None:
