@@ -77,3 +77,25 @@ def test_pipelining_and_phased_execution_train_alike(tutorial, data_dir):
     assert pipe["last_losses"].shape == (4,)
     np.testing.assert_allclose(phased["last_losses"], pipe["last_losses"], rtol=1e-4)
     assert pipe["accuracy"] > 50 and phased["accuracy"] > 50
+
+
+def test_remote_rts_adam_matches_data_parallel_adam(tutorial, data_dir):
+    """Tutorial 5's shape: Adam on weight shards, its moments sharded like them in remote
+    memory and fed the reduce-scattered gradient, computes what tutorial 3's whole Adam step
+    on all-reduced gradients does."""
+    adam = [*args(data_dir, 3), "--optimizer", "adam", "--lr", "0.001"]
+    dp = tutorial("data_parallel").main(adam)
+    rts = tutorial("remote_rts").main(adam)
+    assert rts["last_losses"].shape == (2,)
+    np.testing.assert_allclose(rts["last_losses"], dp["last_losses"], rtol=1e-5)
+
+
+def test_phased_execution_with_rts_matches_the_unsharded_replicas(tutorial, data_dir):
+    """Tutorial 6's shape: weights sharded over the replica group each factory gives by
+    default, gathered for each phase and updated from reduce-scattered gradients: the same
+    losses as whole weights on both replicas."""
+    two = [*args(data_dir, 8), "--replicas", "2"]
+    whole = tutorial("phased_execution").main(two)
+    sharded = tutorial("phased_execution").main([*two, "--rts"])
+    assert whole["last_losses"].shape == (4, 2)
+    np.testing.assert_allclose(sharded["last_losses"], whole["last_losses"], rtol=1e-5)

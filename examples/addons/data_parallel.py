@@ -1,6 +1,7 @@
 """Tutorial 3, data parallelism: tutorial 1's network on 2 replicas. Each replica trains on
 its own half of every batch; ``autodiff_with_accumulation`` keeps the gradients in named
-accumulators, which are averaged over the replicas before the update.
+accumulators, which are averaged over the replicas before the update (SGD, or Adam with
+``--optimizer adam``).
 
 Run: ``python -m xlgraph.popxl_compat examples/addons/data_parallel.py``
 """
@@ -9,6 +10,7 @@ import numpy as np
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
+from adam_steps import adam_graphs, adam_update
 from basic_concepts import Net, fit
 from mnist_utils import Batches, load_inputs, parser, session
 
@@ -36,7 +38,11 @@ def train_program(opts):
             grad = accum.accum.get(name)
             # the mean over the replicas: every replica applies the same update
             ops.collectives.replicated_all_reduce_(grad, op="mean")
-            ops.scaled_add_(var, grad, b=-opts.lr)
+            if opts.optimizer == "sgd":
+                ops.scaled_add_(var, grad, b=-opts.lr)
+        if opts.optimizer == "adam":  # whole Adam state on every replica
+            adam_facts, steps = adam_graphs(variables, accum.accum, opts.lr)
+            adam_update(steps, adam_facts.init(), variables, accum.accum)
         # the next step starts a new mean
         ops.var_updates.accumulator_scale_(accum.mean_accum_counter, 0.0)
     return session(ir, opts.device), streams, variables, loss_stream
@@ -45,6 +51,7 @@ def train_program(opts):
 def main(argv=None):
     p = parser("addons tutorial 3: data parallelism", batch_size=4)
     p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     opts = p.parse_args(argv)
     np.random.seed(42)
     global_batch = opts.batch_size * opts.replicas

@@ -2,7 +2,8 @@
 2 replicas whose variables live in remote (streaming) memory, each replica keeping half of
 every variable. Each step loads the shards, all-gathers them into whole weights, runs forward
 and backward, reduce-scatters the gradients (mean over replicas) back into shards, updates
-the shards and stores them.
+the shards and stores them. With ``--optimizer adam`` the update is Adam's, its state
+replica-sharded like the weights and kept in remote buffers too.
 
 Run: ``python -m xlgraph.popxl_compat examples/addons/remote_rts.py``
 """
@@ -11,6 +12,7 @@ import numpy as np
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
+from adam_steps import adam_graphs, remote_state, sharded_adam_update
 from basic_concepts import Net, fit
 from mnist_utils import Batches, load_inputs, parser, session
 from popxl_addons import NamedTensors
@@ -49,8 +51,12 @@ def train_program(opts):
         # mean over the replicas, each keeping the shard it owns
         reduce_graph, names = addons.rts.reduce_replica_sharded_graph(named_grads, op="mean")
         grad_shards = NamedTensors.pack(names, reduce_graph.bind(named_grads).call())
-        for name in names:
-            ops.scaled_add_(shards.get(name), grad_shards.get(name), b=-opts.lr)
+        if opts.optimizer == "sgd":
+            for name in names:
+                ops.scaled_add_(shards.get(name), grad_shards.get(name), b=-opts.lr)
+        else:  # Adam on the shards: its moments sharded like them, fed the gradient shards
+            adam_facts, steps = adam_graphs(shards, grad_shards, opts.lr)
+            sharded_adam_update(steps, remote_state(adam_facts), shards, grad_shards)
         store_graph.bind(shards).call(0)
     return session(ir, opts.device), streams, variables, loss_stream
 
@@ -58,6 +64,7 @@ def train_program(opts):
 def main(argv=None):
     p = parser("addons tutorial 5: remote variables and RTS", batch_size=4)
     p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     opts = p.parse_args(argv)
     np.random.seed(42)
     train_data = Batches(True, opts.batch_size * opts.replicas, opts.datasets_dir,

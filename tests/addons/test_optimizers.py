@@ -44,7 +44,8 @@ def test_adam_scales_the_gradient_as_the_library(kwargs, c):
     w, facts = adam_step(**kwargs)
     np.testing.assert_allclose(w, numpy_adam(G * c), rtol=2e-3)
     assert facts.first_order.dtype == popxl.float16 and facts.second_order.dtype == popxl.float32
-    assert facts.step.replica_grouping is None  # the default grouping
+    rg = facts.step.replica_grouping  # given by default, never None
+    assert (rg.num_replicas, rg.group_size, rg.num_groups) == (1, 1, 1)
 
 
 def test_adam_needs_global_norm_max_and_shards_moments_like_the_variable():

@@ -40,3 +40,28 @@ def test_tensor_truth_value_is_its_length():
     assert (w == w) is True and (w == empty) is False and hash(w) == hash(w)
     with pytest.raises(TypeError):
         iter(w)
+
+
+def test_group_quantize_numpy_helpers_default_to_the_last_axis():
+    from xlgraph.addons.ops.group_quantize_decompress import (
+        group_quantize_compress_numpy,
+        group_quantize_decompress_numpy,
+    )
+
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)
+    packed, scale, bias = group_quantize_compress_numpy(x, 8)  # the previous release's call
+    for got, want in zip((packed, scale, bias), group_quantize_compress_numpy(x, 8, -1)):
+        np.testing.assert_array_equal(got, want)
+    back = group_quantize_decompress_numpy(packed, scale, bias)
+    np.testing.assert_allclose(back, x, atol=float(scale.max()) / 2 + 1e-3)
+
+
+def test_variable_factory_grouping_is_given_by_default():
+    from xlgraph.addons.variable_factory import VariableFactory
+
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        f = VariableFactory(lambda: np.zeros(2, np.float32))
+        rg = f.replica_grouping
+        assert (rg.num_replicas, rg.group_size, rg.num_groups) == (4, 4, 1)
+        assert f.create_tensor("v").shape == (2,)

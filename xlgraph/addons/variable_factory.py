@@ -32,6 +32,15 @@ __all__ = [
 ]
 
 
+def _default_grouping() -> popxl.ReplicaGrouping | None:
+    """The current Ir's all-replica grouping, or None outside any graph."""
+    try:
+        ir = popxl.gir()
+    except RuntimeError:
+        return None
+    return ir.replica_grouping()
+
+
 class VariableFactory:
     """Initial data and placement for one variable.
 
@@ -41,7 +50,8 @@ class VariableFactory:
         name: the default variable name.
         by_ref: whether the graph input is passed by reference (modified in place).
         replica_grouping: replicas of one group share a value; with several groups the data
-            is drawn once per group and stacked.
+            is drawn once per group and stacked. Default: the current Ir's all-replica
+            grouping, as popxl-addons (None only when made outside any graph).
         shard_over: replicas that split the variable (replicated tensor sharding).
     """
 
@@ -51,7 +61,8 @@ class VariableFactory:
                  shard_over: int = 1) -> None:
         self.name = name
         self.by_ref = by_ref
-        self.replica_grouping = replica_grouping
+        self.replica_grouping = replica_grouping if replica_grouping is not None else \
+            _default_grouping()
         if isinstance(shard_over, popxl.ReplicaGrouping):  # a grouping counts its members
             shard_over = shard_over.group_size
         self.shard_over = int(shard_over or 1)

@@ -28,7 +28,7 @@ def _codes(t: np.ndarray) -> np.ndarray:
 
 
 def group_quantize_decompress_numpy(t: np.ndarray, scale: np.ndarray, bias: np.ndarray,
-                                    dim: int) -> np.ndarray:
+                                    dim: int = -1) -> np.ndarray:
     """Decompress packed codes ``t`` ``(*lead, groups, P)`` with ``scale`` and ``bias``
     ``(*lead, groups, 1)`` (or ``(*lead, groups)``) into ``(*lead, groups * P * 4)`` (in the
     scale's dtype), the last axis moved to ``dim``."""
@@ -40,7 +40,7 @@ def group_quantize_decompress_numpy(t: np.ndarray, scale: np.ndarray, bias: np.n
     return np.moveaxis(out, -1, dim)
 
 
-def group_quantize_compress_numpy(t: np.ndarray, group_size: int, dim: int
+def group_quantize_compress_numpy(t: np.ndarray, group_size: int, dim: int = -1
                                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compress ``t`` along ``dim`` in groups of ``group_size`` (a multiple of 4): per group
     ``bias = min``, ``scale = (max - min) / 15``, codes ``round((x - bias) / scale)`` (in
