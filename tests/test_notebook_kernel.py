@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from notebook_harness import execute, kernel_fixture, outputs, runner, text_of  # noqa: F401
+from notebook_harness import ROOT, execute, kernel_fixture, outputs, runner, text_of  # noqa: F401
 
 from xlgraph.notebook.cloud import cloud_note, skip_cloud_lines
 
@@ -139,3 +139,25 @@ def test_skipped_lines_keep_their_indentation() -> None:
     assert out[0] == lines[0] and out[2] == lines[2]
     assert out[1].startswith("    print(") and compile("".join(out), "cell", "exec")
 
+
+
+def test_load_ext_in_a_plain_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``%load_ext xlgraph.notebook`` gives any IPython kernel what the xlgraph kernel has."""
+    pytest.importorskip("ipykernel")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH",
+                                                                                "")]))
+    pytest.importorskip("torch")
+    cells = ["import importlib.util; print(importlib.util.find_spec('popxl') is None)",
+             "%load_ext xlgraph.notebook",
+             "import popxl, poptorch, popdist\n"
+             "from xlgraph.runtime.device import make_device\n"
+             "print(popxl.__name__, poptorch.__name__, popdist.__name__, "
+             "make_device('ipu_hw').model.tiles)",
+             "!gc-monitor"]
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    execute(notebook, "python3", tmp_path)  # ipykernel's own kernel, in this Python
+    assert text_of(notebook).splitlines() == [
+        "True", "xlgraph xlgraph.poptorch xlgraph.dist 1472",
+        "xlgraph: skipped `gc-monitor`: it reports Graphcore IPUs, and this kernel runs on "
+        "xlgraph's IPU model"]

@@ -62,6 +62,8 @@ def test_mnist_popxl(kernel: str, data: Path, tmp_path: Path,
 
 def test_poptorch_port(kernel: str, data: Path, tmp_path: Path,
                        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("ipywidgets")
     notebook = _run("poptorch_port.ipynb", kernel, data, tmp_path, monkeypatch)
     accuracy = float(re.search(r"Eval accuracy: ([\d.]+)%", text_of(notebook)).group(1))
     assert 0 <= accuracy <= 100
