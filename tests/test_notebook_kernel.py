@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,7 @@ def test_install_and_uninstall(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert spec["display_name"] == "PopXL / PopTorch (xlgraph)"
     assert spec["argv"][1:] == ["-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext",
                                 "xlgraph.notebook"]
-    assert os.path.samefile(spec["argv"][0], os.sys.executable)
+    assert os.path.samefile(spec["argv"][0], sys.executable)
     done = runner("--uninstall-kernel", "--name", "mine")
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "kernels" / "mine").exists()
@@ -161,3 +162,19 @@ def test_load_ext_in_a_plain_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "True", "xlgraph xlgraph.poptorch xlgraph.dist 1472",
         "xlgraph: skipped `gc-monitor`: it reports Graphcore IPUs, and this kernel runs on "
         "xlgraph's IPU model"]
+
+
+def test_install_goes_into_this_environment(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``--user`` the kernelspec goes under ``sys.prefix``, where a Jupyter of the same
+    environment looks (``jupyter_path``)."""
+    pytest.importorskip("ipykernel")
+    from jupyter_core.paths import jupyter_path
+
+    from xlgraph.notebook.kernelspec import install_kernel
+
+    assert os.path.join(sys.prefix, "share", "jupyter") in jupyter_path()
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    where = install_kernel("env-kernel")
+    assert where == tmp_path / "share" / "jupyter" / "kernels" / "env-kernel"
+    assert json.loads((where / "kernel.json").read_text())["argv"][-1] == "xlgraph.notebook"
