@@ -50,7 +50,8 @@ def test_graphs_ops_tensors_and_types():
 
 
 def test_type_names():
-    assert op_type("matmul") == "MatMul" and op_type("add_") == "AddInplace"
+    assert op_type("matmul") == "MatMul" and op_type("add_") == "AddLhsInplace"
+    assert op_type("relu_") == "ReluInplace" and op_type("scaled_add_") == "ScaledAddLhsInplace"
     assert op_type("replicated_all_reduce") == "ReplicatedAllReduce"
     assert op_type("repeat") == "Loop" and op_type("group_norm") == "GroupNormalization"
 

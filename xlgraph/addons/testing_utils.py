@@ -13,24 +13,23 @@ import numpy as np
 import xlgraph as popxl
 from xlgraph import ops
 from xlgraph.addons.module import Module
-from xlgraph.core.pb_views import PbOp, op_type
+from xlgraph.core.pb_views import PbOp, op_class, op_type
 
 __all__ = ["ops_of_type", "TensorInput", "run_module"]
 
 
 def ops_of_type(ops_: Iterable[Any], op_type_: type | str) -> int:
     """How many of ``ops_`` (PopART op views, e.g. ``graph._pb_graph.getOps()``, or xlgraph
-    ops) are of ``op_type_``: a view class (``popart._internal.ir.op.MatMulOp``) or a PopART
-    type name (``"MatMul"``)."""
+    ops) are of ``op_type_``: a view class (``popart._internal.ir.op.SubtractOp``), its name,
+    or a PopART type name (``"Sub"``, ``"SubOp"``)."""
     count = 0
     for op in ops_:
+        kind = op.opid.type if isinstance(op, PbOp) else op_type(op.defn.name)
+        cls = op_class(kind)
         if isinstance(op_type_, str):
-            kind = op.opid.type if isinstance(op, PbOp) else op_type(op.defn.name)
-            count += kind == op_type_.removesuffix("Op") or kind == op_type_
-        elif isinstance(op, PbOp):
-            count += isinstance(op, op_type_)
+            count += op_type_ in (kind, f"{kind}Op", cls.__name__)
         else:
-            count += op_type_.__name__ == f"{op_type(op.defn.name)}Op"
+            count += issubclass(cls, op_type_)
     return count
 
 

@@ -56,6 +56,12 @@ class Graph:
 
     # -- views -------------------------------------------------------------------------------
     @property
+    def _ir(self) -> Ir:
+        """The Ir (PopXL keeps it in ``graph._ir``; the applications' LM heads build their
+        loss graphs with ``fwd_graph.graph._ir.create_graph(...)``)."""
+        return self.ir
+
+    @property
     def inputs(self) -> tuple[Tensor, ...]:
         """The graph's inputs, in order (parameters of a subgraph)."""
         if self._inputs_seen is None:  # one tuple until the inputs change

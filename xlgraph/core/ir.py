@@ -79,8 +79,9 @@ class Ir:
 
     @property
     def num_host_transfers(self) -> int:
-        """Transfers of every used stream per ``Session.run`` (each stream's host_load or
-        host_store ops must execute this many times per run)."""
+        """Transfers of every used stream per ``Session.run``: each execution of a stream's
+        host_load or host_store takes the next one, wrapping around (a Session warns when the
+        ops do not execute this many times per run; PopXL does not check)."""
         return self._num_host_transfers
 
     @num_host_transfers.setter

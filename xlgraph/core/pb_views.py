@@ -21,15 +21,23 @@ if TYPE_CHECKING:  # records above this module, by the members it reads (kinds.p
     from xlgraph.core.kinds import OpLike as Op
     from xlgraph.core.kinds import TensorLike as Tensor
 
-__all__ = ["PopartViewError", "op_type", "op_class", "PbIrGraphs", "PbGraph", "PbOp",
-           "PbTensor", "PbSession", "SUPPORT_PAGE"]
+__all__ = ["PopartViewError", "op_type", "op_class", "op_class_named", "PbIrGraphs", "PbGraph",
+           "PbOp", "PbTensor", "PbSession", "SUPPORT_PAGE"]
 
 SUPPORT_PAGE = "docs/popxl-compat.md (PopART views)"
 
 # xlgraph op names whose PopART type is not their CamelCase form
 _TYPES = {"matmul": "MatMul", "repeat": "Loop", "conditional": "If", "negate": "Neg",
           "group_norm": "GroupNormalization", "layer_norm": "GroupNormalization",
-          "nll_loss": "Nll", "geluerf": "GeluErf", "ipu_copy": "IpuCopy"}
+          "nll_loss": "Nll", "geluerf": "GeluErf", "ipu_copy": "IpuCopy",
+          "nll_loss_with_softmax_grad": "NlllWithSoftmaxGradDirect"}
+# in-place ops whose PopART type names the operand they modify
+_INPLACE_TYPES = {"add": "AddLhsInplace", "scaled_add": "ScaledAddLhsInplace",
+                  "mul": "MulLhsInplace"}
+# PopART types whose C++ class is not ``<type>Op`` (``Sub`` ops are ``SubtractOp``s)
+_CLASS_STEMS = {"Sub": "Subtract", "Neg": "Negate", "GroupNormalization": "GroupNorm",
+                "BatchNormalization": "BatchNorm", "InstanceNormalization": "InstanceNorm"}
+_TYPE_OF_STEM = {stem: type_ for type_, stem in _CLASS_STEMS.items()}
 _DTYPES = {"float32": "FLOAT", "float64": "DOUBLE"}
 # var-update ops PopART implements as one class, the variant being an attribute
 _VAR_UPDATES = {**dict.fromkeys(["accumulate_", "accumulate_square_", "accumulate_mean_",
@@ -59,11 +67,13 @@ class _View:
 
 def op_type(name: str) -> str:
     """The PopART op type of an xlgraph op name: ``matmul`` -> ``MatMul``, ``add_`` ->
-    ``AddInplace``, ``replicated_all_reduce`` -> ``ReplicatedAllReduce``; every
-    ``accumulate*_`` op -> ``Accumulate``."""
+    ``AddLhsInplace``, ``relu_`` -> ``ReluInplace``, ``replicated_all_reduce`` ->
+    ``ReplicatedAllReduce``; every ``accumulate*_`` op -> ``Accumulate``."""
     if name in _VAR_UPDATES:
         return _VAR_UPDATES[name]
     base = name.rstrip("_")
+    if name.endswith("_") and base in _INPLACE_TYPES:
+        return _INPLACE_TYPES[base]
     camel = _TYPES.get(base) or "".join(p[:1].upper() + p[1:] for p in base.split("_"))
     return camel + ("Inplace" if name.endswith("_") else "")
 
@@ -148,13 +158,22 @@ _CLASSES: dict[str, type[PbOp]] = {}
 
 
 def op_class(type_name: str) -> type[PbOp]:
-    """The view class of PopART op type ``type_name`` (``"MatMul"`` -> ``MatMulOp``), made
-    once; every op view of that type is an instance."""
+    """The view class of PopART op type ``type_name``, named as PopART's C++ class
+    (``"MatMul"`` -> ``MatMulOp``, ``"Sub"`` -> ``SubtractOp``, ``"GroupNormalization"`` ->
+    ``GroupNormOp``), made once; every op view of that type is an instance."""
     if not re.fullmatch(r"[A-Za-z]\w*", type_name):
         raise ValueError(f"not a PopART op type: {type_name!r}")
     if type_name not in _CLASSES:
-        _CLASSES[type_name] = type(f"{type_name}Op", (PbOp,), {"__module__": __name__})
+        name = f"{_CLASS_STEMS.get(type_name, type_name)}Op"
+        _CLASSES[type_name] = type(name, (PbOp,), {"__module__": __name__})
     return _CLASSES[type_name]
+
+
+def op_class_named(class_name: str) -> type[PbOp]:
+    """The view class PopART calls ``class_name`` (``"SubtractOp"``; the type's own name,
+    ``"SubOp"``, gives the same class)."""
+    stem = class_name[:-2]
+    return op_class(_TYPE_OF_STEM.get(stem, stem))
 
 
 def _op_view(op: Op, op_id: int) -> PbOp:

@@ -56,7 +56,7 @@ from xlgraph.ops.fp8 import (
     pow2scale_cast_to_fp8,
 )
 from xlgraph.ops.host import host_load, host_store
-from xlgraph.ops.indexing import gather, scatter, split, subsample, tied_gather, topk
+from xlgraph.ops.indexing import gather, scatter, subsample, tied_gather, topk
 from xlgraph.ops.linalg import matmul
 from xlgraph.ops.math import (
     ceil,
@@ -153,6 +153,7 @@ from xlgraph.ops.remote import remote_load, remote_load_, remote_store
 from xlgraph.ops.resize import interpolate
 from xlgraph.ops.roi import roi_align
 from xlgraph.ops.scatter_reduce import groupedgather, histogram, scatter_reduce
+from xlgraph.ops.split import split
 
 __all__ = [
     "BUILDERS", "REGISTRY", "OpDef", "CallSiteInfo", "PadType", "collectives", "var_updates",

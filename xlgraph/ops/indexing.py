@@ -14,6 +14,7 @@ from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply, apply1, explained, normalize_axes, register, same_dtype
 from xlgraph.ops.loops import float_only, gather_grad_rows
 from xlgraph.ops.movement import init, slice
+from xlgraph.ops.split import split  # its old path
 from xlgraph.tensor import Tensor, TensorSpec, constant
 
 __all__ = ["gather", "tied_gather", "scatter", "topk", "split", "subsample"]
@@ -358,24 +359,7 @@ def topk(t: Tensor, k: int, axis: int, largest: bool = True, sorted: bool = True
     return values, indices
 
 
-# -- split and subsample (views built from slice) -------------------------------------------
-@explained("split")
-def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:
-    """Split ``t`` along ``axis`` into ``splits`` equal parts, or parts of the given sizes."""
-    axis = normalize_axes(axis, t.rank)[0]
-    n = t.shape[axis]
-    if isinstance(splits, int | np.integer):
-        if splits < 1 or n % splits:
-            raise ShapeError(f"split: axis {axis} of {t.id} {t.spec} is not divisible by {splits}")
-        sizes = [n // int(splits)] * int(splits)
-    else:
-        sizes = [int(s) for s in splits]
-        if builtins.sum(sizes) != n or builtins.min(sizes, default=0) < 0:
-            raise ShapeError(f"split: sizes {sizes} do not add up to {n} (axis {axis} of {t.id})")
-    bounds = np.cumsum([0, *sizes])
-    return [slice(t, int(a), int(b), axis=axis) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
+# -- subsample (a view built from slice) -------------------------------------------------
 @explained("subsample")
 def subsample(t: Tensor, strides: Sequence[int] | int) -> Tensor:
     """Every ``strides[d]``-th element along each axis ``d``, starting from the first; one int

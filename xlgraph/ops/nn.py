@@ -80,11 +80,17 @@ def softmax(t: Tensor, axis: int) -> Tensor:
 
 
 # -- negative log-likelihood -------------------------------------------------------------------
-def _check_nll(probs: TensorSpec, labels: TensorSpec) -> None:
+def _check_nll(probs: TensorSpec, labels: TensorSpec, flat: bool = False) -> None:
+    """Integer labels, shaped ``probs.shape[:-1]`` (PopART's ``NllOp``); with ``flat`` any
+    shape of as many items (``NlllWithSoftmaxGradDirectOp`` flattens both)."""
     if not labels.dtype.is_int:
         raise DTypeError(f"labels must be integers, got {labels}")
+    if flat and math.prod(labels.shape) == math.prod(probs.shape[:-1]):
+        return
     if probs.shape[:-1] != labels.shape:
-        raise ShapeError(f"probs {probs} need labels of shape {probs.shape[:-1]}, got {labels}")
+        want = f"{math.prod(probs.shape[:-1])} items" if flat else str(probs.shape[:-1])
+        raise ShapeError(f"The label tensor ({labels}) must have shape {want} to match all but "
+                         f"the final dimension of the probabilities tensor ({probs})")
 
 
 def _nll_parts(probs: np.ndarray, labels: np.ndarray, ignore_index: int | None):
@@ -136,8 +142,8 @@ def _nll_loss_grad(dy, probs, labels, ignore_index, reduction, log_prob):
 
 
 def _nll_infer(probs: TensorSpec, labels: TensorSpec, ignore_index: Any, reduction: str,
-               log_prob: bool) -> TensorSpec:
-    _check_nll(probs, labels)
+               log_prob: bool, flat: bool = False) -> TensorSpec:
+    _check_nll(probs, labels, flat)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     return TensorSpec(labels.shape if reduction == "none" else (), probs.dtype)
@@ -232,7 +238,7 @@ def _reduction_name(reduction: Any) -> Any:
 
 
 def _nll_softmax_infer(probs, labels, loss_grad, ignore_index, reduction):
-    loss = _nll_infer(probs, labels, ignore_index, reduction, False)
+    loss = _nll_infer(probs, labels, ignore_index, reduction, False, flat=True)
     return loss, probs
 
 
@@ -296,8 +302,10 @@ def _nll_softmax_replicated(ctx: Any, probs, labels, loss_grad, ignore_index, re
 _NLL_SOFTMAX = OpDef(
     "nll_loss_with_softmax_grad", _nll_softmax_infer, _nll_softmax, kernel_out=_nll_softmax_out,
     loop=_nll_softmax_loop, replicated=_nll_softmax_replicated,
-    samples=lambda rng: [Sample(_probs_labels(rng), {"loss_grad": 1.0, "ignore_index": None,
-                                                     "reduction": "mean"})],
+    samples=lambda rng: [
+        Sample(_probs_labels(rng), {"loss_grad": 1.0, "ignore_index": None, "reduction": "mean"}),
+        Sample((_probs_labels(rng)[0], _probs_labels(rng)[1].reshape(2, 3)),  # flattened labels
+               {"loss_grad": 2.0, "ignore_index": None, "reduction": "none"})],
 )
 
 
@@ -306,6 +314,10 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float =
                                ignore_index: int | None = None,
                                reduction: str = "mean") -> tuple[Tensor, Tensor]:
     """NLL loss of softmax ``probs`` and its gradient with respect to the pre-softmax logits.
+
+    ``labels`` may have any shape of ``prod(probs.shape[:-1])`` items (PopART flattens probs
+    to ``[N, C]`` and labels to ``[N]``); the loss has probs' dtype, and labels' shape with
+    ``reduction="none"``.
 
     Returns:
         ``(loss, d_logits)`` where ``d_logits = (probs - onehot(labels)) * loss_grad / N``.

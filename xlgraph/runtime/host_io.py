@@ -41,6 +41,8 @@ class HostIO:
     def __init__(self, ir: Ir) -> None:
         self.transfers = ir.num_host_transfers
         self.replicas = ir.instance_replication_factor
+        # the leading dimensions of every host array: transfers, then replicas, each when > 1
+        self.lead = tuple(n for n in (self.transfers, self.replicas) if n > 1)
         self.expected = _streams_used(ir, "host_load")
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
@@ -50,8 +52,7 @@ class HostIO:
         self._out_specs = [(s, self.host_shape(s), s.dtype.as_numpy()) for s in self.d2h]
 
     def host_shape(self, stream: Any) -> tuple[int, ...]:
-        lead = tuple(n for n in (self.transfers, self.replicas) if n > 1)
-        return lead + stream.shape
+        return self.lead + stream.shape
 
     def _rule(self) -> str:
         n, r = self.transfers, self.replicas
@@ -139,6 +140,13 @@ class HostIO:
         expected = self.host_shape(stream)
         if arr.shape != expected and _squeezed(arr.shape) == _squeezed(expected):
             arr = arr.reshape(expected)  # as PopXL: a scalar feeds a (1,) stream
+        if self.transfers > 1 and arr.ndim == len(expected) and arr.shape[1:] == expected[1:]:
+            if arr.shape[0] < self.transfers:  # PopXL's check and words
+                raise StreamInputError(
+                    f"Dimension 0 ({arr.shape[0]}) for the array provided for input stream "
+                    f"{stream.name} is not large enough. It should be at least of size "
+                    f"num_host_transfers = {self.transfers}")
+            arr = arr[:self.transfers]  # as PopXL, rows past num_host_transfers are not read
         if arr.shape != expected:
             raise StreamInputError(
                 f"stream {stream.name!r} ({stream.spec}) expects host data of shape {expected}, "

@@ -277,6 +277,17 @@ class Session:
         """The h2d streams that ``run`` needs data for."""
         return list(self.io.expected)
 
+    @property
+    def _extra_input_dims(self) -> tuple[int, ...]:
+        """``(num_host_transfers,)`` when it is over 1, then ``(instance_replication_factor,)``
+        when over 1: the leading dimensions of every host array (PopXL's private name, which
+        the applications' scripts use to make inputs)."""
+        return self.io.lead
+
+    def _full_input_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """``_extra_input_dims + shape``: the host shape of an input of ``shape``."""
+        return self.io.lead + tuple(shape)
+
     def create_host_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
         """Fresh output arrays for every d2h stream, shaped as ``run`` returns them."""
         return self.io.new_outputs()

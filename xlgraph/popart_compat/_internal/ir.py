@@ -2,8 +2,9 @@
 
 ``Ir``, ``Graph``, ``Op``, ``Tensor`` are the types of the read-only views that
 ``ir._pb_ir``, ``graph._pb_graph`` and their methods return (``xlgraph.core.pb_views``);
-``op.<Type>Op`` (also ``op.collectives.<Type>Op``, ``op.exchange.<Type>Op``, ...) is the class
-of the views of ops of that PopART type, for ``isinstance`` checks and
+``op.<Class>`` (also ``op.collectives.<Class>``, ``op.exchange.<Class>``, ...) is the class of
+the views of ops of that PopART type, named as PopART's C++ class (``SubtractOp``,
+``GroupNormOp``, else ``<Type>Op``), for ``isinstance`` checks and
 ``testing_utils.ops_of_type``; ``SessionOptions`` and ``GraphId`` / ``TensorId`` (strings) as
 PopART names them; ``patterns.Patterns(patterns.PatternsLevel.Default)`` for
 ``ir._pb_ir.setPatterns`` (recorded; pattern passes have no effect on the simulator).
@@ -24,7 +25,7 @@ from xlgraph.core.pb_views import (
     PbOp,
     PbSession,
     PbTensor,
-    op_class,
+    op_class_named,
 )
 from xlgraph.options import SessionOptions
 
@@ -50,7 +51,7 @@ class _OpNamespace(ModuleType):
         if name == "Op":
             return PbOp
         if name.endswith("Op") and len(name) > 2:
-            return op_class(name[:-2])
+            return op_class_named(name)
         if name in _GROUPS:
             return _namespace(f"{self.__name__}.{name}")
         raise AttributeError(f"popart._internal.ir: {self.__name__}.{name} is not provided by "
