@@ -73,7 +73,7 @@ class RemoteMemory:
         entry = self._entry(v)
         lead = values.shape[: values.ndim - v.rank]
         if not v.remote.sharded:
-            entry[...] = values.reshape(*lead, *entry.shape[len(lead):])
+            entry[...] = values.reshape((*lead, *entry.shape[len(lead):]))  # () for scalars
             return
         shard, n = v.remote.buffer.tensor_shape[0], v.remote.buffer.shard_over
         flat = np.zeros((*lead, shard * n), values.dtype)
