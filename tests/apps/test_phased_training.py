@@ -1,0 +1,111 @@
+"""A GPT-2-style and a BERT-style model trained for a few steps in the applications' phased,
+batch-serialised form (weights in remote buffers, ``batch_serialise_fwd_and_grad`` over the
+micro-batches of each step, gradient accumulation, Adam) equal the plain form trained on the
+same micro-batches: every step's losses and every weight afterwards, to float32 rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xlgraph as popxl
+import xlgraph.addons as addons
+from apps.bert import BertEmbeddingsTP
+from apps.families import BertLayer
+from apps.gpt import GPT2Block
+from apps.harness import TinyConfig
+from apps.phased import Parts, initial_weights, phased, plain, train
+from xlgraph import ops
+from xlgraph.addons.layers import Embedding, LayerNorm, Linear
+from xlgraph.addons.ops.cross_entropy import cross_entropy
+
+CFG = TinyConfig(hidden_size=32, heads=4, sequence_length=8, vocab_size=48)
+ROWS = CFG.micro_batch_size * CFG.sequence_length
+STEPS = 2  # micro-batches per training step (gradient accumulation)
+RUNS = 3  # training steps
+IGNORE = -100  # labels of the tokens BERT does not predict
+
+
+class GPTEmbeddings(addons.Module):
+    def __init__(self, cfg: TinyConfig) -> None:
+        super().__init__()
+        self.word = Embedding(popxl.float32, cfg.vocab_size, cfg.hidden_size)
+        self.positional = Embedding(popxl.float32, cfg.sequence_length, cfg.hidden_size)
+
+    def build(self, words: popxl.Tensor, positions: popxl.Tensor) -> popxl.Tensor:
+        return self.word(words) + self.positional(positions)
+
+
+class LMHead(addons.Module):
+    """GPT-2's final norm and LM head with the mean next-token loss; BERT's masked-LM
+    transform, decoder and loss over the tokens whose label is not ``IGNORE``."""
+
+    def __init__(self, cfg: TinyConfig, masked_lm: bool) -> None:
+        super().__init__()
+        self.cfg, self.masked_lm = cfg, masked_lm
+        if masked_lm:
+            self.transform = Linear(cfg.hidden_size)
+        self.norm = LayerNorm()
+        self.decoder = Linear(cfg.vocab_size, bias=masked_lm)
+
+    def build(self, x: popxl.Tensor, labels: popxl.Tensor) -> popxl.Tensor:
+        if self.masked_lm:
+            x = ops.geluerf(self.transform(x))
+        logits = self.decoder(self.norm(x, eps=self.cfg.eps))
+        return cross_entropy(logits, labels, ignore_index=IGNORE if self.masked_lm else None)
+
+
+def _ids(*names: str) -> list[popxl.TensorSpec]:
+    return [popxl.TensorSpec((ROWS,), popxl.int32) for _ in names]
+
+
+def gpt2(layers: int = 2) -> Parts:
+    return Parts(lambda: GPTEmbeddings(CFG), lambda: GPT2Block(CFG),
+                 lambda: LMHead(CFG, masked_lm=False), layers, _ids("words", "positions"),
+                 _ids("labels"), popxl.TensorSpec((ROWS, CFG.hidden_size), popxl.float32))
+
+
+def bert(layers: int = 2) -> Parts:
+    return Parts(lambda: BertEmbeddingsTP(CFG), lambda: BertLayer(CFG),
+                 lambda: LMHead(CFG, masked_lm=True), layers,
+                 _ids("words", "positions", "types"), _ids("labels"),
+                 popxl.TensorSpec((ROWS, CFG.hidden_size), popxl.float32))
+
+
+def batches(family: str, seed: int) -> list[list[np.ndarray]]:
+    """``RUNS`` runs of ``STEPS`` (2) micro-batches of the family's inputs and labels: run
+    ``i`` takes micro-batches ``i`` and ``i + 1``, so each run but the last trains on the
+    micro-batch the next run starts with."""
+    rng = np.random.default_rng(seed)
+    positions = np.tile(np.arange(CFG.sequence_length, dtype=np.int32), CFG.micro_batch_size)
+    types = np.tile(np.arange(CFG.sequence_length) >= CFG.sequence_length // 2,
+                    CFG.micro_batch_size).astype(np.int32)
+    micro = []
+    for _ in range(RUNS + 1):
+        words = rng.integers(0, CFG.vocab_size, (CFG.micro_batch_size, CFG.sequence_length))
+        if family == "gpt2":
+            labels = np.concatenate([words[:, 1:], words[:, :1]], -1)  # the next token
+            arrays = [words, positions, labels]
+        else:
+            masked = rng.uniform(size=words.shape) < 0.3
+            labels = np.where(masked, words, IGNORE)
+            arrays = [np.where(masked, 1, words), positions, types, labels]  # 1: [MASK]
+        micro.append([np.asarray(a, np.int32).reshape(ROWS) for a in arrays])
+    return [[np.stack(parts) for parts in zip(micro[i], micro[i + 1])] for i in range(RUNS)]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_phased_batch_serialised_training_equals_the_plain_form(family: str) -> None:
+    parts = gpt2() if family == "gpt2" else bert()
+    start = initial_weights(parts, seed=1)
+    data = batches(family, seed=2)
+    plain_losses, plain_weights = train(plain, parts, STEPS, start, data)
+    phased_losses, phased_weights = train(phased, parts, STEPS, start, data)
+    np.testing.assert_allclose(np.array(phased_losses), np.array(plain_losses), rtol=2e-6)
+    for before, after in zip(plain_losses, plain_losses[1:]):  # Adam lowers the loss of a
+        assert after[0] < before[1]  # micro-batch it has trained on
+    for name, want in plain_weights.items():
+        np.testing.assert_allclose(phased_weights[name], want, rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+        if name.startswith("layers.1."):  # the deepest layer's weights all moved
+            assert not np.array_equal(want, start[name]), name
