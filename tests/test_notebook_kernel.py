@@ -125,6 +125,9 @@ def test_install_and_uninstall(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
      "xlgraph: skipped `!pip install -q 'popxl-addons @ git+https://x/popxl-addons.git' tqdm`: "
      "xlgraph provides popxl_addons; install the others yourself if you need them: tqdm"),
     ("%pip install numpy", None),
+    ("!{sys.executable} -m pip install -r /no/such/requirements.txt poptorch",
+     "xlgraph: skipped `!{sys.executable} -m pip install -r /no/such/requirements.txt "
+     "poptorch`: xlgraph provides poptorch"),
     ("%env POPTORCH_LOG_LEVEL=ERR", "xlgraph: POPTORCH_LOG_LEVEL is read by Graphcore's SDK "
                                     "only; xlgraph ignores it"),
     ("%env POPLAR_ENGINE_OPTIONS={\"autoReport.all\": \"true\"}", None),  # xlgraph reads it

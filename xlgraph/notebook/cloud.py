@@ -31,7 +31,8 @@ IPU_ONLY_VARIABLES = ("POPLAR_LOG_LEVEL", "POPLAR_LOG_DEST", "POPART_LOG_LEVEL",
 ones xlgraph reads, such as ``POPLAR_ENGINE_OPTIONS``'s ``autoReport`` keys and
 ``POPTORCH_CACHE_DIR``, are not in this list.)"""
 
-_INSTALL = re.compile(r"^\s*(?:%pip|!\s*(?:python3?\s+-m\s+)?pip3?)\s+install\s+(?P<args>.*)$")
+# ``%pip install``, ``!pip install``, ``!python -m pip install``, ``!{sys.executable} -m pip ...``
+_INSTALL = re.compile(r"^\s*(?:%pip|!\s*(?:\S+\s+-m\s+)?pip3?)\s+install\s+(?P<args>.*)$")
 _GC_TOOL = re.compile(r"^\s*!\s*(?P<tool>gc-[\w-]+)")
 _VALUE_FLAGS = ("-r", "--requirement", "-c", "--constraint", "-f", "--find-links", "-i",
                 "--index-url", "--extra-index-url", "-t", "--target", "--prefix", "--root")
