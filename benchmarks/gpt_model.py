@@ -46,6 +46,7 @@ class Config:
 
 
 FULL = Config()
+SMALL = Config(layers=12, hidden=768, heads=12, mlp=3072, vocab=50257, positions=1024)  # GPT-2
 TINY = Config(layers=2, hidden=32, heads=2, mlp=64, vocab=64, seq=8, positions=48)
 
 
@@ -142,14 +143,17 @@ class GPT(addons.Module):
         return self.lnf(x) @ ops.transpose(wte)
 
 
-def build_train(cfg: Config, batch: int, half: bool = False) -> tuple[popxl.Ir, Any, Any, Any]:
+def build_train(cfg: Config, batch: int, half: bool = False, replicas: int | str = 1,
+                ) -> tuple[popxl.Ir, Any, Any, Any]:
     """The training step: forward, cross-entropy, backward, AdamW on every weight. ``half``:
     weights and activations in float16, loss and Adam moments in float32, the loss scaled by
-    ``LOSS_SCALE`` (the gradient divided by it again inside Adam). Returns ``(ir, tokens
-    stream, loss stream, {name: variable})``."""
+    ``LOSS_SCALE`` (the gradient divided by it again inside Adam). ``replicas`` (a number, or
+    ``"popdist"`` in an ``xlgraph-run`` job): data-parallel replicas of ``batch`` each, every
+    gradient averaged over them (``replicated_all_reduce``) before its update. Returns ``(ir,
+    tokens stream, loss stream, {name: variable})``."""
     dtype = popxl.float16 if half else popxl.float32
     scale = LOSS_SCALE if half else 1.0
-    ir = popxl.Ir()
+    ir = popxl.Ir(replication=replicas)
     with ir.main_graph, popxl.in_sequence():
         tok_s = popxl.h2d_stream((batch, cfg.seq + 1), popxl.int32, "tokens")
         tokens = ops.host_load(tok_s)
@@ -162,6 +166,9 @@ def build_train(cfg: Config, batch: int, half: bool = False) -> tuple[popxl.Ir, 
             info.outputs[0], labels.reshape((batch * cfg.seq,)), loss_scaling=scale)
         bwd_info = bwd.call_with_info(dlogits, args=bwd.grad_graph_info.inputs_dict(info))
         grads = bwd.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(info, bwd_info)
+        if ir.replication_factor > 1:
+            grads = {v: ops.collectives.replicated_all_reduce(grads[v], "mean")
+                     for v in variables.tensors}
         for var in variables.tensors:
             opt_facts, opt = AdamOptimizerStep(cache=True).create_graph(
                 var, grads[var].spec, lr=LR, beta1=BETAS[0], beta2=BETAS[1], eps=EPS,

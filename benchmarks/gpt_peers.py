@@ -15,37 +15,58 @@ from gpt_model import BETAS, EPS, LR, WEIGHT_DECAY, Config, causal_mask
 Step = Any
 
 
-def torch_train(cfg: Config, weights: dict[str, np.ndarray], compiled: bool = False,
-                half: bool = False, half_dtype: str = "bfloat16") -> Step:
-    """PyTorch: the forward and loss (eager, or through ``torch.compile``; with ``half``
-    under autocast to ``half_dtype``), backward, ``AdamW(fused=True)``."""
+def torch_model(cfg: Config, weights: dict[str, np.ndarray]) -> Any:
+    """A ``torch.nn.Module`` holding ``weights`` whose ``forward(tokens)`` is the loss."""
     import torch
     import torch.nn.functional as F  # noqa: N812
 
-    p = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
     h, nh, hd = cfg.hidden, cfg.heads, cfg.head_dim
 
-    def loss_fn(tokens: Any) -> Any:
-        ids, labels = tokens[:, :-1], tokens[:, 1:]
-        b, s = ids.shape
-        x = p["wte"][ids] + p["wpe"][:s]
-        for i in range(cfg.layers):
-            w = {k[len(f"layer{i}."):]: v for k, v in p.items() if k.startswith(f"layer{i}.")}
-            a = F.layer_norm(x, (h,), w["ln1.weight"], w["ln1.bias"])
-            q, k, v = ((a @ w[f"attn.{n}.weight"] + w[f"attn.{n}.bias"]).view(b, s, nh, hd)
-                       .transpose(1, 2) for n in "qkv")
-            ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            ctx = ctx.transpose(1, 2).reshape(b, s, h)
-            x = x + ctx @ w["attn.proj.weight"] + w["attn.proj.bias"]
-            a = F.layer_norm(x, (h,), w["ln2.weight"], w["ln2.bias"])
-            a = F.gelu(a @ w["fc.weight"] + w["fc.bias"], approximate="tanh")
-            x = x + a @ w["out.weight"] + w["out.bias"]
-        x = F.layer_norm(x, (h,), p["lnf.weight"], p["lnf.bias"])
-        logits = x @ p["wte"].t()
-        return F.cross_entropy(logits.reshape(b * s, -1).float(), labels.reshape(-1))
+    class Decoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names = list(weights)  # parameter names cannot hold "."
+            self.params = torch.nn.ParameterList(torch.nn.Parameter(torch.tensor(v))
+                                                 for v in weights.values())
 
-    forward = torch.compile(loss_fn, dynamic=False) if compiled else loss_fn
-    opt = torch.optim.AdamW(list(p.values()), lr=LR, betas=BETAS, eps=EPS,
+        def forward(self, tokens: Any) -> Any:
+            p = dict(zip(self.names, self.params))
+            ids, labels = tokens[:, :-1], tokens[:, 1:]
+            b, s = ids.shape
+            x = p["wte"][ids] + p["wpe"][:s]
+            for i in range(cfg.layers):
+                w = {k[len(f"layer{i}."):]: v for k, v in p.items()
+                     if k.startswith(f"layer{i}.")}
+                a = F.layer_norm(x, (h,), w["ln1.weight"], w["ln1.bias"])
+                q, k, v = ((a @ w[f"attn.{n}.weight"] + w[f"attn.{n}.bias"]).view(b, s, nh, hd)
+                           .transpose(1, 2) for n in "qkv")
+                ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                ctx = ctx.transpose(1, 2).reshape(b, s, h)
+                x = x + ctx @ w["attn.proj.weight"] + w["attn.proj.bias"]
+                a = F.layer_norm(x, (h,), w["ln2.weight"], w["ln2.bias"])
+                a = F.gelu(a @ w["fc.weight"] + w["fc.bias"], approximate="tanh")
+                x = x + a @ w["out.weight"] + w["out.bias"]
+            x = F.layer_norm(x, (h,), p["lnf.weight"], p["lnf.bias"])
+            logits = x @ p["wte"].t()
+            return F.cross_entropy(logits.reshape(b * s, -1).float(), labels.reshape(-1))
+
+    return Decoder()
+
+
+def torch_train(cfg: Config, weights: dict[str, np.ndarray], compiled: bool = False,
+                half: bool = False, half_dtype: str = "bfloat16", ddp: bool = False) -> Step:
+    """PyTorch: the forward and loss (eager, or through ``torch.compile``; with ``half``
+    under autocast to ``half_dtype``), backward, ``AdamW(fused=True)``. ``ddp``: the model in
+    ``DistributedDataParallel`` over the process group the caller has started."""
+    import torch
+
+    model = torch_model(cfg, weights)
+    forward = model
+    if ddp:
+        forward = torch.nn.parallel.DistributedDataParallel(model)
+    elif compiled:
+        forward = torch.compile(model, dynamic=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS,
                             weight_decay=WEIGHT_DECAY, fused=True)
 
     def step(tokens: np.ndarray) -> float:
@@ -60,6 +81,7 @@ def torch_train(cfg: Config, weights: dict[str, np.ndarray], compiled: bool = Fa
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
+    step.model = model
     return step
 
 

@@ -15,7 +15,14 @@ a fresh process that builds one contender and runs 3 training steps (imports inc
 Every contender is made once and timed in one process in interleaved rounds (medians), at each
 thread count of ``--threads``; ``best`` keeps each one's faster setting.
 
-Run: ``PYTHONPATH=. python benchmarks/transformer.py [--quick] [--threads 1 2]``.
+``--size small``: GPT-2 small's shape (12 layers, hidden 768, 12 heads, MLP 3072, vocabulary
+50,257, sequence 128): ``train_small`` at batch 4 against the same peers, timed beside numpy
+running the step's own matrix products (``roofline.py``): ``gemm_fraction`` is the step's
+FLOPs over its time as a fraction of that GEMM rate. ``generate_small_b1`` against
+HuggingFace, timed beside a memory copy: ``bandwidth_fraction`` is the weight bytes every
+token reads over the time per token, as a fraction of the copy bandwidth.
+
+Run: ``PYTHONPATH=. python benchmarks/transformer.py [--quick] [--threads 1 2] [--size small]``.
 """
 
 from __future__ import annotations
@@ -36,12 +43,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpt_model as gm  # noqa: E402
 import gpt_peers  # noqa: E402
+import roofline  # noqa: E402
 from harness import interleaved, machine  # noqa: E402
 from mlp import best_setting, summary, with_threads  # noqa: E402
 
 import xlgraph as popxl  # noqa: E402
 
 TRAIN = ("xlgraph", "torch", "torch_compile", "jax")
+SIZES = {"round5": (gm.FULL, 8), "small": (gm.SMALL, 4)}  # decoder and training batch
 PROMPT, NEW = 8, 128
 COMPILE_S: dict[str, float] = {}
 
@@ -148,6 +157,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                         help="BLAS and torch thread counts to time")
     parser.add_argument("--quick", action="store_true", help="short loops (3 rounds)")
+    parser.add_argument("--size", choices=SIZES, default="round5",
+                        help="round5: the 4-layer decoder at batch 8 (float32 and float16 "
+                             "steps, memory, generation at batch 1 and 8); small: GPT-2 small "
+                             "at batch 4 (float32 step and generation at batch 1, each beside "
+                             "the machine's GEMM rate and copy bandwidth)")
     parser.add_argument("--tiny", action="store_true",
                         help="the tiny decoder of the tests (a smoke run, not a figure)")
     parser.add_argument("--skip", nargs="*", default=[],
@@ -159,52 +173,91 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def train_case(key: str, cfg: gm.Config, weights: dict[str, np.ndarray], batch: int,
+               half: bool, args: argparse.Namespace, roof: bool) -> dict[str, Any]:
+    """Time the training contenders (``roof``: beside ``roofline.gemm_step`` on the step's own
+    products) and return ``{"threads_<n>": timings}`` and the best setting's summary."""
+    data = gm.token_batches(cfg, batch)
+    makers = {n: (lambda n=n: make_train(n, cfg, weights, batch, half, data, args.torch_half))
+              for n in TRAIN}
+    products = roofline.step_products(cfg, batch)
+    if roof:
+        makers["gemm"] = lambda: (roofline.gemm_step(products), None)
+    timings = time_set(makers, args.threads, calls=1, rounds=args.rounds)
+    best = best_setting({n: {key: t} for n, t in timings.items()}, key, args.threads)
+    gemm = best.pop("gemm", None)
+    out = summary(best, batch)
+    if gemm is not None:  # FLOPs over time, as a fraction of numpy's rate on the same products
+        step_flops = roofline.flops(products)
+        out["step_gflop"] = round(step_flops / 1e9, 2)
+        out["gemm_gflop_per_s"] = round(step_flops / gemm["median"] / 1e3, 1)
+        out["gemm_fraction"] = {n: round(gemm["median"] / t["median"], 3)
+                                for n, t in best.items()}
+    return {**{f"threads_{n}": t for n, t in timings.items()}, "best": out}
+
+
+def generate_case(key: str, cfg: gm.Config, weights: dict[str, np.ndarray], batch: int,
+                  args: argparse.Namespace, roof: bool) -> dict[str, Any]:
+    """Time generation (``roof``: beside ``roofline.copy_step``) and return its timings and the
+    best setting's tokens per second (and fraction of the copy bandwidth)."""
+    makers = {n: (lambda n=n: make_generate(n, cfg, weights, batch)) for n in ("xlgraph", "hf")}
+    copy_bytes = 1 << 27
+    if roof:
+        makers["copy"] = lambda: (roofline.copy_step(copy_bytes, 8), None)
+    timings = time_set(makers, args.threads, calls=1, rounds=args.rounds)
+    best = best_setting({n: {key: t} for n, t in timings.items()}, key, args.threads)
+    copy = best.pop("copy", None)
+    new = min(NEW, cfg.positions - PROMPT)
+    tps = {n: round(batch * new / (t["median"] / 1e6), 1) for n, t in best.items()}
+    out: dict[str, Any] = {"tokens_per_s": tps,
+                           "us_per_generate": {n: t["median"] for n, t in best.items()}}
+    if len(tps) == 2:
+        out["ratio_xlgraph_over_hf"] = round(tps["xlgraph"] / tps["hf"], 3)
+    if copy is not None:  # every run of the prompt and of the new tokens reads every weight
+        bandwidth = roofline.copy_bandwidth(copy_bytes, copy["median"])
+        per_token = roofline.token_weight_bytes(weights)
+        runs = PROMPT + new - 1
+        out["copy_gb_per_s"] = round(bandwidth / 1e9, 2)
+        out["weight_mb_per_token"] = round(per_token / 1e6, 1)
+        out["bandwidth_fraction"] = {
+            n: round(per_token * runs / (t["median"] * 1e-6) / bandwidth, 3)
+            for n, t in best.items()}
+    return {**{f"threads_{n}": t for n, t in timings.items()}, "best": out}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    cfg = gm.TINY if args.tiny else gm.FULL
-    batch = 8
+    cfg, batch = SIZES[args.size]
+    if args.tiny:
+        cfg = gm.TINY
     if args.rss_of:
         print(peak_rss(args.rss_of, cfg, batch))
         return
     weights = gm.initial_weights(cfg)
-    rounds = 3 if args.quick else 5
-    result: dict[str, Any] = {"benchmark": "transformer", "machine": machine(),
+    args.rounds = 3 if args.quick else 5
+    result: dict[str, Any] = {"benchmark": "transformer", "size": args.size, "machine": machine(),
                               "config": cfg.__dict__, "torch_half": args.torch_half, "best": {}}
-    data = gm.token_batches(cfg, batch)
-    for key, half in (("train_b8", False), ("train_b8_half", True)):
+    small = args.size == "small"
+    cases = [("train_small", False)] if small else [("train_b8", False), ("train_b8_half", True)]
+    for key, half in cases:
         if ("half" if half else "train") in args.skip:
             continue
-        makers = {n: (lambda n=n, h=half: make_train(n, cfg, weights, batch, h, data,
-                                                     args.torch_half))
-                  for n in TRAIN}
-        timings = time_set(makers, args.threads, calls=1, rounds=rounds)
-        result[key] = {f"threads_{n}": t for n, t in timings.items()}
-        result["best"][key] = summary(best_setting({n: {key: t} for n, t in timings.items()},
-                                                   key, args.threads), batch)
+        result[key] = train_case(key, cfg, weights, batch, half, args, roof=small)
+        result["best"][key] = result[key].pop("best")
         print(json.dumps({key: result["best"][key]}), file=sys.stderr, flush=True)  # progress
-    if "rss" not in args.skip:
+    if "rss" not in args.skip and not small:
         names = ("xlgraph", "torch") if args.quick else TRAIN
         result["best"].setdefault("train_b8", {})["peak_rss_bytes"] = {
             n: rss_in_fresh_process(n, args.tiny) for n in names}
     if "generate" not in args.skip:
-        for b in (1, 8):
-            key = f"generate_b{b}"
-            makers = {n: (lambda n=n, b=b: make_generate(n, cfg, weights, b))
-                      for n in ("xlgraph", "hf")}
-            timings = time_set(makers, args.threads, calls=1, rounds=rounds)
-            best = best_setting({n: {key: t} for n, t in timings.items()}, key, args.threads)
-            result[key] = {f"threads_{n}": t for n, t in timings.items()}
-            new = min(NEW, cfg.positions - PROMPT)
-            tps = {n: round(b * new / (t["median"] / 1e6), 1) for n, t in best.items()}
-            result["best"][key] = {"tokens_per_s": tps, "us_per_generate": {
-                n: t["median"] for n, t in best.items()}}
-            if len(tps) == 2:
-                result["best"][key]["ratio_xlgraph_over_hf"] = round(tps["xlgraph"] / tps["hf"], 3)
+        for b in (1,) if small else (1, 8):
+            key = f"generate_small_b{b}" if small else f"generate_b{b}"
+            result[key] = generate_case(key, cfg, weights, b, args, roof=small)
+            result["best"][key] = result[key].pop("best")
             print(json.dumps({key: result["best"][key]}), file=sys.stderr, flush=True)
     result["torch_compile_first_call_s"] = COMPILE_S
     result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, indent=1))
-
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,92 @@
+"""The machine's own limits for ``transformer.py --size small``: its float32 GEMM rate on the
+training step's matrix products (numpy), and its memory copy bandwidth.
+
+``step_products`` lists the products of one training step of ``gpt_model``'s decoder (forward,
+then two per forward product in the backward pass: the gradients of both operands).
+``gemm_step`` returns a step function that runs exactly those products with numpy, so that it
+is timed beside the contenders in the same interleaved rounds: the step's FLOPs over that time
+is the GEMM rate the machine reaches on these shapes under the load of the moment.
+``copy_step`` copies a buffer larger than the caches; its bandwidth counts the bytes read and
+the bytes written, as STREAM's ``copy`` does. ``token_weight_bytes`` is what generating one
+token reads of the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from gpt_model import Config
+
+Product = tuple[tuple[int, ...], int, int, int]  # (leading batch dims, m, k, n)
+
+
+def forward_products(cfg: Config, batch: int) -> list[Product]:
+    """The forward pass's products: per layer q, k, v, the attention scores and context, the
+    output projection and the two MLP matrices; then the language-model head."""
+    rows, h, s = batch * cfg.seq, cfg.hidden, cfg.seq
+    heads = (batch, cfg.heads)
+    layer = [((), rows, h, h)] * 3 + [(heads, s, cfg.head_dim, s), (heads, s, s, cfg.head_dim),
+                                      ((), rows, h, h), ((), rows, h, cfg.mlp),
+                                      ((), rows, cfg.mlp, h)]
+    return layer * cfg.layers + [((), rows, h, cfg.vocab)]
+
+
+def step_products(cfg: Config, batch: int) -> list[Product]:
+    """The training step's products: each forward ``A (m, k) @ B (k, n)``, then in the
+    backward pass ``dC @ B^T`` (m, n, k) and ``A^T @ dC`` (k, m, n)."""
+    fwd = forward_products(cfg, batch)
+    return fwd + [p for lead, m, k, n in fwd for p in ((lead, m, n, k), (lead, k, m, n))]
+
+
+def flops(products: list[Product]) -> int:
+    """Multiply-adds times two."""
+    return sum(2 * int(np.prod(lead, dtype=np.int64)) * m * k * n for lead, m, k, n in products)
+
+
+def gemm_step(products: list[Product], seed: int = 0) -> Callable[[int], Any]:
+    """``step(i)`` running every product once (``np.matmul`` into preallocated outputs, on
+    operands made once per distinct shape); ``step.operands``: ``(a, b, out)`` of each."""
+    rng = np.random.default_rng(seed)
+    operands: dict[Product, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for p in products:
+        lead, m, k, n = p
+        if p not in operands:
+            operands[p] = (rng.standard_normal((*lead, m, k), np.float32),
+                           rng.standard_normal((*lead, k, n), np.float32),
+                           np.empty((*lead, m, n), np.float32))
+    order = [operands[p] for p in products]
+
+    def step(i: int) -> None:
+        for a, b, out in order:
+            np.matmul(a, b, out=out)
+
+    step.operands = order
+    return step
+
+
+def copy_step(nbytes: int, copies: int) -> Callable[[int], Any]:
+    """``step(i)`` copying ``nbytes`` between two float32 buffers ``copies`` times; its
+    ``steps`` attribute is ``copies``, so ``harness.interleaved`` reports time per copy."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+
+    def step(i: int) -> None:
+        for _ in range(copies):
+            np.copyto(dst, src)
+
+    step.steps = copies
+    return step
+
+
+def copy_bandwidth(nbytes: int, us_per_copy: float) -> float:
+    """Bytes per second of a copy of ``nbytes`` (read and written, as STREAM counts)."""
+    return 2 * nbytes / (us_per_copy * 1e-6)
+
+
+def token_weight_bytes(weights: dict[str, np.ndarray]) -> int:
+    """Weight bytes one generated token reads: every weight in full (the token embedding as the
+    tied head's matrix), except the position table, of which it reads one row."""
+    return sum(w.nbytes for name, w in weights.items() if name != "wpe") \
+        + weights["wpe"][0].nbytes

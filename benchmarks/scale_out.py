@@ -1,0 +1,164 @@
+"""Scale-out: the round-five transformer (``gpt_model.FULL``) training at batch 8 per instance,
+one instance against two, in xlgraph (``xlgraph-run``, one replica per instance, gradients
+averaged by ``replicated_all_reduce`` over MPI) and in PyTorch (``DistributedDataParallel``,
+gloo backend, two processes started by ``torchrun``; one process: the plain model).
+
+Weak-scaling efficiency = (samples/s with 2) / (2 x samples/s with 1). Every process runs
+``--threads`` BLAS (and torch) threads, 1 by default, so that two instances use two cores where
+one instance uses one. The four jobs run in turn, ``--rounds`` times (fresh processes each
+time); each job times ``--steps`` steps after 2 untimed ones and instance 0 reports them
+(collectives keep the instances in step). Prints JSON; ``best`` holds the medians' efficiency.
+
+Run: ``PYTHONPATH=. python benchmarks/scale_out.py [--quick] [--threads 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpt_model as gm  # noqa: E402
+import gpt_peers  # noqa: E402
+from harness import machine  # noqa: E402
+
+BATCH, WARMUP = 8, 2
+HERE = Path(__file__).resolve()
+
+
+def instance() -> tuple[int, int]:
+    """(this process's index, processes in the job) under xlgraph-run or torchrun."""
+    if "RANK" in os.environ:  # torchrun
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    from xlgraph import dist
+
+    return dist.getInstanceIndex(), dist.getNumInstances()
+
+
+def xlgraph_step(cfg: gm.Config) -> tuple[Callable[[np.ndarray], float], Callable[[], Any]]:
+    """``step(tokens) -> loss`` of this instance's replica, and a reader of the weights."""
+    import xlgraph as popxl
+    from xlgraph import dist
+
+    replicas = "popdist" if dist.isPopdistEnvSet() else 1
+    ir, tok_s, loss_s, named = gm.build_train(cfg, BATCH, replicas=replicas)
+    session = popxl.Session(ir, blas_threads=None)
+    gm.load(session, named, gm.initial_weights(cfg))
+    session.__enter__()
+    return (lambda tokens: float(session.run({tok_s: tokens})[loss_s]),
+            lambda: session.get_tensor_data(named["wte"]))
+
+
+def torch_step(cfg: gm.Config, world: int) -> tuple[Callable[[np.ndarray], float],
+                                                     Callable[[], Any]]:
+    import torch
+
+    if world > 1:
+        torch.distributed.init_process_group("gloo")
+    step = gpt_peers.torch_train(cfg, gm.initial_weights(cfg), ddp=world > 1)
+    return step, lambda: step.model.params[step.model.names.index("wte")].detach().numpy()
+
+
+def job(kind: str, steps: int, tiny: bool = False, check: bool = False) -> None:
+    """One process of a job: ``steps`` steps on this instance's own batches; instance 0 prints
+    JSON: the microseconds per step (after ``WARMUP`` untimed ones), or with ``check`` the
+    losses and the token embedding's bytes after the steps (nothing timed)."""
+    cfg = gm.TINY if tiny else gm.FULL
+    rank, world = instance()
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    if kind == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        step, weights = torch_step(cfg, world)
+    else:
+        step, weights = xlgraph_step(cfg)
+    data = gm.token_batches(cfg, BATCH, count=4, seed=1 + rank)
+    if check:
+        losses = [step(data[i % len(data)]) for i in range(steps)]
+        report = {"losses": losses, "wte": weights().astype(np.float32).tobytes().hex()}
+    else:
+        for i in range(WARMUP):
+            step(data[i % len(data)])
+        start = time.perf_counter()
+        for i in range(steps):
+            step(data[i % len(data)])
+        report = {"us_per_step": (time.perf_counter() - start) / steps * 1e6}
+    if rank == 0:
+        print(json.dumps(report), flush=True)
+
+
+def command(kind: str, processes: int, steps: int, tiny: bool = False,
+            check: bool = False) -> list[str]:
+    """The command line of a job: ``kind`` (xlgraph or torch) over ``processes`` processes."""
+    own = [str(HERE), "--job", kind, str(steps), *(["--tiny"] if tiny else []),
+           *(["--check"] if check else [])]
+    if processes == 1:
+        return [sys.executable, *own]
+    if kind == "torch":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", str(processes), *own]
+    return [sys.executable, "-m", "xlgraph.dist.run", "--num-instances", str(processes),
+            "--num-replicas", str(processes), sys.executable, *own]
+
+
+def run_job(kind: str, processes: int, steps: int, threads: int = 1, tiny: bool = False,
+            check: bool = False) -> dict[str, Any]:
+    """Run a job to its end; instance 0's JSON report."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads),
+               PYTHONPATH=os.pathsep.join([str(HERE.parent.parent),
+                                           os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(command(kind, processes, steps, tiny, check), env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} x{processes} failed ({done.returncode}):\n"
+                           f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 10 steps per job")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each job")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per job")
+    parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads per process")
+    parser.add_argument("--job", nargs=2, metavar=("KIND", "STEPS"), help=argparse.SUPPRESS)
+    parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.job:
+        job(args.job[0], int(args.job[1]), args.tiny, args.check)
+        return
+    rounds, steps = (2, 10) if args.quick else (args.rounds, args.steps)
+    result: dict[str, Any] = {"benchmark": "scale_out", "machine": machine(), "batch": BATCH,
+                              "threads_per_process": args.threads, "best": {}}
+    runs: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for kind in ("xlgraph", "torch_ddp"):
+            for n in (1, 2):
+                report = run_job(kind.split("_")[0], n, steps, args.threads)
+                runs.setdefault(f"{kind} x{n}", []).append(round(report["us_per_step"], 1))
+    result["us_per_step"] = runs
+    median = {k: statistics.median(v) for k, v in runs.items()}
+    samples = {k: BATCH * int(k[-1]) / (v * 1e-6) for k, v in median.items()}
+    result["best"]["transformer_b8"] = {
+        "samples_per_s": {k: round(v, 2) for k, v in samples.items()},
+        "efficiency": {kind: round(samples[f"{kind} x2"] / (2 * samples[f"{kind} x1"]), 3)
+                       for kind in ("xlgraph", "torch_ddp")}}
+    result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
