@@ -27,3 +27,22 @@ def unverified_data(monkeypatch):
     """Synthetic datasets are not the originals: skip the SHA-256 check, as a user with data of
     their own would (``XLGRAPH_DATA_VERIFY=0``)."""
     monkeypatch.setenv("XLGRAPH_DATA_VERIFY", "0")
+
+
+@pytest.fixture
+def popart_records(monkeypatch):
+    """The records of PopART's logger (``popart``, which PopXL logs through) at INFO and above
+    during a test, as a program that adds its own handler to it sees them."""
+    import logging
+
+    monkeypatch.setenv("POPART_LOG_LEVEL", "INFO")  # the level PopART's log starts at
+    log = logging.getLogger("popart")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append
+    level = log.level
+    log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    yield records
+    log.removeHandler(handler)
+    log.setLevel(level)

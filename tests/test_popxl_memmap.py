@@ -141,7 +141,7 @@ def test_weights_to_host_flushes_every_map(tmp_path) -> None:
     assert np.fromfile(tmp_path / "w.bin", np.float32).tolist() == [3.0] * 3
 
 
-def test_a_read_only_map_turns_weights_to_host_off(tmp_path, caplog) -> None:
+def test_a_read_only_map_turns_weights_to_host_off(tmp_path, popart_records) -> None:
     """PopXL: a read-only map marks the Ir; its Session does not write weights back on exit
     (logging why) and refuses an explicit weights_to_host; running works, and after the
     Session the map still holds the file's values."""
@@ -153,9 +153,10 @@ def test_a_read_only_map_turns_weights_to_host_off(tmp_path, caplog) -> None:
         y = popxl.d2h_stream((2,), popxl.float32, "y")
         ops.host_store(y, w * 2.0)
     assert ir._has_read_only_memmap
-    with caplog.at_level("INFO", logger="popart"):
-        session = popxl.Session(ir)
-    assert not session.weights_to_host_on_exit and "read-only memmap" in caplog.text
+    session = popxl.Session(ir)
+    assert not session.weights_to_host_on_exit
+    [record] = popart_records
+    assert record.levelname == "INFO" and "read-only memmap" in record.getMessage()
     with session:
         assert session.run()[y].tolist() == [8.0, 8.0]
         with pytest.raises(Exception) as info:
@@ -165,19 +166,21 @@ def test_a_read_only_map_turns_weights_to_host_off(tmp_path, caplog) -> None:
     assert session.get_tensor_data(w) is mm and mm.tolist() == [4.0, 4.0]
 
 
-def test_a_memmap_with_a_non_const_grouping_is_copied_with_a_warning(tmp_path, caplog) -> None:
+def test_a_memmap_with_a_non_const_grouping_is_copied_with_a_warning(tmp_path,
+                                                                      popart_records) -> None:
     """PopXL re-orders the data of a grouping no stride describes, so it copies the map,
     warning once per variable through PopART's logger; the variable then runs normally and
     its values do not come back into the map."""
     mm = _map(tmp_path, "g.bin", np.array([[1.0], [5.0]], np.float32))
     ir = popxl.Ir(replication=4)
     groups = ir.replica_grouping_from_assignments([0, 1, 1, 0])
-    with ir.main_graph, caplog.at_level("WARNING", logger="popart"):
+    with ir.main_graph:
         g = popxl.variable(mm, name="g", replica_grouping=groups)
         ops.var_updates.accumulate_(g, popxl.constant(np.ones(1, np.float32)))
-    [record] = caplog.records
+    [record] = popart_records
     assert record.levelname == "WARNING"
-    assert "you have passed np.memmap data and a non-const replica grouping" in record.message
+    assert "you have passed np.memmap data and a non-const replica grouping" in \
+        record.getMessage()
     assert g._memmap_arr is None
     with popxl.Session(ir) as session:
         session.run()
