@@ -59,6 +59,10 @@ class AsynchronousDataAccessor:
         self._worker: Any = None  # first: terminate() works even when a check below fails
         self._finalizer: Any = None
         self._mid_epoch = False
+        if getattr(dataset, "_accessor", None) is not None:
+            raise Error("The DataLoader already uses an AsynchronousDataAccessor internally. "
+                        "Either use the DataLoader directly or set its mode to "
+                        "DataLoaderMode.Sync.")
         setter = "AsynchronousDataAccessor"
         self.dataset = dataset
         self.buffer_size = whole(setter, "buffer_size", buffer_size)

@@ -16,14 +16,14 @@ epoch, or when the caller leaves the loop early (``break``, an exception: the it
 collected).
 
 ``DataLoaderMode.Async`` and ``AsyncRebatched`` load ahead of the caller in the worker process
-of an ``AsynchronousDataAccessor`` (``async_accessor.py``), one per epoch, as PopTorch does.
-Batches come out in the same order as synchronous loading.
+of the loader's ``AsynchronousDataAccessor`` (``async_accessor.py``, made with the loader, a new
+worker per epoch). Batches come out in the same order as synchronous loading; a rebatching loader
+cuts the partial batches of its workers into combined batches, as PopTorch does.
 """
 
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -45,13 +45,15 @@ class DataLoader(torch.utils.data.DataLoader):
     Args:
         options: the ``poptorch.Options`` of the model the batches feed (frozen here).
         dataset, batch_size, shuffle, num_workers, drop_last: as torch's, with PopTorch's
-            defaults (``drop_last=True``). ``num_workers`` is capped at the CPU count.
+            defaults (``drop_last=True``); ``batch_size=None`` yields items unbatched.
         persistent_workers: None means ``num_workers > 0``.
         auto_distributed_partitioning: with ``opts.Distributed``, each process reads its own
             share of the dataset.
         mode: ``DataLoaderMode``; ``Async``/``AsyncRebatched`` load ahead in a worker process.
         async_options: keyword arguments of ``AsynchronousDataAccessor`` (``buffer_size``...).
-        rebatched_worker_size: accepted (the worker always loads whole batches).
+        rebatched_worker_size: with rebatching (``AsyncRebatched``, or ``Async`` without
+            ``drop_last``), the batch size torch's loader makes; the accessor's worker cuts
+            its batches into combined batches.
         **kwargs: passed to ``torch.utils.data.DataLoader``.
 
     Attributes:
@@ -61,7 +63,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
     prefetch: bool = False
 
-    def __init__(self, options: Options, dataset: Any, batch_size: int = 1,
+    def __init__(self, options: Options, dataset: Any, batch_size: int | None = 1,
                  shuffle: bool | None = None, num_workers: int = 0, drop_last: bool = True,
                  persistent_workers: bool | None = None,
                  auto_distributed_partitioning: bool = True,
@@ -74,30 +76,58 @@ class DataLoader(torch.utils.data.DataLoader):
         options.freeze()
         self._options = options
         group = max(options.input_group_size, 1)
-        self._combined = (batch_size * options.device_iterations
-                          * (options.replication_factor // group)
-                          * options.Training.gradient_accumulation)
+        self._combined = None if batch_size is None else (
+            batch_size * options.device_iterations * (options.replication_factor // group)
+            * options.Training.gradient_accumulation)
         self.mode = DataLoaderMode(mode)
         self._async_options = dict(async_options or {})
-        workers = min(num_workers, os.cpu_count() or 1)
+        self._accessor: AsynchronousDataAccessor | None = None
+        self._drop_last = drop_last
+        # PopTorch turns Async with a short last batch into rebatching
+        self._rebatched = self._combined is not None and batch_sampler is None and (
+            self.mode == DataLoaderMode.AsyncRebatched or (
+                self.mode == DataLoaderMode.Async and not drop_last and self._combined > 1))
         if persistent_workers is None:
-            persistent_workers = workers > 0
+            persistent_workers = num_workers > 0
         if not drop_last:
             warnings.warn("drop_last=False: a short last batch will not match the compiled "
                           "model's input shape", stacklevel=2)
         processes = options.Distributed.numProcesses
-        if auto_distributed_partitioning and processes > 1 and batch_sampler is None:
-            rank = options.Distributed.processId
-            dataset = torch.utils.data.Subset(
-                dataset, range(rank, len(dataset) - len(dataset) % processes, processes))
+        if auto_distributed_partitioning and processes > 1 and batch_sampler is None and \
+                not isinstance(dataset, torch.utils.data.IterableDataset):
+            if shuffle:
+                assert options.random_seed is not None, \
+                    "Shuffling a distributed dataset needs opts.randomSeed(seed)"
+            dataset = _SubDataset(dataset, options, self._combined or 1, drop_last,
+                                  bool(shuffle))
+            shuffle = False  # the blocks are drawn from one permutation for all processes
+        common = {"num_workers": num_workers,
+                  "persistent_workers": persistent_workers and num_workers > 0, **kwargs}
         if batch_sampler is not None:
             combined = _CombinedBatches(batch_sampler, self._combined // batch_size, drop_last)
-            super().__init__(dataset, batch_sampler=combined, num_workers=workers,
-                             persistent_workers=persistent_workers and workers > 0, **kwargs)
-            return
-        super().__init__(dataset, batch_size=self._combined, shuffle=bool(shuffle),
-                         num_workers=workers, drop_last=drop_last,
-                         persistent_workers=persistent_workers and workers > 0, **kwargs)
+            super().__init__(dataset, batch_sampler=combined, **common)
+        elif self._rebatched:
+            size = rebatched_worker_size or self._combined
+            assert size <= self._combined, (
+                f"The rebatched_worker_size ({size}) must be <= the combined batch size "
+                f"({self._combined})")
+            super().__init__(dataset, batch_size=size, shuffle=bool(shuffle), drop_last=False,
+                             **common)
+        else:
+            super().__init__(dataset, batch_size=self._combined, shuffle=bool(shuffle),
+                             drop_last=drop_last if self._combined is not None else False,
+                             **common)
+        if self.mode != DataLoaderMode.Sync:
+            self._accessor = AsynchronousDataAccessor(
+                _Batches(self), load_indefinitely=False, **self._async_options)
+
+    def __len__(self) -> int:
+        """Batches per epoch: for a rebatching loader ``len(dataset) // combinedBatchSize``
+        (one more for a short last batch without ``drop_last``), else torch's."""
+        if not self._rebatched:
+            return super().__len__()
+        whole, rest = divmod(len(self.dataset), self._combined)
+        return whole + (1 if rest and not self._drop_last else 0)
 
     @property
     def combinedBatchSize(self) -> int:  # noqa: N802
@@ -111,14 +141,55 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         flag(self.prefetch, "poptorch.DataLoader.prefetch")  # "no" would turn it on
-        if self.mode == DataLoaderMode.Sync:
+        if isinstance(self.dataset, _SubDataset):
+            self.dataset.next_epoch()
+        if self._accessor is None:
             batches = _collated(self) if _collates_itself(self) else super().__iter__()
             return _Ahead(batches) if self.prefetch and not self.num_workers else batches
-        return _epoch(AsynchronousDataAccessor(_Batches(self), load_indefinitely=False,
-                                               **self._async_options))
+        return _epoch(self._accessor)
 
     def terminate(self) -> None:
         """Stop loading ahead (the worker process ends with its epoch's iterator)."""
+        if self._accessor is not None:
+            self._accessor.terminate()
+
+
+class _SubDataset(torch.utils.data.Dataset):
+    """One process's contiguous block of a map-style dataset, as PopTorch partitions it: with
+    ``drop_last``, ``step * (N // (step * n))`` items each (``step`` the combined batch size),
+    else ``N // n`` each and one more for the first ``N % n`` processes. With ``shuffle`` the
+    block is read from a permutation seeded by ``opts.randomSeed`` and the epoch (the same in
+    every process); odd epochs shift the block by the leftover items, so all get used."""
+
+    def __init__(self, dataset: Any, options: Options, step: int, drop_last: bool,
+                 shuffle: bool) -> None:
+        n, rank, total = (options.Distributed.numProcesses, options.Distributed.processId,
+                          len(dataset))
+        self.dataset, self.shuffle, self.seed = dataset, shuffle, options.random_seed
+        if drop_last:
+            self.length = step * (total // (step * n))
+            self.start = rank * self.length
+        else:
+            self.length = total // n + (1 if rank < total % n else 0)
+            self.start = rank * (total // n) + min(rank, total % n)
+        self.leftover = total - self.length * n if drop_last else 0
+        self.epoch = -1
+        self.order: Any = None
+
+    def next_epoch(self) -> None:
+        self.epoch += 1
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            self.order = torch.randperm(len(self.dataset), generator=generator).tolist()
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> Any:
+        if not 0 <= i < self.length:
+            raise IndexError(i)
+        at = self.start + i + (self.leftover if self.epoch % 2 else 0)
+        return self.dataset[self.order[at] if self.order is not None else at]
 
 
 class _CombinedBatches:
@@ -157,16 +228,41 @@ def _epoch(accessor: AsynchronousDataAccessor) -> Iterator[Any]:
 
 
 class _Batches:
-    """A DataLoader iterated synchronously (what an asynchronous accessor reads from)."""
+    """A DataLoader iterated synchronously (what an asynchronous accessor reads from); a
+    rebatching loader's partial batches concatenated into combined batches."""
 
     def __init__(self, loader: DataLoader) -> None:
         self.loader = loader
 
     def __iter__(self) -> Iterator[Any]:
-        return torch.utils.data.DataLoader.__iter__(self.loader)
+        batches = torch.utils.data.DataLoader.__iter__(self.loader)
+        if not self.loader._rebatched:
+            return batches
+        return _rebatched(batches, self.loader._combined, self.loader._drop_last)
 
     def __len__(self) -> int:
         return len(self.loader)
+
+
+def _rebatched(batches: Iterator[Any], size: int, drop_last: bool) -> Iterator[Any]:
+    """Batches of exactly ``size`` items cut from ``batches`` of any sizes (each a tensor or a
+    structure of tensors); the last remainder is dropped with ``drop_last``, else short."""
+    import torch.utils._pytree as pytree
+
+    pending: list[Any] = []
+    count = 0
+    spec = None
+    for batch in batches:
+        leaves, spec = pytree.tree_flatten(batch)
+        pending.append(leaves)
+        count += leaves[0].shape[0] if leaves else 0
+        while count >= size:
+            joined = [torch.cat(parts) for parts in zip(*pending)]
+            yield pytree.tree_unflatten([t[:size] for t in joined], spec)
+            pending = [[t[size:] for t in joined]]
+            count -= size
+    if count and not drop_last:
+        yield pytree.tree_unflatten([torch.cat(parts) for parts in zip(*pending)], spec)
 
 
 _DONE = object()
