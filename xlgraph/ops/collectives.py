@@ -123,6 +123,8 @@ def _slice_infer(t: TensorSpec, axis: int, group_size: int, group: Any) -> Tenso
         raise ShapeError(f"axis {axis} of {t} does not split into {group_size} equal slices")
     shape = list(t.shape)
     shape[axis] //= group_size
+    if shape[axis] == 1 and group_size == t.shape[axis]:  # one element each: PopXL drops it
+        del shape[axis]
     return TensorSpec(tuple(shape), t.dtype)
 
 
@@ -132,13 +134,25 @@ def _unslice_infer(t: TensorSpec, axis: int, group_size: int, group: Any) -> Ten
     return TensorSpec(tuple(shape), t.dtype)
 
 
-def _take(x: np.ndarray, axis: int, position: int, size: int) -> np.ndarray:
-    return np.split(x, size, axis)[position].copy()
+def _take(x: np.ndarray, axis: int, position: int, size: int, drop: bool = True) -> np.ndarray:
+    """Block ``position`` of ``size`` along ``axis``; ``drop``: without the axis when the
+    blocks are one element each (``replicated_slice``, not the flat shards)."""
+    part = np.split(x, size, axis)[position]
+    return (part.squeeze(axis) if drop and x.shape[axis] == size else part).copy()
 
 
 def _slice_replicated(ctx: ReplicaContext, x: np.ndarray, axis: int, group_size: int,
-                      group: Any) -> np.ndarray:
-    return np.stack([_take(x[i], axis, p, n) for i, (p, n) in enumerate(ctx.positions(group))])
+                      group: Any, drop: bool = True) -> np.ndarray:
+    return np.stack([_take(x[i], axis, p, n, drop)
+                     for i, (p, n) in enumerate(ctx.positions(group))])
+
+
+def _slice_grad(g: Any, dy: Tensor) -> tuple[Tensor]:
+    """PopART's: every member's slice gathered back along ``axis`` (a new one when the slice
+    dropped it)."""
+    axis, group, x = g.attrs["axis"], g.attrs["group"], g.x(0)
+    dropped = dy.rank < x.rank
+    return (replicated_all_gather(dy, axis, group, "new_axis" if dropped else "concat"),)
 
 
 def _unslice_replicated(ctx: ReplicaContext, dy: np.ndarray, axis: int, group_size: int,
@@ -156,8 +170,8 @@ def _slice_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 _SLICE = OpDef(
-    "replicated_slice", _slice_infer, lambda x, axis, group_size, group: x.copy(),
-    lambda g, dy: (replicated_unslice(dy, g.attrs["axis"], g.attrs["group"]),),
+    "replicated_slice", _slice_infer,
+    lambda x, axis, group_size, group: _take(x, axis, 0, group_size), _slice_grad,
     samples=_slice_samples, replicated=_slice_replicated, replica="per_replica",
 )
 _UNSLICE = OpDef(
@@ -170,7 +184,8 @@ _UNSLICE = OpDef(
 @register(_SLICE)
 def replicated_slice(t: Tensor, axis: int = 0, group: ReplicaGrouping | None = None) -> Tensor:
     """Each replica takes its own equal slice of ``t`` along ``axis``: the ``i``-th member of a
-    group of ``n`` keeps slice ``i`` of ``n``."""
+    group of ``n`` keeps slice ``i`` of ``n``; when ``t.shape[axis]`` is ``n`` (slices of one
+    element) the axis is dropped, as PopXL. The gradient is ``replicated_all_gather``."""
     axis = normalize_axes(axis, t.rank)[0]
     return apply1(_SLICE, [t], {"axis": axis, "group_size": _group_size(group), "group": group})
 
@@ -204,11 +219,12 @@ def _gather_replicated(ctx: ReplicaContext, x: np.ndarray, axis: int, group_size
 
 
 def _gather_grad(g: Any, dy: Tensor) -> tuple[Tensor]:
+    """PopART's: this member's own slice of ``dy``, not summed over the group (a reduce-scatter
+    with its ``Local`` operator)."""
     from xlgraph.ops.movement import reshape
 
-    axis, group = g.attrs["axis"], g.attrs["group"]
-    dx = replicated_slice(replicated_all_reduce(dy, "add", group), axis, group)
-    return (reshape(dx, g.x(0).shape) if g.attrs["new_axis"] else dx,)
+    dx = replicated_slice(dy, g.attrs["axis"], g.attrs["group"])
+    return (reshape(dx, g.x(0).shape),)
 
 
 _ALL_GATHER = OpDef(
@@ -266,13 +282,13 @@ def _scatter_replicated(ctx: ReplicaContext, x: np.ndarray, group_size: int, gro
                         op: str, sharded: bool) -> np.ndarray:
     flat = np.stack([_padded(xi, group_size) for xi in x])
     reduced = ctx.reduce_groups(flat, group, _REDUCE[op], f"reduce-scatter {op}").astype(x.dtype)
-    return _slice_replicated(ctx, reduced, 0, group_size, group)
+    return _slice_replicated(ctx, reduced, 0, group_size, group, drop=False)
 
 
 def _shard_replicated(ctx: ReplicaContext, x: np.ndarray, group_size: int,
                       group: Any) -> np.ndarray:
     flat = np.stack([_padded(xi, group_size) for xi in x])
-    return _slice_replicated(ctx, flat, 0, group_size, group)
+    return _slice_replicated(ctx, flat, 0, group_size, group, drop=False)
 
 
 def _unshard_grad(g: Any, dy: Tensor, reduce: bool) -> Tensor:
