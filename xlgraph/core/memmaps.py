@@ -19,9 +19,9 @@ __all__ = ["is_read_only", "kept_map", "popart_log"]
 def popart_log() -> Any:
     """PopART's logger, which PopXL reports memory-map events through (``logging`` is
     imported only then: ``import xlgraph`` loads none of it)."""
-    import logging
+    from xlgraph.core.popart_log import popart_logger
 
-    return logging.getLogger("popart")
+    return popart_logger()
 
 
 def is_read_only(mm: np.ndarray | None) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.errors import DTypeError
+from xlgraph.errors import DTypeError, user_source_line
 from xlgraph.fp8_utils import host_pow2scale_cast_to_fp8
 from xlgraph.op import OpDef, Sample, apply1, register
 from xlgraph.ops.conv import (
@@ -47,8 +47,11 @@ def _scale(log2_scale: np.ndarray) -> int:
 
 
 def _check_scale(spec: TensorSpec) -> None:
-    if spec.shape not in ((), (1,)) or not spec.dtype.is_int:
-        raise DTypeError(f"log2_scale must be an int32 scalar tensor, got {spec}")
+    """PopXL's checks and messages: a scalar (``ValueError``), then int32 (``TypeError``)."""
+    if spec.shape != ():
+        raise ValueError(f"Log2 scale argument must be a scalar tensor, got {spec}")
+    if spec.dtype is not dtypes.int32:
+        raise DTypeError(f"Log2 scale tensor must be of type popxl.int32, got {spec}")
 
 
 def _check_fp8(*specs: TensorSpec) -> None:
@@ -57,10 +60,17 @@ def _check_fp8(*specs: TensorSpec) -> None:
             raise DTypeError(f"expected float8_143 or float8_152 data, got {s}")
 
 
-def _log2_scale_tensor(log2_scale: Tensor | int | None) -> Tensor:
-    if isinstance(log2_scale, Tensor):
-        return log2_scale
-    return constant(np.int32(log2_scale or 0), dtypes.int32, "log2_scale")
+def _log2_scale_tensor(log2_scale: Tensor | int | None, *fp8: Tensor) -> Tensor:
+    """The scale as a tensor, after PopXL's checks in its order (their messages first): the
+    ``fp8`` operands, then the scale's rank and dtype."""
+    if not isinstance(log2_scale, Tensor):
+        return constant(np.int32(log2_scale or 0), dtypes.int32, "log2_scale")
+    try:
+        _check_fp8(*(t.spec for t in fp8))
+        _check_scale(log2_scale.spec)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{exc} [at {user_source_line()}]") from None
+    return log2_scale
 
 
 def _fp8_samples(make: Any) -> Any:
@@ -192,7 +202,7 @@ def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int | None = None,
     if dt not in (dtypes.float16, dtypes.float32):
         raise DTypeError(f"pow2scale_cast_from_fp8: data_type must be float16 or float32, "
                          f"got {dt!r}")
-    return apply1(_FROM_FP8, [t, _log2_scale_tensor(log2_scale)], {"dtype": dt})
+    return apply1(_FROM_FP8, [t, _log2_scale_tensor(log2_scale, t)], {"dtype": dt})
 
 
 # -- matmul and conv ---------------------------------------------------------------------------
@@ -236,7 +246,7 @@ def matmul_pow2scaled(lhs: Tensor, rhs: Tensor, log2_scale: Tensor | int,
     ``available_memory_proportion`` is recorded in ``op.hints``.
     """
     hints = {"available_memory_proportion": available_memory_proportion}
-    return apply1(_MATMUL_P2, [lhs, rhs, _log2_scale_tensor(log2_scale)], hints=hints)
+    return apply1(_MATMUL_P2, [lhs, rhs, _log2_scale_tensor(log2_scale, lhs, rhs)], hints=hints)
 
 
 def _scaled(infer: Any, kernel: Any) -> tuple[Any, Any]:
@@ -293,7 +303,8 @@ def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor | int, stride:
     attrs = checked("conv_pow2scaled", [t, weight], lambda: _conv_attrs(
         t, weight, stride, padding, dilation, groups, pad_type))
     hints = planning_hints(available_memory_proportions, partials_types, enable_conv_dithering)
-    return apply1(_CONV_P2, [t, weight, _log2_scale_tensor(log2_scale)], attrs, hints=hints)
+    scale = _log2_scale_tensor(log2_scale, t, weight)
+    return apply1(_CONV_P2, [t, weight, scale], attrs, hints=hints)
 
 
 @register(_CONV_T_P2)
@@ -311,4 +322,5 @@ def conv_transpose_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor | in
     attrs = checked("conv_transpose_pow2scaled", [t, weight], lambda: _transpose_attrs(
         t, weight, stride, padding, dilation, groups, pad_type, output_padding, output_shape))
     hints = planning_hints(available_memory_proportions, partials_types, enable_conv_dithering)
-    return apply1(_CONV_T_P2, [t, weight, _log2_scale_tensor(log2_scale)], attrs, hints=hints)
+    scale = _log2_scale_tensor(log2_scale, t, weight)
+    return apply1(_CONV_T_P2, [t, weight, scale], attrs, hints=hints)

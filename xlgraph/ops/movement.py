@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.errors import ShapeError
+from xlgraph.errors import DTypeError, ShapeError, user_source_line
 from xlgraph.layout import broadcast_layout, index_layout, permuted_layout, same_layout
 from xlgraph.op import (
     OpDef,
@@ -310,8 +310,11 @@ _CONCAT = OpDef("concat", _concat_infer, _concat, _concat_grad, samples=_concat_
 
 @register(_CONCAT)
 def concat(ts: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Join tensors along ``axis``."""
+    """Join tensors along ``axis``; all of one dtype (else ``TypeError``, PopXL's words)."""
     ts = list(ts)
+    if len({t.dtype for t in ts}) > 1:
+        raise DTypeError(f"All inputs to a concat operation must have the same type: "
+                         f"{[t.dtype for t in ts]} [at {user_source_line()}]")
     return apply1(_CONCAT, ts, {"axis": normalize_axes(axis, ts[0].rank)[0]})
 
 

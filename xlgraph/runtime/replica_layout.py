@@ -89,3 +89,12 @@ class ReplicaLayout:
             fallback = host if grouping.num_groups == 1 else host[g]
             values.append(device[here[0] - self.offset] if here else fallback)
         return values[0].copy() if grouping.num_groups == 1 else np.stack(values)
+
+    def one_per_group(self, v: Variable, device: np.ndarray, host: np.ndarray) -> np.ndarray:
+        """``v``'s value in ``shape_on_host`` (one value per group), whatever its retrieval
+        mode."""
+        value = self.retrieve(v, device, host)
+        if v.retrieval_mode != "all_replicas" or value.shape == v.shape_on_host:
+            return value
+        firsts = [members[0] for members in v.replica_grouping.groups]
+        return value[firsts].reshape(v.shape_on_host)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from xlgraph.core.pb_views import PbSession
+from xlgraph.core.popart_log import devicex_debug
 from xlgraph.errors import (
     EmptyProgramError,
     ExecutionError,
@@ -368,8 +369,7 @@ class Session:
     # -- weights -----------------------------------------------------------------------------
     @_serialised
     def weights_to_host(self) -> None:
-        """Copy every variable from the device to the host, and flush their memory maps (a
-        map whose variable the program never writes is left alone).
+        """Copy every variable to the host and flush their maps (not those never written).
 
         Raises:
             MemmapError: the Ir has a read-only memory map (PopXL's refusal).
@@ -380,17 +380,20 @@ class Session:
 
     def _to_host(self) -> None:
         """``weights_to_host`` without PopXL's refusal: read-only maps are skipped."""
+        devicex_debug("Writing weights to host")
         for v, arr in self._device.items():
             if self._maps.kept(v):
                 continue
             host_maps.copy(self._host[v], arr)
             if v.host_memmap is not None and v.host_memmap is not self._host[v]:
-                np.copyto(v.host_memmap, self._one_per_group(v))
+                np.copyto(v.host_memmap, self.layout.one_per_group(
+                    v, self._host[v], self._host_values[v]))
         for v in self.remote.variables:
             if v.host_memmap is not None and not self._maps.kept(v):  # through the map too
                 np.copyto(v.host_memmap, self.remote.read(v, v.host_memmap))
         self._maps.flush()
         self._host_stale = False
+        devicex_debug("Writing weights to host complete.")
 
     @_serialised
     def weights_from_host(self) -> None:
@@ -426,15 +429,6 @@ class Session:
         if self._host[tensor] is tensor.host_memmap:
             return tensor.host_memmap
         return self.layout.retrieve(tensor, self._host[tensor], self._host_values[tensor])
-
-    def _one_per_group(self, v: Variable) -> np.ndarray:
-        """``v``'s host value in ``shape_on_host`` (one value per group), whatever its
-        retrieval mode."""
-        value = self.layout.retrieve(v, self._host[v], self._host_values[v])
-        if v.retrieval_mode != "all_replicas" or value.shape == v.shape_on_host:
-            return value
-        firsts = [members[0] for members in v.replica_grouping.groups]
-        return value[firsts].reshape(v.shape_on_host)
 
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         """``get_tensor_data`` for several tensors."""
