@@ -8,9 +8,14 @@ attributes. A class that defines ``__hash__`` is keyed by it, as popxl-addons ke
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import xlgraph as popxl
+from tests.test_reliability_round3_cache import _recorder, _seen, _values
 from xlgraph import addons, ops
 
 
@@ -121,3 +126,31 @@ def test_equal_hashes_share_a_graph_only_when_the_class_says_the_modules_are_equ
         outs = [graph.bind({}).call(xs)[0] for _, graph in graphs]
     assert graphs[0] is graphs[2] and graphs[0] is not graphs[1]
     assert _run(ir, x, outs) == [[-1.0, -1.0], [-2.0, -2.0], [-1.0, -1.0]]
+
+
+class Recorder(addons.Module):
+    """Records its setting, public or private, in its graph (``_recorder``)."""
+
+    def __init__(self, value: object, private: bool) -> None:
+        super().__init__()
+        setattr(self, "_value" if private else "value", value)
+
+    def build(self, x):
+        setting = vars(self).get("_value", vars(self).get("value"))
+        return _recorder(x, setting)
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_values, min_size=1, max_size=5))
+def test_cached_module_graphs_match_uncached_ones_for_any_settings(values):
+    """Modules whose settings are arbitrary values, held in public or private attributes (a
+    fresh deep copy each time): the cached graph records what an uncached build records."""
+    cache = addons.GraphCache()
+    with popxl.Ir().main_graph:
+        spec = popxl.TensorSpec((2,), popxl.float32)
+        for v in values:
+            for private in (True, False):
+                want = _seen(Recorder(copy.deepcopy(v), private).create_graph(spec)[1].graph)
+                _, got = cache.create_graph(Recorder(copy.deepcopy(v), private), spec)
+                assert _seen(got.graph) == want
