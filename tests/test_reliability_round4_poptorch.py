@@ -1,10 +1,12 @@
-"""PopTorch defects of the fourth reliability audit (issue 43: R7, R8, R11, R14).
+"""PopTorch defects of the fourth reliability audit (issue 43: R7, R8, R11, R14, and R16 in
+PopTorch's ``enableProfiling``).
 
 Each test failed before its fix: ``setOptimizer`` over other parameters kept training a layer
 left out (R7), a model with an optional argument could not be called after ``poptorch.load``
 (R8), a file whose weights were replaced loaded with other dtypes or failed in torch, and
-``loadExecutable`` raised a bare ``KeyError`` (R11), and ``AsynchronousDataAccessor`` stored
-arguments it later tripped over (R14).
+``loadExecutable`` raised a bare ``KeyError`` (R11), ``AsynchronousDataAccessor`` stored
+arguments it later tripped over (R14), and an ``enableProfiling`` directory that cannot hold the
+profile raised a bare ``OSError``.
 """
 
 from __future__ import annotations
@@ -157,3 +159,18 @@ def test_async_accessor_takes_good_arguments():
         assert [float(v) for v in accessor] == [0.0, 1.0, 2.0, 3.0]
     finally:
         accessor.terminate()
+
+
+@pytest.mark.parametrize("make", ["file", "profile_is_a_directory"])
+def test_enable_profiling_into_a_place_that_cannot_hold_the_profile(tmp_path: Path, make: str):
+    target = tmp_path / "profiles"
+    if make == "file":
+        target.write_text("not a directory")
+    else:
+        (target / "profile.json").mkdir(parents=True)
+    opts = poptorch.Options().enableProfiling(str(target))
+    with pytest.raises(poptorch.Error, match=r"the profile that Options.enableProfiling\(.*"
+                                             r"profiles'\) asks for cannot be written to .*"
+                                             r"profile.json'") as info:
+        poptorch.inferenceModel(nn.Linear(2, 2), opts)(torch.ones(1, 2))
+    assert info.value.location.startswith("test_reliability_round4_poptorch.py:")

@@ -33,11 +33,21 @@ class _WeightTraffic:
         return self._compiled
 
     def _write_profile(self) -> None:
-        """With ``enableProfiling(dir)``: the report as ``dir/profile.json``."""
+        """With ``enableProfiling(dir)``: the report as ``dir/profile.json``.
+
+        Raises:
+            Error: the file cannot be written there, naming ``Options.enableProfiling``.
+        """
         if self.options.profile_dir:
-            os.makedirs(self.options.profile_dir, exist_ok=True)
-            self._compiled.session.report().save(
-                os.path.join(self.options.profile_dir, "profile.json"))
+            path = os.path.join(self.options.profile_dir, "profile.json")
+            try:
+                os.makedirs(self.options.profile_dir, exist_ok=True)
+                self._compiled.session.report().save(path)
+            except OSError as exc:
+                where = f": {exc.filename!r}" if exc.filename else ""
+                raise Error(f"the profile that Options.enableProfiling("
+                            f"{self.options.profile_dir!r}) asks for cannot be written to "
+                            f"{path!r}: {exc.strerror or exc}{where}") from None
 
     def _bind_optimizer(self, optimizer: Any) -> None:
         """Let a ``poptorch.optim`` optimiser read and write its device state through us; state
