@@ -65,3 +65,23 @@ def test_variable_factory_grouping_is_given_by_default():
         rg = f.replica_grouping
         assert (rg.num_replicas, rg.group_size, rg.num_groups) == (4, 4, 1)
         assert f.create_tensor("v").shape == (2,)
+
+
+def test_float16_moving_average_forms_one_minus_f_before_narrowing():
+    """A float16 first moment with beta1 = 0.9: the gradient's factor is 0.1 rounded once
+    (PopART's host constant), not 1 - float16(0.9) = 0.10010 (+0.1 % on every step)."""
+    from xlgraph import ops
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        m = popxl.variable(np.zeros(4, np.float16), popxl.float16)
+        v = popxl.variable(np.zeros(4, np.float16), popxl.float16)
+        g = popxl.constant(np.full(4, 1.0, np.float16), popxl.float16)
+        ops.var_updates.accumulate_moving_average_(m, g, 0.9)
+        ops.var_updates.accumulate_moving_average_square_(v, g, 0.999)
+    with popxl.Session(ir, "cpu") as s:
+        s.run()
+        first, second = s.get_tensor_data(m), s.get_tensor_data(v)
+    assert set(first.tolist()) <= {float(np.float16(0.1)), 0.1}
+    assert first[0] != float(np.float16(1) - np.float16(0.9))
+    np.testing.assert_allclose(second, np.float16(1 - np.float32(0.999)), rtol=1e-3)

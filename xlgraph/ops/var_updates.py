@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from xlgraph import dtypes
 from xlgraph.cost import per_output
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, as_tensor, broadcast_shapes, register, same_dtype
@@ -20,7 +21,7 @@ from xlgraph.ops.optim_updates import (
     scalar,
 )
 from xlgraph.ops.sgd_updates import sgd_momentum_, sgd_update_
-from xlgraph.tensor import Tensor, TensorSpec
+from xlgraph.tensor import Tensor, TensorSpec, constant
 
 __all__ = [
     "accumulate_", "copy_var_update_", "accumulate_square_", "accumulate_mean_",
@@ -184,16 +185,25 @@ def accumulate_mean_(t: Tensor, X: Tensor, step: Any) -> Tensor:  # noqa: N803
     return apply1(_ACCUMULATE_MEAN, [t, _updater_of(X, t), scalar(step, t)])
 
 
+def _factor(f: Any, t: Tensor) -> Tensor:
+    """A moving average's factor: a Python number stays float32 for a float16 accumulator,
+    so ``1 - f`` is formed before narrowing, as PopART forms it on the host (``1 - 0.9`` is
+    0.1 rounded once, not ``1 - float16(0.9)`` = 0.1001, a +0.1 % bias on every step)."""
+    if isinstance(f, Tensor) or t.dtype is not dtypes.float16:
+        return scalar(f, t)
+    return constant(np.float32(f), dtypes.float32)
+
+
 @register(_MOVING_AVERAGE)
 def accumulate_moving_average_(t: Tensor, X: Tensor, f: Any) -> Tensor:  # noqa: N803
     """In place ``t = f * t + (1 - f) * X``."""
-    return apply1(_MOVING_AVERAGE, [t, _updater_of(X, t), scalar(f, t)])
+    return apply1(_MOVING_AVERAGE, [t, _updater_of(X, t), _factor(f, t)])
 
 
 @register(_MOVING_AVERAGE_SQUARE)
 def accumulate_moving_average_square_(t: Tensor, X: Tensor, f: Any) -> Tensor:  # noqa: N803
     """In place ``t = f * t + (1 - f) * X**2``."""
-    return apply1(_MOVING_AVERAGE_SQUARE, [t, _updater_of(X, t), scalar(f, t)])
+    return apply1(_MOVING_AVERAGE_SQUARE, [t, _updater_of(X, t), _factor(f, t)])
 
 
 def _scale_infer(t: TensorSpec, f: TensorSpec) -> TensorSpec:
