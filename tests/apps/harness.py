@@ -46,9 +46,11 @@ class TinyConfig:
 
 
 def sharded_grouping(config: TinyConfig) -> popxl.ReplicaGrouping:
-    """Replicas holding the same shard of a tensor-parallel variable (one per TP member)."""
-    tp = config.tensor_parallel
-    return popxl.gcg().ir.replica_grouping(stride=tp, group_size=1)
+    """Replicas holding the same shard of a tensor-parallel variable (one group per TP
+    member): with data parallelism too (replica ``r`` is TP member ``r % tp`` of data-parallel
+    copy ``r // tp``), the replicas ``tp`` apart."""
+    tp, ir = config.tensor_parallel, popxl.gcg().ir
+    return ir.replica_grouping(stride=tp, group_size=ir.replication_factor // tp)
 
 
 def tp_group(config: TinyConfig) -> popxl.ReplicaGrouping:

@@ -19,6 +19,7 @@ import xlgraph as popxl
 import xlgraph.addons as addons
 from xlgraph import ops
 from xlgraph.addons import NamedTensors, TaskSession
+from xlgraph.addons.named_replica_grouping import fill_none_group
 from xlgraph.addons.optimizers.adam import AdamOptimizerStep
 from xlgraph.addons.transforms.batch_serialisation import (
     RemoteHandle,
@@ -41,6 +42,7 @@ class Parts:
     inputs: Sequence[popxl.TensorSpec]
     labels: Sequence[popxl.TensorSpec]
     hidden: popxl.TensorSpec
+    replicas: int = 1  # data-parallel copies times the layers' tensor-parallel replicas
 
 
 class Whole(addons.Module):
@@ -62,8 +64,11 @@ class Whole(addons.Module):
 
 
 def _adam(optimizer: AdamOptimizerStep, var: popxl.Tensor, grad: popxl.Tensor, name: str,
-          ) -> dict[str, popxl.Tensor]:
-    """One Adam update of ``var``; its state variables by name."""
+          group: popxl.ReplicaGrouping) -> dict[str, popxl.Tensor]:
+    """One Adam update of ``var`` from ``grad`` averaged over ``group``, the replicas that hold
+    the same value of it (the data-parallel copies); its state variables by name."""
+    if group.group_size > 1:
+        grad = ops.collectives.replicated_all_reduce(grad, op="mean", group=group)
     facts, graph = optimizer.create_graph(var, grad.spec, lr=LR, weight_decay=0.0,
                                           first_order_dtype=popxl.float32)
     state = facts.init(prefix=f"optimizer.{name}")
@@ -79,7 +84,7 @@ def _streams(parts: Parts) -> list[popxl.HostToDeviceStream]:
 def plain(parts: Parts, steps: int) -> tuple[TaskSession, list, popxl.DeviceToHostStream]:
     """The plain form: ``steps`` micro-batches forward and backward per run, the gradients
     averaged (seeded with ``1 / steps``), one Adam update of every variable."""
-    ir = popxl.Ir()
+    ir = popxl.Ir(replication=parts.replicas)
     ir.num_host_transfers = steps
     with ir.main_graph, popxl.in_sequence():
         streams = _streams(parts)
@@ -99,8 +104,9 @@ def plain(parts: Parts, steps: int) -> tuple[TaskSession, list, popxl.DeviceToHo
                 grads[name] = grads[name] + to_grad[t] if name in grads else to_grad[t]
         state = dict(variables.to_dict())
         optimizer = AdamOptimizerStep(cache=True)
+        groups = facts.replica_groupings
         for name, var in variables.to_dict().items():
-            state.update(_adam(optimizer, var, grads[name], name))
+            state.update(_adam(optimizer, var, grads[name], name, groups.get(name)))
     session = TaskSession(streams, [loss_s], NamedTensors.from_dict(state), 1, ir, "cpu")
     return session, streams, loss_s
 
@@ -116,7 +122,8 @@ class _Phase:
         self.accum_facts, self.bwd = addons.autodiff_with_accumulation(
             self.fwd, self.fwd.args.tensors,
             grads_required=self.fwd.graph.inputs[:1] if input_grad else [])
-        self.buffers = addons.named_variable_buffers(self.facts, entries=entries)
+        self.buffers = addons.named_variable_buffers(self.facts, entries=entries,
+                                                     shard_over_dict=False)
         self.variables = [self.facts.init_remote(self.buffers, i, prefix=name)
                           for i, name in enumerate(names)]
         self.accums = [self.accum_facts.init(prefix=f"accum.{name}") for name in names]
@@ -135,16 +142,17 @@ class _Phase:
         restart the mean."""
         weights, accum = self.weights(entry), self.accums[entry]
         bwd.graph.bind(NamedTensors.from_dict({**weights.to_dict(), **accum.to_dict()})).call(row)
+        groups = self.facts.replica_groupings
         for name, t in weights.to_dict().items():
             self.state.update(_adam(self.optimizer, t, accum.accum.get(name),
-                                    f"{self.names[entry]}.{name}"))
+                                    f"{self.names[entry]}.{name}", groups.get(name)))
         ops.var_updates.accumulator_scale_(accum.mean_accum_counter, 0.0)
         self.store.bind(weights).call(entry)
 
 
 def phased(parts: Parts, steps: int) -> tuple[TaskSession, list, popxl.DeviceToHostStream]:
     """The phased form over ``steps`` micro-batches per run (see the module docstring)."""
-    ir = popxl.Ir()
+    ir = popxl.Ir(replication=parts.replicas)
     ir.num_host_transfers = steps
     ir._pb_ir.getSessionOptions().numIOTiles = 32  # batch-serialised transfers on IO tiles
     layers = parts.layers
@@ -204,8 +212,8 @@ def train(form: Callable[[Parts, int], tuple[TaskSession, list, Any]], parts: Pa
           steps: int, start: dict[str, np.ndarray], batches: list[list[np.ndarray]],
           ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
     """Train ``form`` from the weights ``start`` (by name; optimizer state starts at zero) on
-    ``batches`` (one list of ``(steps, *spec)`` arrays per run); returns each run's losses
-    and every weight after the last."""
+    ``batches`` (one list of ``(steps, [replicas,] *spec)`` arrays per run); returns each
+    run's losses and every weight after the last."""
     session, streams, loss_s = form(parts, steps)
     weights = {n: t for n, t in session.state.to_dict().items() if n in start}
     assert sorted(weights) == sorted(start), sorted(set(weights) ^ set(start))
@@ -222,13 +230,15 @@ def initial_weights(parts: Parts, seed: int) -> dict[str, np.ndarray]:
     """Random weights for every variable of the model, by name (``Whole``'s names, which the
     phased form shares)."""
     rng = np.random.default_rng(seed)
-    ir = popxl.Ir()
+    ir = popxl.Ir(replication=parts.replicas)
     with ir.main_graph:
         facts, _ = Whole(parts).create_graph(*parts.inputs, *parts.labels)
     out = {}
     for name, f in facts.to_dict().items():
         scale = 0.5 if len(f.shape) == 1 else 0.2
-        out[name] = (rng.normal(size=f.shape) * scale).astype(f.dtype.as_numpy())
+        groups = fill_none_group(f.replica_grouping).num_groups  # one value per group
+        shape = (groups, *f.shape) if groups > 1 else f.shape
+        out[name] = (rng.normal(size=shape) * scale).astype(f.dtype.as_numpy())
         if name.endswith(("norm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight")):
             out[name] = (1.0 + out[name] * 0.2).astype(out[name].dtype)
     return out
