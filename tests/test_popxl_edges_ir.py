@@ -35,9 +35,10 @@ def test_graph_repr_ids_names_and_by_ref_inputs() -> None:
     assert repr(ir1.main_graph).startswith("Graph[id=")
 
 
-@pytest.mark.parametrize("stride, shape", [(2, (3, 3)), ((1, 4), (5, 2))])
-def test_subsample_takes_an_int_stride_for_every_axis(stride, shape) -> None:
-    """PopXL's ``ops.subsample(t, strides)`` also takes one int, the stride of every axis."""
+@pytest.mark.parametrize("stride, shape", [(2, (3, 6)), ([3], (2, 6)), ((1, 4), (5, 2))])
+def test_subsample_pads_its_strides_with_ones(stride, shape) -> None:
+    """PopXL's ``ops.subsample(t, strides)``: an int is ``[int]``, and a list shorter than the
+    rank is padded with 1s at the end."""
     x = np.arange(30, dtype=np.float32).reshape(5, 6)
     ir = popxl.Ir()
     with ir.main_graph:
@@ -47,7 +48,8 @@ def test_subsample_takes_an_int_stride_for_every_axis(stride, shape) -> None:
         ops.host_store(out, y)
     with popxl.Session(ir) as session:
         got = session.run()[out]
-    steps = (stride, stride) if isinstance(stride, int) else stride
+    steps = [stride] if isinstance(stride, int) else list(stride)
+    steps += [1] * (2 - len(steps))
     np.testing.assert_array_equal(got, x[::steps[0], ::steps[1]])
 
 

@@ -293,10 +293,11 @@ def test_tensor_scope_meta_shape_and_diag(tmp_path) -> None:
             ops.host_store(s, d)
         with pytest.raises(ValueError, match="2-D"):
             popxl.variable(np.ones(3, np.float32)).diag()
+    ir._pb_ir.getSessionOptions().dotChecks = {"other"}
     assert ir.dot_checkpoint("after_build", tmp_path / "dots") is None  # not asked for
     ir._pb_ir.getSessionOptions().dotChecks = {"after_build"}
     path = ir.dot_checkpoint("after_build", tmp_path / "dots")
-    assert path == tmp_path / "dots" / "after_build.dot" and "digraph" in path.read_text()
+    assert path == tmp_path / "dots" / "after_build_.dot" and "digraph" in path.read_text()
     got = run_once(ir)
     np.testing.assert_array_equal(got[streams[0]], np.diag(wide))
     np.testing.assert_array_equal(got[streams[1]], np.diag(tall))

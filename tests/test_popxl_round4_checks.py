@@ -105,3 +105,48 @@ def test_popart_enums_programs_use() -> None:
                                                          "ExecutionPhases"}
     assert popart.DataType.FLOAT8_143 != popart.DataType.FLOAT8_152
     assert popart.DataType["FLOAT16"] is popart.DataType.FLOAT16
+
+
+def test_replication_factor_follows_session_options() -> None:
+    ir = popxl.Ir()
+    opts = ir._pb_ir.getSessionOptions()
+    opts.enableDistributedReplicatedGraphs = True
+    opts.globalReplicationFactor = 8
+    assert ir.replication_factor == 8
+    with ir.main_graph:
+        buffer = popxl.replica_sharded_buffer((16,), popxl.float32, shard_over=8)
+    assert buffer.tensor_shape == (2,)
+    plain = popxl.Ir()
+    plain._pb_ir.getSessionOptions().replicatedGraphCount = 4
+    assert plain.replication_factor == 4 and plain.replica_grouping().group_size == 4
+
+
+def test_accumulate_takes_an_int_into_a_float_variable() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        v = popxl.variable(np.full(3, 0.5, np.float32), name="v")
+        ops.var_updates.accumulate_(v, popxl.constant(2))
+        ops.var_updates.accumulate_(v, popxl.constant(np.array([1, 2, 3], np.int32)), 0.5)
+    with popxl.Session(ir, "ipu_model") as session:
+        session.run()
+        got = session.get_tensor_data(v)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [3.0, 3.5, 4.0])
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_rank_0_remote_buffers(replicas) -> None:
+    ir = popxl.Ir(replication=replicas)
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((), popxl.int32, 1)
+        v = popxl.remote_variable(np.int32(5), buffer, 0, name="count")
+        x = ops.remote_load(buffer, 0)
+        ops.remote_store(buffer, 0, x + 1)
+        s = popxl.d2h_stream(x.shape, x.dtype, "x")
+        ops.host_store(s, x)
+    assert x.shape == () and v.shape == ()
+    with popxl.Session(ir, "ipu_model") as session:
+        np.testing.assert_array_equal(session.run()[s], np.full(replicas, 5).squeeze())
+        assert session.get_tensor_data(v) == 6
+        session.run()
+        assert session.get_tensor_data(v) == 7

@@ -46,20 +46,47 @@ def test_tensor_strides_are_numpy_strides() -> None:
     assert t.strides((6, 4)) == (8, 2)
 
 
-def test_dot_checkpoint_writes_only_when_asked(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dot_checkpoint_options_as_popxl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """POPART_DOT_CHECKS present (even empty): only the named checks, case-insensitively; a
+    file per graph with ops, ``<check>_<graph>.dot`` (the main graph's id is empty)."""
+    monkeypatch.setenv("POPART_DOT_CHECKS", "")
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, np.float32))
+        ops.call(ir.create_graph(lambda t: t * 2.0, x), x)
+    assert ir.dot_checkpoint("Fwd0", tmp_path) is None and not list(tmp_path.iterdir())
+    assert ir._pb_ir.getSessionOptions().logDir == str(tmp_path)
+    monkeypatch.setenv("POPART_DOT_CHECKS", "FOO:fwd0")
+    path = ir.dot_checkpoint("Fwd0")
+    assert path == tmp_path / "Fwd0_.dot" and "digraph" in path.read_text()
+    assert (tmp_path / "Fwd0_0.dot").exists()  # the subgraph "<lambda>_subgraph(0)"
+    ir.dot_checkpoint("foo")
+    assert (tmp_path / "foo_.dot").exists() and not (tmp_path / "Bar_.dot").exists()
+    popxl.Session(ir)  # FINAL is not enabled: no file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Fwd0_.dot", "Fwd0_0.dot",
+                                                         "foo_.dot", "foo_0.dot"]
+
+
+def test_first_dot_checkpoint_switches_all_on(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """No POPART_DOT_CHECKS and no dotChecks: the first checkpoint enables ALL, so later ones
+    and the Session's "Final" write too, into the save_dir given first."""
+    monkeypatch.delenv("POPART_DOT_CHECKS", raising=False)
     ir = popxl.Ir()
     with ir.main_graph:
         popxl.variable(np.ones(2, np.float32)) + 1.0
-    assert ir.dot_checkpoint("Fwd0", tmp_path) is None and not list(tmp_path.iterdir())
-    monkeypatch.setenv("POPART_DOT_CHECKS", "Other:Fwd0")
-    path = ir.dot_checkpoint("Fwd0", tmp_path)
-    assert path == tmp_path / "Fwd0.dot" and "digraph" in path.read_text()
-    monkeypatch.delenv("POPART_DOT_CHECKS")
-    opts = ir._pb_ir.getSessionOptions()
-    opts.dotChecks = ["ALL"]
-    opts.logDir = str(tmp_path / "logs")
-    assert ir.dot_checkpoint("Final") == tmp_path / "logs" / "Final.dot"
+    ir.dot_checkpoint("Foo", tmp_path / "out")
+    ir.dot_checkpoint("Bar")
+    assert ir._pb_ir.getSessionOptions().dotChecks == ["ALL"]
+    popxl.Session(ir, "ipu_model")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["Bar_.dot", "Final_.dot",
+                                                                   "Foo_.dot"]
+    plain = popxl.Ir()
+    with plain.main_graph:
+        popxl.variable(np.ones(2, np.float32)) + 1.0
+    plain._pb_ir.getSessionOptions().logDir = str(tmp_path / "quiet")
+    popxl.Session(plain)  # no checkpoint asked for: no Final file
+    assert not (tmp_path / "quiet").exists()
 
 
 def test_pow_and_greater_take_popxl_keywords() -> None:

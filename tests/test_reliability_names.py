@@ -176,8 +176,8 @@ def test_dot_checkpoint_keeps_the_file_in_save_dir(tmp_path) -> None:
     ir = build(PLAIN).ir
     ir.session_options.dotChecks = ["ALL"]  # PopXL writes only the checks asked for
     path = ir.dot_checkpoint("../../escape\n", tmp_path / "dots")
-    assert path.parent == tmp_path / "dots" and path.name == ".._.._escape_.dot"
-    assert path.read_text() == ir.to_dot()
+    assert path.parent == tmp_path / "dots" and path.name == ".._.._escape__.dot"
+    assert path.read_text() == ir.main_graph.to_dot()
 
 
 def test_report_plot_shows_names_as_text(tmp_path) -> None:

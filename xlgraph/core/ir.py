@@ -90,8 +90,13 @@ class Ir:
 
     @property
     def replication_factor(self) -> int:
-        """Replicas in total, over every instance."""
-        return self._replication_factor
+        """Replicas in total, over every instance. As PopXL, read from the session options:
+        ``globalReplicationFactor`` under ``enableDistributedReplicatedGraphs``, else
+        ``replicatedGraphCount`` (so option writes count too)."""
+        opts = self._pb_ir.getSessionOptions()
+        if opts.enableDistributedReplicatedGraphs:
+            return whole_number(opts.globalReplicationFactor, "globalReplicationFactor")
+        return whole_number(opts.replicatedGraphCount, "replicatedGraphCount")
 
     @replication_factor.setter
     def replication_factor(self, value: int) -> None:
@@ -147,21 +152,45 @@ class Ir:
         return provided("format_ir")(self)  # xlgraph.core.listing
 
     def dot_checkpoint(self, check: str, save_dir: str | Path | None = None) -> Path | None:
-        """Write the Ir's DOT text to ``<save_dir>/<check>.dot`` when the session option
-        ``dotChecks`` (or the ``POPART_DOT_CHECKS`` variable, ``:``-separated) names ``check``
-        or ``"ALL"``, as PopXL does; otherwise do nothing. Returns the path written, or None.
-        ``save_dir`` defaults to the ``logDir`` option, then the current directory. ``check``
-        is data, not a path: characters other than letters, digits and ``_.+=-`` become ``_``,
-        so the file stays in ``save_dir``."""
+        """Write DOT checkpoint ``check`` as PopXL does: ``save_dir`` (created) becomes the
+        ``logDir`` option for this and every later checkpoint (the Session's ``"Final"`` one
+        too); with no ``POPART_DOT_CHECKS`` variable and no ``dotChecks`` option, this first
+        call switches on ``"ALL"``. Returns the main graph's file, or None (see
+        ``_dot_check``)."""
         options = self.session_options
-        wanted = {*options.dotChecks, *os.environ.get("POPART_DOT_CHECKS", "").split(":")}
-        if check not in wanted and "ALL" not in wanted:
+        if save_dir is not None:
+            Path(save_dir).mkdir(parents=True, exist_ok=True)
+            options.logDir = str(save_dir)
+        if "POPART_DOT_CHECKS" not in os.environ and not options.dotChecks:
+            options.dotChecks = ["ALL"]
+        return self._dot_check(check)
+
+    def _dot_check(self, check: str) -> Path | None:
+        """PopART's checkpoint ``check``: written when its upper-cased name, or ``ALL``, is in
+        the ``dotChecks`` option or the ``:``-separated ``POPART_DOT_CHECKS`` (upper-cased),
+        into ``<logDir>/<check>_<graph>.dot`` for each graph with ops (``<graph>``: the number
+        in a subgraph's ``(n)``, else its id; the main graph's is empty), or into one
+        ``<check>.dot`` when ``separateCallOpPdfs`` is off. ``check`` is data, not a path:
+        characters other than letters, digits and ``_.+=-`` become ``_``."""
+        options = self.session_options
+        wanted = {str(c).upper() for c in options.dotChecks}
+        wanted |= {c.upper() for c in os.environ.get("POPART_DOT_CHECKS", "").split(":") if c}
+        if str(check).upper() not in wanted and "ALL" not in wanted:
             return None
         safe = re.sub(r"[^0-9A-Za-z_.+=-]", "_", str(check))
-        path = Path(save_dir or options.logDir or ".") / f"{safe}.dot"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.to_dot(path)
-        return path
+        folder = Path(options.logDir or ".")
+        folder.mkdir(parents=True, exist_ok=True)
+        if not options.separateCallOpPdfs:
+            self.to_dot(folder / f"{safe}.dot")
+            return folder / f"{safe}.dot"
+        written = None
+        for graph in self.graphs:
+            if graph.ops:
+                number = re.search(r"\((\d+)\)$", graph.id)
+                name = "" if graph.is_main else number.group(1) if number else graph.id
+                graph.to_dot(folder / f"{safe}_{name}.dot")
+                written = written or folder / f"{safe}_{name}.dot"
+        return written
 
     def to_dot(self, path: str | Path | None = None) -> str:
         """Graphviz DOT text of every graph, a cluster each, with dashed edges from call sites

@@ -268,6 +268,7 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
     if ir.session_options.enableInplaceAmbiguityChecking:
         check_inplace_order(ir)
     graph_depth(ir)  # refuses graphs that call each other in a cycle
+    ir._dot_check("Final")  # PopART's own checkpoint as a Session prepares the Ir, if enabled
     ctx = replica_context(ir, exchange)
     check_host_transfers(ir)
     if check_numerics:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.errors import DTypeError, ShapeError
+from xlgraph.errors import DTypeError, ShapeError, user_source_line
 from xlgraph.op import OpDef, Sample, apply, apply1, explained, normalize_axes, register, same_dtype
 from xlgraph.ops.loops import float_only, gather_grad_rows
 from xlgraph.ops.movement import init, slice
@@ -362,12 +362,14 @@ def topk(t: Tensor, k: int, axis: int, largest: bool = True, sorted: bool = True
 # -- subsample (a view built from slice) -------------------------------------------------
 @explained("subsample")
 def subsample(t: Tensor, strides: Sequence[int] | int) -> Tensor:
-    """Every ``strides[d]``-th element along each axis ``d``, starting from the first; one int
-    is the stride of every axis (as PopXL takes it)."""
+    """Every ``strides[d]``-th element along each axis ``d``, starting from the first. As in
+    PopXL an int is ``[int]`` and a list shorter than the rank is padded with 1s at the end
+    (``[2]`` on a 2-D tensor is ``[2, 1]``); a longer one raises ``ValueError``."""
     if isinstance(strides, int | np.integer):
-        strides = [int(strides)] * t.rank
+        strides = [int(strides)]
     strides = [int(s) for s in strides]
-    if len(strides) != t.rank or builtins.min(strides, default=1) < 1:
-        raise ShapeError(f"subsample: need one stride >= 1 per axis of {t.id} {t.spec}, "
-                         f"got {strides}")
+    if len(strides) > t.rank or builtins.min(strides, default=1) < 1:
+        raise ShapeError(f"subsample: need at most one stride >= 1 per axis of {t.id} "
+                         f"{t.spec}, got {strides} [at {user_source_line()}]")
+    strides += [1] * (t.rank - len(strides))
     return slice(t, step=strides, axis=list(range(t.rank)))

@@ -64,7 +64,7 @@ def _replicas(ctx: Any, buffer: RemoteBuffer, offsets: tuple[np.ndarray, ...],
 
 
 def _load(*offsets: np.ndarray, buffer: RemoteBuffer, offset: int | None) -> np.ndarray:
-    return buffer.storage[_entry(buffer, offsets, offset)].copy()
+    return buffer.storage[_entry(buffer, offsets, offset), ...].copy()
 
 
 def _load_replicated(ctx: Any, *offsets: np.ndarray, buffer: RemoteBuffer,
@@ -86,7 +86,7 @@ def _store_replicated(ctx: Any, t: np.ndarray, *offsets: np.ndarray, buffer: Rem
 
 def _load_into(t: np.ndarray, *offsets: np.ndarray, buffer: RemoteBuffer,
                offset: int | None) -> np.ndarray:
-    np.copyto(t, buffer.storage[_entry(buffer, offsets, offset)])
+    np.copyto(t, buffer.storage[_entry(buffer, offsets, offset), ...])
     return t
 
 

@@ -11,6 +11,7 @@ from xlgraph.cost import per_output
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, as_tensor, broadcast_shapes, register, same_dtype
 from xlgraph.ops.adam_loops import moving_average_loop
+from xlgraph.ops.elementwise import cast
 from xlgraph.ops.indexing import add_rows_at, as_index_tensor, check_int_indices
 from xlgraph.ops.optim_updates import (
     adam_updater,
@@ -77,7 +78,10 @@ _COPY_VAR_UPDATE = OpDef("copy_var_update_", _update_infer, _copy_update, inplac
 
 @register(_ACCUMULATE)
 def accumulate_(t: Tensor, X: Tensor, f: Any = None) -> Tensor:  # noqa: N803
-    """In place ``t += f * X`` (``f`` defaults to 1; a number or a scalar tensor)."""
+    """In place ``t += f * X`` (``f`` defaults to 1; a number or a scalar tensor). As in PopXL
+    ``X`` of another dtype is taken in ``t``'s (an int32 constant into a float32 variable)."""
+    if isinstance(X, Tensor) and X.dtype is not t.dtype:
+        X = cast(X, t.dtype)  # noqa: N806 - PopXL's name
     if isinstance(f, Tensor):
         return copy_var_update_(t, t + X * f)
     return apply1(_ACCUMULATE, [t, X], {"f": 1.0 if f is None else float(f)})

@@ -92,8 +92,8 @@ class RemoteMemory:
         if v.remote.sharded:
             entry = self._unshard(v, entry)
         else:
-            entry = entry.reshape(*entry.shape[: entry.ndim - len(v.remote.buffer.tensor_shape)],
-                                  *v.shape)
+            entry = entry.reshape((*entry.shape[: entry.ndim - len(v.remote.buffer.tensor_shape)],
+                                   *v.shape))
         return self.layout.retrieve(v, entry, host)
 
     def _unshard(self, v: Variable, shards: np.ndarray) -> np.ndarray:
