@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.poptorch import optim as pt_optim
-from xlgraph.poptorch import optim_state
+from xlgraph.poptorch import optim_changes, optim_params, optim_state
 from xlgraph.poptorch.executor_calls import _apply_output_mode, _to_torch
 from xlgraph.poptorch.executor_compile import _Compiled
 from xlgraph.poptorch.support import Error
@@ -61,6 +61,13 @@ class _WeightTraffic:
                                       self._torch_state_to_device)
             if optimizer.state:
                 self._torch_state_to_device()
+
+    def ipu_params(self) -> dict[str, Any]:
+        """The optimiser's hyper-parameters as the device holds them (``ipu_param``): the
+        settings compiled or last given to ``setOptimizer``."""
+        settings = self._settings or optim_changes.settings_of(self._optimizer)
+        return optim_params.ipu_params(settings.groups, self._optimizer, self._state_keys,
+                                       settings.extras.get("loss_scaling", 1.0))
 
     def _optimizer_state_to_host(self) -> None:
         """Keep the device's optimiser state in the optimiser (before the device goes)."""

@@ -86,7 +86,20 @@ class Optimizer:
         self.variable_attrs = VariableAttributes(
             [k for k, v in given.items() if v is not None], allowed)
         self._device_state: dict[str, Any] = {}
+        self._loaded: dict[str, Any] | None = None  # ipu_state/ipu_param loaded, not yet run
+        self._loaded_at = 0  # the wrapper's step count when they were loaded
         self._device: Any = None  # a weakref to the training wrapper holding the state
+
+    def __getstate__(self) -> dict[str, Any]:
+        """torch's state plus PopTorch's attributes (``copy.copy`` and pickling keep them;
+        the link to a training wrapper is not kept)."""
+        state = torch.optim.Optimizer.__getstate__(self)  # type: ignore[arg-type]
+        for name in ("variable_attrs", "poptorch_extras", "_device_state", "_loaded",
+                     "_loaded_at"):
+            if name in self.__dict__:
+                state[name] = self.__dict__[name]
+        state["_device"] = None
+        return state
 
     @property
     def loss_scaling(self) -> float:
@@ -102,22 +115,41 @@ class Optimizer:
         return None if self._device is None else self._device()
 
     def state_dict(self) -> dict[str, Any]:
-        """torch's state dict plus the device state (``ipu_state``: momentum buffers, moments
-        and step counts by variable name), read from the training wrapper when it is attached."""
+        """PopTorch's state dict: ``ipu_state`` (the device's momentum buffers, moments and
+        step counts by variable name) and ``ipu_param`` (its hyper-parameter tensors), both
+        None before compilation, then torch's entries. Until the next run after
+        ``load_state_dict`` they are what was loaded."""
         wrapper = self._wrapper()
-        if wrapper is not None:
+        if self._loaded is not None and (wrapper is None or
+                                         wrapper._optimizer_steps == self._loaded_at):
+            ipu = dict(self._loaded)
+        elif wrapper is not None and wrapper.isCompiled():
+            self._loaded = None
             self._device_state = wrapper.read_optimizer_state() or self._device_state
-        out = torch.optim.Optimizer.state_dict(self)  # type: ignore[arg-type]
-        out["ipu_state"] = dict(self._device_state)
-        return out
+            ipu = {"ipu_state": dict(self._device_state), "ipu_param": wrapper.ipu_params()}
+        else:
+            ipu = {"ipu_state": dict(self._device_state) or None, "ipu_param": None}
+        return {**ipu, **torch.optim.Optimizer.state_dict(self)}  # type: ignore[arg-type]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load torch's state dict and the device state (``ipu_state``), which reaches the
-        device now if a compiled wrapper uses this optimiser, else at its compilation."""
+        """Load torch's state dict, then PopTorch's device state (``ipu_state``), which
+        reaches the device now if a compiled wrapper uses this optimiser, else at its
+        compilation; entries it lacks keep their device values.
+
+        Raises:
+            RuntimeError: ``state`` is empty, or is not a PopTorch optimiser's (no
+                ``ipu_state`` and ``ipu_param``), as PopTorch.
+        """
+        if not state:
+            raise RuntimeError("Cannot load optimizer state dictionary because it is empty.")
         state = dict(state)
-        self._device_state = dict(state.pop("ipu_state", {}) or {})
+        ipu = {k: state.pop(k) for k in ("ipu_state", "ipu_param") if k in state}
         torch.optim.Optimizer.load_state_dict(self, state)  # type: ignore[arg-type]
+        if len(ipu) != 2:
+            raise RuntimeError("Only IPU optimizer states can be loaded onto the IPU.")
+        self._device_state = dict(ipu["ipu_state"] or {})
         wrapper = self._wrapper()
+        self._loaded, self._loaded_at = ipu, 0 if wrapper is None else wrapper._optimizer_steps
         if wrapper is not None and self._device_state:
             wrapper.write_optimizer_state(self._device_state)
 
