@@ -184,3 +184,37 @@ def test_a_failed_run_restores_a_large_read_only_map_from_its_snapshot(tmp_path,
             session.run({stream: bad})
         assert session.run({stream: good})[seen][0, 0] == 2.0
     assert np.fromfile(tmp_path / "w.npy", np.float32).tolist() == [1.0] * 6
+
+
+def _remote_program(folder, train: bool):
+    """``w`` in a remote buffer, its host data the map ``folder/w.npy``; ``train`` stores
+    ``w + 1``."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((4,), popxl.float32, 1)
+        mm = np.memmap(folder / "w.npy", np.float32, "r+", shape=(4,))
+        w = popxl.remote_variable(mm, buffer, 0, name="w")
+        loaded = ops.remote_load(buffer, 0)
+        y = popxl.d2h_stream((4,), popxl.float32, "y")
+        ops.host_store(y, loaded * 1.0)
+        if train:
+            ops.remote_store(buffer, 0, loaded + 1.0)
+    return ir, y, w
+
+
+def test_an_inference_session_keeps_the_training_of_a_remote_variable(tmp_path):
+    """R3 for remote variables: only a program that stores into the variable's entry writes
+    its map back; reading the evaluator's copy does not put it back into the map either."""
+    np.ones(4, np.float32).tofile(tmp_path / "w.npy")
+    train_ir, _, tw = _remote_program(tmp_path, train=True)
+    eval_ir, ey, ew = _remote_program(tmp_path, train=False)
+    trainer, evaluator = popxl.Session(train_ir), popxl.Session(eval_ir)
+    with evaluator:
+        assert evaluator.run()[ey].tolist() == [1.0] * 4
+        with trainer:
+            trainer.run()
+            trainer.run()
+        assert evaluator.get_tensor_data(ew) is ew._memmap_arr
+        assert _file(tmp_path) == [3.0] * 4
+    assert _file(tmp_path) == [3.0] * 4
+    assert trainer.get_tensor_data(tw).tolist() == [3.0] * 4
