@@ -69,10 +69,11 @@ def _adam(optimizer: AdamOptimizerStep, var: popxl.Tensor, grad: popxl.Tensor, n
     the same value of it (the data-parallel copies); its state variables by name."""
     if group.group_size > 1:
         grad = ops.collectives.replicated_all_reduce(grad, op="mean", group=group)
-    facts, graph = optimizer.create_graph(var, grad.spec, lr=LR, weight_decay=0.0,
-                                          first_order_dtype=popxl.float32)
+    facts, graph = optimizer.create_graph(  # lr a float32 scalar input, as in the scripts
+        var, grad.spec, lr=popxl.TensorSpec((), popxl.float32), weight_decay=0.0,
+        first_order_dtype=popxl.float32)
     state = facts.init(prefix=f"optimizer.{name}")
-    graph.bind(state).call(var, grad)
+    graph.bind(state).call(var, grad, popxl.constant(LR, popxl.float32, name="lr"))
     return {f"optimizer.{name}.{k}": t for k, t in state.to_dict().items()}
 
 
