@@ -96,10 +96,23 @@ def test_cast_ops_match_the_host_casts(nan_on_overflow: bool) -> None:
     assert np.isnan(out[back_s][2]) == nan_on_overflow
 
 
-def test_log2_scale_out_of_range_fails_the_run() -> None:
-    ir, x_s, *_ = _fp8_program(F152, 40, True)
-    with popxl.Session(ir) as session, pytest.raises(errors.ExecutionError, match=r"\[-32, 32\)"):
-        session.run({x_s: np.ones(6, np.float32)})
+def test_log2_scale_out_of_range_fails_the_run_unless_the_option_is_off() -> None:
+    """PopART's throwIfLog2ScaleTensorNotInRange (default True, read as a Session is built):
+    a scale outside [-32, 32) fails the run (popart.poplar_application_runtime_error); with
+    the option off the run succeeds, the scale taken as the nearest end of the range."""
+    from xlgraph import popart_compat as popart
+
+    ir, x_s, to_s, back_s = _fp8_program(F152, 40, True)
+    with popxl.Session(ir) as session:
+        with pytest.raises(popart.poplar_application_runtime_error, match=r"\[-32, 32\)"):
+            session.run({x_s: np.ones(6, np.float32)})
+    ir._pb_ir.getSessionOptions().throwIfLog2ScaleTensorNotInRange = False
+    data = np.full(6, 2.0 ** -40, np.float32)
+    with popxl.Session(ir) as session:
+        out = session.run({x_s: data})
+    np.testing.assert_array_equal(out[to_s], host_pow2scale_cast_to_fp8(data, F152, 31))
+    np.testing.assert_array_equal(out[back_s], host_pow2scale_cast_from_fp8(out[to_s], F152,
+                                                                            -32))
 
 
 def test_matmul_and_conv_pow2scaled_match_float32_references() -> None:

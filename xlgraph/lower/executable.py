@@ -38,6 +38,7 @@ from xlgraph.lower.transfers import check_host_transfers
 from xlgraph.lower.undo import logged_writes, replay
 from xlgraph.lower.wide_half import widen_storage
 from xlgraph.op import Op
+from xlgraph.ops.fp8 import follow_scale_option
 from xlgraph.ops.replicas import Exchange
 from xlgraph.tensor import Variable
 from xlgraph.utils import is_large_map
@@ -269,6 +270,7 @@ def lower(ir: Ir, optimize: bool = True, backend: str | None = None,
         check_inplace_order(ir)
     graph_depth(ir)  # refuses graphs that call each other in a cycle
     ir._dot_check("Final")  # PopART's own checkpoint as a Session prepares the Ir, if enabled
+    follow_scale_option(ir)
     ctx = replica_context(ir, exchange)
     check_host_transfers(ir)
     if check_numerics:

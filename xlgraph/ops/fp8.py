@@ -3,9 +3,9 @@ matmul and convolution of fp8 operands (results in float16).
 
 A ``log2_scale`` is an int32 scalar tensor ``s`` read at run time; the scale is ``2**s`` and
 ``s`` must lie in [-32, 32) (else the run fails, as PopART's
-``throwIfLog2ScaleTensorNotInRange`` does by default). The fp8 formats come from ``ml_dtypes``
-(the ``fp8`` extra); see ``xlgraph.fp8_utils`` for the format details. None of these ops has a
-gradient, as in PopXL.
+``throwIfLog2ScaleTensorNotInRange`` does by default; with the option off, it is clamped).
+The fp8 formats come from ``ml_dtypes`` (the ``fp8`` extra); see ``xlgraph.fp8_utils`` for the
+format details. None of these ops has a gradient, as in PopXL.
 """
 
 from __future__ import annotations
@@ -39,11 +39,25 @@ __all__ = ["pow2scale_cast_to_fp8", "pow2scale_cast_from_fp8", "matmul_pow2scale
 _FP8 = (dtypes.float8_143, dtypes.float8_152)
 
 
-def _scale(log2_scale: np.ndarray) -> int:
+def _scale(log2_scale: np.ndarray, in_range: bool = True) -> int:
+    """The scale's exponent; outside [-32, 32) the run fails (``in_range``, PopART's default
+    ``throwIfLog2ScaleTensorNotInRange``) or takes the nearest end of the range."""
     s = int(np.asarray(log2_scale).reshape(()))
     if not -32 <= s < 32:
-        raise ValueError(f"log2_scale {s} is outside [-32, 32)")
+        if in_range:
+            raise ValueError(f"log2_scale {s} is outside [-32, 32)")
+        s = min(max(s, -32), 31)
     return s
+
+
+def follow_scale_option(ir: Any) -> None:
+    """Make the Ir's pow2-scaled ops follow its ``throwIfLog2ScaleTensorNotInRange`` option
+    (read as a Session is built, as PopART reads it)."""
+    check = bool(ir.session_options.throwIfLog2ScaleTensorNotInRange)
+    for graph in ir.graphs:
+        for op in graph.ops:
+            if op.defn.name in __all__:
+                op.attrs["in_range"] = check
 
 
 def _check_scale(spec: TensorSpec) -> None:
@@ -90,7 +104,7 @@ def _to_fp8_values(rng: np.random.Generator, shape: tuple[int, ...], dt: dtypes.
 
 # -- casts -------------------------------------------------------------------------------------
 def _to_fp8_infer(x: TensorSpec, log2_scale: TensorSpec, dtype: dtypes.dtype,
-                  nan_on_overflow: bool) -> TensorSpec:
+                  nan_on_overflow: bool, in_range: bool = True) -> TensorSpec:
     _check_scale(log2_scale)
     if not x.dtype.is_floating_point or x.dtype in _FP8:
         raise DTypeError(f"pow2scale_cast_to_fp8 needs float16/float32 data, got {x}")
@@ -98,12 +112,12 @@ def _to_fp8_infer(x: TensorSpec, log2_scale: TensorSpec, dtype: dtypes.dtype,
 
 
 def _to_fp8(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype,
-            nan_on_overflow: bool) -> np.ndarray:
-    return host_pow2scale_cast_to_fp8(x, dtype, _scale(log2_scale), nan_on_overflow)
+            nan_on_overflow: bool, in_range: bool = True) -> np.ndarray:
+    return host_pow2scale_cast_to_fp8(x, dtype, _scale(log2_scale, in_range), nan_on_overflow)
 
 
 def _nearest_fp8_ref(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype,
-                     nan_on_overflow: bool) -> np.ndarray:
+                     nan_on_overflow: bool, in_range: bool = True) -> np.ndarray:
     """Round to nearest by searching all 256 codes (ties to the even code); an independent
     check of ``ml_dtypes``' rounding. Beyond the largest value plus half a step: overflow."""
     codes = np.arange(256, dtype=np.uint8).view(dtype.as_numpy())
@@ -155,18 +169,21 @@ def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor | int | None = None,
     return apply1(_TO_FP8, [t, _log2_scale_tensor(log2_scale)], attrs)
 
 
-def _from_fp8_infer(x: TensorSpec, log2_scale: TensorSpec, dtype: dtypes.dtype) -> TensorSpec:
+def _from_fp8_infer(x: TensorSpec, log2_scale: TensorSpec, dtype: dtypes.dtype,
+                    in_range: bool = True) -> TensorSpec:
     _check_fp8(x)
     _check_scale(log2_scale)
     return TensorSpec(x.shape, dtype)
 
 
-def _from_fp8(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
-    scaled = x.astype(np.float32) * np.float32(2.0 ** _scale(log2_scale))
+def _from_fp8(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype,
+              in_range: bool = True) -> np.ndarray:
+    scaled = x.astype(np.float32) * np.float32(2.0 ** _scale(log2_scale, in_range))
     return scaled.astype(dtype.as_numpy())
 
 
-def _from_fp8_ref(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
+def _from_fp8_ref(x: np.ndarray, log2_scale: np.ndarray, dtype: dtypes.dtype,
+                  in_range: bool = True) -> np.ndarray:
     """Decode the bits by hand: sign, exponent (bias 8 or 16), mantissa; 0x80 is NaN."""
     bits = np.asarray(x).view(np.uint8).astype(np.int64)
     mbits, bias = (3, 8) if x.dtype == dtypes.float8_143.as_numpy() else (2, 16)
@@ -210,17 +227,21 @@ def _as_float16(y: np.ndarray, s: int) -> np.ndarray:
     return (y * np.float32(2.0 ** s)).astype(np.float16)
 
 
-def _matmul_p2_infer(a: TensorSpec, b: TensorSpec, log2_scale: TensorSpec) -> TensorSpec:
+def _matmul_p2_infer(a: TensorSpec, b: TensorSpec, log2_scale: TensorSpec,
+                     in_range: bool = True) -> TensorSpec:
     _check_fp8(a, b)
     _check_scale(log2_scale)
     return _matmul_infer(TensorSpec(a.shape, dtypes.float16), TensorSpec(b.shape, dtypes.float16))
 
 
-def _matmul_p2(a: np.ndarray, b: np.ndarray, log2_scale: np.ndarray) -> np.ndarray:
-    return _as_float16(np.matmul(a.astype(np.float32), b.astype(np.float32)), _scale(log2_scale))
+def _matmul_p2(a: np.ndarray, b: np.ndarray, log2_scale: np.ndarray,
+               in_range: bool = True) -> np.ndarray:
+    product = np.matmul(a.astype(np.float32), b.astype(np.float32))
+    return _as_float16(product, _scale(log2_scale, in_range))
 
 
-def _matmul_p2_ref(a: np.ndarray, b: np.ndarray, log2_scale: np.ndarray) -> np.ndarray:
+def _matmul_p2_ref(a: np.ndarray, b: np.ndarray, log2_scale: np.ndarray,
+                   in_range: bool = True) -> np.ndarray:
     exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
     return (exact * 2.0 ** _scale(log2_scale)).astype(np.float16)
 
@@ -252,15 +273,15 @@ def matmul_pow2scaled(lhs: Tensor, rhs: Tensor, log2_scale: Tensor | int,
 def _scaled(infer: Any, kernel: Any) -> tuple[Any, Any]:
     """Infer and kernel of the pow2-scaled, fp8 form of a convolution op."""
     def p2_infer(x: TensorSpec, w: TensorSpec, log2_scale: TensorSpec,
-                 **geometry: Any) -> TensorSpec:
+                 in_range: bool = True, **geometry: Any) -> TensorSpec:
         _check_fp8(x, w)
         _check_scale(log2_scale)
         return infer(*(TensorSpec(s.shape, dtypes.float16) for s in (x, w)), **geometry)
 
     def p2_kernel(x: np.ndarray, w: np.ndarray, log2_scale: np.ndarray,
-                  **geometry: Any) -> np.ndarray:
+                  in_range: bool = True, **geometry: Any) -> np.ndarray:
         y = kernel(x.astype(np.float32), w.astype(np.float32), **geometry)
-        return _as_float16(y, _scale(log2_scale))
+        return _as_float16(y, _scale(log2_scale, in_range))
 
     return p2_infer, p2_kernel
 
