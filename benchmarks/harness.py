@@ -70,6 +70,11 @@ def blas_threads(n: int | None) -> AbstractContextManager[Any]:
     return threadpool_limits(limits=n, user_api="blas")
 
 
+# The CPU flags that decide the arithmetic's speed (vector widths, float16 conversions and
+# arithmetic, bfloat16 and matrix units), reported with every figure.
+VECTOR_FLAGS = ("avx", "fma", "f16c", "amx", "sse4")
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     info: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
@@ -88,8 +93,11 @@ def machine() -> dict[str, Any]:
             info[key] = os.environ[key]
     try:
         with open("/proc/cpuinfo") as f:
-            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f
-                               if line.startswith("model name"))
+            lines = f.read().splitlines()
+        info["cpu"] = next(line.split(":", 1)[1].strip() for line in lines
+                           if line.startswith("model name"))
+        flags = next(line.split(":", 1)[1].split() for line in lines if line.startswith("flags"))
+        info["cpu_flags"] = sorted(f for f in flags if f.startswith(VECTOR_FLAGS))
     except (OSError, StopIteration):
         pass
     return info

@@ -128,3 +128,32 @@ def test_float16_var_updates_match_the_interpreter(replicas: int, backend: str) 
     for i, (g, e) in enumerate(zip(got, expected)):
         assert g.dtype == e.dtype and g.shape == e.shape, i
         assert g.tobytes() == e.tobytes(), f"output {i} differs"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_weight_takes_a_float16_update_in_float32(backend: str) -> None:
+    """``scaled_add_(w, u, a, b)`` with a float32 ``w`` and a float16 ``u`` (PopART's updater
+    takes the first moment's dtype): ``a w + b u`` in float32, rounded as numpy rounds each
+    float32 operation; ``scaled_add`` likewise."""
+    rng = np.random.default_rng(0)
+    w0 = rng.normal(size=SHAPE).astype(np.float32)
+    u = (rng.normal(size=SHAPE) * 10.0 ** rng.integers(-6, 5, SHAPE)).astype(np.float16)
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        w, w1 = popxl.variable(w0, F32, "w"), popxl.variable(w0, F32, "w1")
+        s = popxl.h2d_stream(SHAPE, F16, "u")
+        x = ops.host_load(s)
+        ops.scaled_add_(w, x, b=-1e-3)
+        ops.scaled_add_(w1, x * 2.0, a=0.9, b=0.3)
+        out = popxl.d2h_stream(SHAPE, F32, "sum")
+        ops.host_store(out, ops.scaled_add(w, x, a=1.5, b=-2.0))
+    with popxl.Session(ir, backend=backend, compile_in_background=False) as session:
+        got = session.run({s: u})[out]
+        w_got, w1_got = session.get_tensor_data(w), session.get_tensor_data(w1)
+    f32 = np.float32
+    wide = u.astype(f32)
+    w_want = w0 + wide * f32(-1e-3)
+    u2 = (wide * f32(2.0)).astype(np.float16).astype(f32)
+    assert w_got.tobytes() == w_want.tobytes()
+    assert w1_got.tobytes() == (w0 * f32(0.9) + u2 * f32(0.3)).tobytes()
+    assert got.tobytes() == (w_want * f32(1.5) + wide * f32(-2.0)).tobytes()

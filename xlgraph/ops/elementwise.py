@@ -349,6 +349,8 @@ def _mixed(X: Tensor, Y: Tensor, a: Any, b: Any) -> Tensor | None:  # noqa: N803
     tensors = [v for v in (Y, a, b) if isinstance(v, Tensor)]
     if Y.dtype == X.dtype and len(tensors) == 1:
         return None
+    if len(tensors) == 1 and _narrower(Y.dtype, X.dtype):
+        return None  # the terms in X's dtype: the plain op on Y cast (``scaled_add*`` below)
     floats = [t.dtype for t in (X, *tensors) if t.dtype.is_floating_point and not t.dtype.is_fp8]
     wide = max(floats, key=lambda d: d.as_numpy().itemsize, default=X.dtype)
 
@@ -359,6 +361,19 @@ def _mixed(X: Tensor, Y: Tensor, a: Any, b: Any) -> Tensor | None:  # noqa: N803
     terms = [up(X) if _is_one(a) else up(X) * up(a), up(Y) if _is_one(b) else up(Y) * up(b)]
     value = terms[0] + terms[1]
     return value if value.dtype == X.dtype else cast(value, X.dtype)
+
+
+def _narrower(y: dtypes.dtype, x: dtypes.dtype) -> bool:
+    """A float ``y`` narrower than float ``x``: with number factors, the mixed form is the plain
+    op on ``cast(Y, x)`` (its constants and arithmetic are in ``x`` either way), bit for bit,
+    in one pass (an Adam updater in float16 added to a float32 weight)."""
+    return (y.is_floating_point and x.is_floating_point and not y.is_fp8 and not x.is_fp8
+            and y.as_numpy().itemsize < x.as_numpy().itemsize)
+
+
+def _plain(X: Tensor, Y: Tensor) -> Tensor:  # noqa: N803
+    """``Y`` in ``X``'s dtype."""
+    return Y if Y.dtype == X.dtype else cast(Y, X.dtype)
 
 
 def _is_one(value: Any) -> bool:
@@ -373,7 +388,7 @@ def scaled_add(X: Tensor, Y: Tensor, a: Any = 1.0, b: Any = 1.0) -> Tensor:  # n
     value = _mixed(X, Y, a, b)
     if value is not None:
         return value
-    return apply1(_SCALED_ADD, [X, Y], {"a": float(a), "b": float(b)})
+    return apply1(_SCALED_ADD, [X, _plain(X, Y)], {"a": float(a), "b": float(b)})
 
 
 @register(_SCALED_ADD_)
@@ -385,7 +400,7 @@ def scaled_add_(X: Tensor, Y: Tensor, a: Any = 1.0, b: Any = 1.0) -> Tensor:  # 
     if value is not None:
         # copy_var_update_, by name: ops.var_updates, where it is defined, imports this module
         return apply1(REGISTRY["copy_var_update_"], [X, value])
-    return apply1(_SCALED_ADD_, [X, Y], {"a": float(a), "b": float(b)})
+    return apply1(_SCALED_ADD_, [X, _plain(X, Y)], {"a": float(a), "b": float(b)})
 
 
 def _add_inplace_infer(x: TensorSpec, y: TensorSpec) -> TensorSpec:
