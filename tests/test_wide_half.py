@@ -73,6 +73,9 @@ def test_round_half_is_astypes_bits_compiled() -> None:
     out = np.empty_like(x)
     loop(x, out)
     np.testing.assert_array_equal(out.view(np.uint32), _expected(x).view(np.uint32))
+    same = x.copy()
+    loop(same, same)  # in place: the loop over the one array
+    np.testing.assert_array_equal(same.view(np.uint32), _expected(x).view(np.uint32))
     fast = np.empty_like(x)
     ROUND_HALF.kernel_out(x, out=fast)  # the installed one-pass loop
     assert half.fast_round() is not None

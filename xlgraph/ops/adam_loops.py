@@ -16,51 +16,58 @@ from typing import Any
 
 import numpy as np
 
-from xlgraph.ops.loops import float_only
+from xlgraph.ops.half_round import load, real, store
+from xlgraph.ops.loops import bits, float_only
 from xlgraph.tensor import TensorSpec
 
 __all__ = ["moving_average_loop", "adam_loop"]
 
 
+@bits
 def moving_average(t, x, f, out):  # noqa: ANN001, ANN201 - numba infers the types
     """``t f + x (1 - f)``; ``out`` may be ``t``."""
     ts, xs, outs = t.reshape(-1), x.reshape(-1), out.reshape(-1)
-    fd = np.float64(f.reshape(-1)[0])
-    keep, take = out.dtype.type(fd), out.dtype.type(1.0 - fd)
+    fd = np.float64(load(f.reshape(-1), 0))
+    keep, take = real(out, fd), real(out, 1.0 - fd)
     for i in range(ts.size):
-        outs[i] = ts[i] * keep + xs[i] * take
+        store(outs, i, load(ts, i) * keep + load(xs, i) * take)
 
 
+@bits
 def moving_average_square(t, x, f, out):  # noqa: ANN001, ANN201
     """``t f + x^2 (1 - f)``; ``out`` may be ``t``."""
     ts, xs, outs = t.reshape(-1), x.reshape(-1), out.reshape(-1)
-    fd = np.float64(f.reshape(-1)[0])
-    keep, take = out.dtype.type(fd), out.dtype.type(1.0 - fd)
+    fd = np.float64(load(f.reshape(-1), 0))
+    keep, take = real(out, fd), real(out, 1.0 - fd)
     for i in range(ts.size):
-        outs[i] = ts[i] * keep + (xs[i] * xs[i]) * take
+        xi = load(xs, i)
+        store(outs, i, load(ts, i) * keep + (xi * xi) * take)
 
 
+@bits
 def adam_term(m, v, step, b1, b2, eps, out):  # noqa: ANN001, ANN201
     """``(m / c1) / (sqrt(v / c2) + eps)`` with ``c = 1 - beta**step``."""
     ms, vs, outs = m.reshape(-1), v.reshape(-1), out.reshape(-1)
-    t = np.float64(step.reshape(-1)[0])
-    c1 = out.dtype.type(1.0 - np.float64(b1.reshape(-1)[0]) ** t)
-    c2 = out.dtype.type(1.0 - np.float64(b2.reshape(-1)[0]) ** t)
-    e = out.dtype.type(eps.reshape(-1)[0])
+    t = np.float64(load(step.reshape(-1), 0))
+    c1 = real(out, 1.0 - np.float64(load(b1.reshape(-1), 0)) ** t)
+    c2 = real(out, 1.0 - np.float64(load(b2.reshape(-1), 0)) ** t)
+    e = real(out, load(eps.reshape(-1), 0))
     for i in range(ms.size):
-        outs[i] = (ms[i] / c1) / (np.sqrt(vs[i] / c2) + e)
+        store(outs, i, (load(ms, i) / c1) / (np.sqrt(load(vs, i) / c2) + e))
 
 
+@bits
 def adam_term_decay(m, v, w, step, wd, b1, b2, eps, out):  # noqa: ANN001, ANN201
     """``adam_term`` plus ``wd w`` (decoupled weight decay, AdamW)."""
     ms, vs, ws, outs = m.reshape(-1), v.reshape(-1), w.reshape(-1), out.reshape(-1)
-    t = np.float64(step.reshape(-1)[0])
-    c1 = out.dtype.type(1.0 - np.float64(b1.reshape(-1)[0]) ** t)
-    c2 = out.dtype.type(1.0 - np.float64(b2.reshape(-1)[0]) ** t)
-    e = out.dtype.type(eps.reshape(-1)[0])
-    decay = out.dtype.type(wd.reshape(-1)[0])
+    t = np.float64(load(step.reshape(-1), 0))
+    c1 = real(out, 1.0 - np.float64(load(b1.reshape(-1), 0)) ** t)
+    c2 = real(out, 1.0 - np.float64(load(b2.reshape(-1), 0)) ** t)
+    e = real(out, load(eps.reshape(-1), 0))
+    decay = real(out, load(wd.reshape(-1), 0))
     for i in range(ms.size):
-        outs[i] = (ms[i] / c1) / (np.sqrt(vs[i] / c2) + e) + decay * ws[i]
+        store(outs, i, (load(ms, i) / c1) / (np.sqrt(load(vs, i) / c2) + e)
+              + decay * load(ws, i))
 
 
 def _same(specs: list[TensorSpec]) -> bool:

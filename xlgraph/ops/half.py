@@ -225,8 +225,8 @@ def _wide(defn: OpDef, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]) ->
             inner: dict[str, Any] = {"inner": fn.fn, "inner_kwargs": fn.kwargs}
             return Composite(_loop_call, {**inner, "wide_in": wide_in, "wide_out": wide_out},
                              fn.loops, fn.parallel), extra
-        return Composite(_loop_call, {"wide_in": wide_in, "wide_out": wide_out},
-                         {"_loop": fn}), extra
+        call = _bits_call if getattr(fn, "bits", False) else _loop_call
+        return Composite(call, {"wide_in": wide_in, "wide_out": wide_out}, {"_loop": fn}), extra
 
     for fn in (wide_kernel, wide_out_kernel):
         fn.__name__ = fn.__qualname__ = f"{defn.name}_in_float32"
@@ -254,3 +254,11 @@ def _loop_call(*args: Any, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]
     for o, t, w in zip(outs, tmp, wide_out):
         if w:
             narrow_into(o, t)
+
+
+def _bits_call(*args: Any, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...],
+               _loop: Callable[..., None]) -> None:
+    """A compiled ``loops.bits`` loop run on float16 arrays as their uint16 bits: widened,
+    computed and rounded element by element in one pass (the bits of ``_loop_call``)."""
+    half = (*wide_in, *wide_out)
+    _loop(*(a.view(np.uint16) if h else a for a, h in zip(args, half)), *args[len(half):])

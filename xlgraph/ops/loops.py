@@ -34,6 +34,14 @@ EXP_LOOP_MAX = 2048
 EXP_GRAD_LOOP_MAX = 4096
 
 
+def bits(fn: Callable[..., None]) -> Callable[..., None]:
+    """Mark loop ``fn`` as reading and writing its arrays through ``half_round.load``/
+    ``store`` and making its constants with ``real``: compiled, it takes float16 arrays as their
+    uint16 bits and computes in float32 registers (``xlgraph.ops.half``), one pass."""
+    fn.bits = True  # type: ignore[attr-defined]
+    return fn
+
+
 def float_only(spec: TensorSpec, fn: Callable[..., None], consts: tuple[Any, ...] = (),
                ints: tuple[int, ...] = (), max_elements: int | None = None,
                ) -> tuple[Callable[..., None], tuple[Any, ...]] | None:

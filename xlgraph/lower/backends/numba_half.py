@@ -92,6 +92,29 @@ def round_half(x, out):  # noqa: ANN001, ANN201
         out[i] = _bits_to_float(_float_to_bits(x[i]))
 
 
+def _load(a, i):  # noqa: ANN001, ANN202 - numba reads the names (no annotations)
+    if a.dtype == types.uint16:  # float16 bits
+        return lambda a, i: _bits_to_float(a[i])
+    return lambda a, i: a[i]
+
+
+def _store(a, i, v):  # noqa: ANN001, ANN202
+    if a.dtype == types.uint16:
+        def bits(a, i, v):  # noqa: ANN001, ANN202
+            a[i] = _float_to_bits(np.float32(v))
+        return bits
+
+    def value(a, i, v):  # noqa: ANN001, ANN202
+        a[i] = v
+    return value
+
+
+def _real(a, v):  # noqa: ANN001, ANN202
+    if a.dtype == types.uint16:
+        return lambda a, v: np.float32(v)
+    return lambda a, v: a.dtype.type(v)
+
+
 @functools.cache
 def install() -> bool:
     """Check the loops against ``astype`` on a few values (a target without IEEE half
@@ -99,6 +122,9 @@ def install() -> bool:
     ``to_half_precision`` is LLVM's conversions in any case (IEEE's, like the checked loops)."""
     overload(half_round.to_half_precision)(
         lambda v: lambda v: _bits_to_float(_float_to_bits(v)))
+    overload(half_round.load, inline="always")(_load)
+    overload(half_round.store, inline="always")(_store)
+    overload(half_round.real, inline="always")(_real)
     probe = np.concatenate([  # finite, overflowing, infinite, and NaNs quiet and signalling
         np.array([1.0, -2.5, 65504.0, 1e5, 6e-8, 1 + 2.0 ** -11, np.inf], np.float32),
         np.array([0x7FC00000, 0xFF815466, 0x7F800001, 0x7FA00000], np.uint32).view(np.float32)])
