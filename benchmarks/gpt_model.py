@@ -146,8 +146,8 @@ class GPT(addons.Module):
 def build_train(cfg: Config, batch: int, half: bool = False, replicas: int | str = 1,
                 first_order: popxl.dtype = popxl.float32) -> tuple[popxl.Ir, Any, Any, Any]:
     """The training step: forward, cross-entropy, backward, AdamW on every weight. ``half``:
-    weights and activations in float16, loss and Adam's second moment in float32, the loss
-    scaled by ``LOSS_SCALE`` (the gradient divided by it again inside Adam); Adam's first moment
+    weights, activations and the loss in float16 (its stream float32), Adam's second moment in
+    float32, the loss scaled by ``LOSS_SCALE`` (the gradient divided by it again inside Adam); Adam's first moment
     in ``first_order``. ``replicas`` (a number, or ``"popdist"`` in an ``xlgraph-run`` job):
     data-parallel replicas of ``batch`` each, every gradient averaged over them
     (``replicated_all_reduce``) before its update. Returns ``(ir, tokens stream, loss stream,
@@ -175,8 +175,9 @@ def build_train(cfg: Config, batch: int, half: bool = False, replicas: int | str
                 var, grads[var].spec, lr=LR, beta1=BETAS[0], beta2=BETAS[1], eps=EPS,
                 weight_decay=WEIGHT_DECAY, first_order_dtype=first_order, loss_scaling=scale)
             opt.bind(opt_facts.init()).call(var, grads[var])
-        loss_s = popxl.d2h_stream((), popxl.float32, "loss")
-        ops.host_store(loss_s, loss)
+        loss_s = popxl.d2h_stream((), popxl.float32, "loss")  # the logits' dtype, widened
+        ops.host_store(loss_s, loss if loss.dtype == popxl.float32 else ops.cast(
+            loss, popxl.float32))
     return ir, tok_s, loss_s, dict(variables.named_tensors.items())
 
 
