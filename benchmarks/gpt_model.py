@@ -148,10 +148,10 @@ def build_train(cfg: Config, batch: int, half: bool = False, replicas: int | str
     """The training step: forward, cross-entropy, backward, AdamW on every weight. ``half``:
     weights, activations and the loss in float16 (its stream float32), Adam's second moment in
     float32, the loss scaled by ``LOSS_SCALE`` (the gradient divided by it again inside Adam);
-    Adam's first moment in ``first_order``. ``replicas`` (a number, or ``"popdist"`` in an ``xlgraph-run`` job):
-    data-parallel replicas of ``batch`` each, every gradient averaged over them
-    (``replicated_all_reduce``) before its update. Returns ``(ir, tokens stream, loss stream,
-    {name: variable})``."""
+    Adam's first moment in ``first_order``. ``replicas`` (a number, or ``"popdist"`` in an
+    ``xlgraph-run`` job): data-parallel replicas of ``batch`` each, every gradient averaged over
+    them (``replicated_all_reduce``) before its update. Returns ``(ir, tokens stream, loss
+    stream, {name: variable})``."""
     dtype = popxl.float16 if half else popxl.float32
     scale = LOSS_SCALE if half else 1.0
     ir = popxl.Ir(replication=replicas)
