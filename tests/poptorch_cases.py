@@ -409,6 +409,10 @@ CASES: dict[str, list[Case]] = {
     + module(lambda: nn.Upsample(scale_factor=0.435714), R(1, 1, 14, 14)),
     # -- named by PopTorch's behaviour reference, beyond its list ----------------------------
     "torch.erfc": unary(torch.erfc),
+    "torch.slice_scatter": [(lambda x, y: torch.slice_scatter(x, y, 1, 1, 3),
+                             inputs(R(3, 5), R(3, 2))),
+                            (lambda x, y: torch.slice_scatter(x, y, 0, -2),
+                             inputs(R(4, 3), R(2, 3)))],
     "torch.Tensor.unfold": [(lambda x: x.unfold(1, 5, 2), inputs(R(3, 11, 4))),
                             (lambda x: x.unfold(0, 2, 3), inputs(R(8, 3))),
                             (lambda x: x.unfold(-1, 3, 1), inputs(R(2, 5)))],

@@ -23,8 +23,9 @@ import numpy as np
 
 from xlgraph import dtypes, ops
 from xlgraph.op import broadcast_shapes
+from xlgraph.poptorch.support import Error
 from xlgraph.poptorch.table import register
-from xlgraph.poptorch.util import Unsupported
+from xlgraph.poptorch.util import Unsupported, dims
 from xlgraph.tensor import Tensor
 
 __all__ = ["Layout"]
@@ -153,3 +154,23 @@ def _masked_put(x: Tensor, indices: Sequence[Tensor | None], values: Tensor,
         return x + ops.where(keep, values, 0)
     out = ops.where(keep, values, x)
     return out if out.shape == x.shape else ops.expand(out, x.shape)
+
+
+@register("aten.slice_scatter.default")
+def _slice_scatter(ctx: Any, x: Tensor, src: Tensor, dim: int = 0, start: Any = None,
+                   end: Any = None, step: int = 1) -> Tensor:
+    """``x`` with its slice ``start:end`` of ``dim`` replaced by ``src`` (what assigning to or
+    changing in place a basic slice becomes). As PopTorch, only step 1 can be written."""
+    if step != 1:
+        raise Error("In-place modification of slices with step size other than 1 is not "
+                    "supported.")
+    d = dims(dim, x.rank)[0]
+    lo, hi, _ = slice(start, end, 1).indices(x.shape[d])
+    hi = max(hi, lo)
+    src = src if src.dtype == x.dtype else ops.cast(src, x.dtype)
+    parts = [ops.slice(x, [0], [lo], [1], [d])] if lo > 0 else []
+    parts.append(src)
+    if hi < x.shape[d]:
+        parts.append(ops.slice(x, [hi], [x.shape[d]], [1], [d]))
+    return parts[0] if len(parts) == 1 else ops.concat(parts, d)
+

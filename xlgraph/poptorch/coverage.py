@@ -12,6 +12,7 @@ BEYOND_LIST: frozenset[str] = frozenset({
     "torch.Tensor.unfold",
     "torch.addmv",
     "torch.erfc",
+    "torch.slice_scatter",
 })
 
 COVERED: frozenset[str] = frozenset({
