@@ -16,6 +16,8 @@ from xlgraph.core.memmaps import is_read_only, popart_log
 from xlgraph.errors import MemmapError, user_source_line
 from xlgraph.ir import Ir
 from xlgraph.runtime.host_maps import Spill, is_large_map
+from xlgraph.runtime.remote_memory import RemoteMemory
+from xlgraph.runtime.replica_layout import ReplicaLayout
 from xlgraph.tensor import Variable
 
 __all__ = ["MappedVariables"]
@@ -33,19 +35,43 @@ def _describe(v: Variable) -> str:
 
 class MappedVariables:
     """The maps of an Ir's variables, and which of them a run writes (``changed``: the
-    executable's written variables; ``remote``: the Ir's remote variables)."""
+    executable's written variables; ``remote``: the Session's off-chip memory)."""
 
-    def __init__(self, ir: Ir, changed: set[Variable], remote: list[Variable]) -> None:
+    def __init__(self, ir: Ir, changed: set[Variable], remote: RemoteMemory) -> None:
         self.ir = ir
+        self.remote = remote
         self.maps = [v for v in ir.main_graph.variables if v.host_memmap is not None]
         self.written = {v for v in self.maps if v in changed} | (
-            _stored(ir, [v for v in remote if v.host_memmap is not None]))
+            _stored(ir, [v for v in remote.variables if v.host_memmap is not None]))
         self.read_only = [v for v in self.maps if is_read_only(v.host_memmap)]
         trained = [_describe(v) for v in self.read_only if v in self.written]
         if trained:
             popart_log().warning(
                 "The program writes %s, whose memory map is read-only: the new values stay on "
                 "the device and are never written to the file.", ", ".join(trained))
+
+    @staticmethod
+    def host_copy(v: Variable, layout: ReplicaLayout) -> np.ndarray:
+        """``v``'s host copy in the device layout: its map itself when the layouts agree."""
+        if v.host_memmap is not None and layout.device_shape(v) == v.shape_on_host:
+            return v.host_memmap
+        return np.array(layout.expand(v, v.initial_data))
+
+    def through_map(self, v: Variable, value: np.ndarray) -> np.ndarray:
+        """``get_tensor_data`` of remote variable ``v`` whose value is ``value``: as PopXL, a
+        mapped one comes back through its map (left alone when the program never stores it)."""
+        if v.host_memmap is None:
+            return value
+        self.check_read(v)
+        if not self.kept(v):
+            np.copyto(v.host_memmap, value)
+        return v.host_memmap
+
+    def remote_to_host(self) -> None:
+        """Write the remote variables the program stores back into their maps."""
+        for v in self.remote.variables:
+            if v.host_memmap is not None and not self.kept(v):
+                np.copyto(v.host_memmap, self.remote.read(v, v.host_memmap))
 
     def kept(self, v: Variable) -> bool:
         """Whether ``v``'s map is left as it is when weights come back: the program never

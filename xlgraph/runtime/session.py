@@ -147,9 +147,9 @@ class Session:
         self._report_dir = None if model is None else report_directory(
             ir.session_options.engineOptions)
         variables = self.executable.variables
-        self._host = {v: self._host_copy(v) for v in variables}
         self.remote = RemoteMemory(ir, self.layout, _exchange(ir))
-        self._maps = MappedVariables(ir, self.executable.changed_variables, self.remote.variables)
+        self._maps = MappedVariables(ir, self.executable.changed_variables, self.remote)
+        self._host = {v: self._maps.host_copy(v, self.layout) for v in variables}
         self.weights_to_host_on_exit = self._maps.on_exit(weights_to_host_on_exit)
         self._host_values = {v: v.initial_data for v in [*variables, *self.remote.variables]}
         device = self._device
@@ -177,12 +177,6 @@ class Session:
             self._kernels = KernelThread(self.executable, self._lock, self._thread_limit.mark_stale)
             weakref.finalize(self, self._kernels.stop)
         self._write_auto_report()
-
-    def _host_copy(self, v: Variable) -> np.ndarray:
-        """``v``'s host copy in the device layout: a memmap itself when the layouts agree."""
-        if v.host_memmap is not None and self.layout.device_shape(v) == v.shape_on_host:
-            return v.host_memmap
-        return np.array(self.layout.expand(v, v.initial_data))
 
     @property
     def _device(self) -> dict[Variable, np.ndarray]:
@@ -388,9 +382,7 @@ class Session:
             if v.host_memmap is not None and v.host_memmap is not self._host[v]:
                 np.copyto(v.host_memmap, self.layout.one_per_group(
                     v, self._host[v], self._host_values[v]))
-        for v in self.remote.variables:
-            if v.host_memmap is not None and not self._maps.kept(v):  # through the map too
-                np.copyto(v.host_memmap, self.remote.read(v, v.host_memmap))
+        self._maps.remote_to_host()  # off-chip memory comes back through the maps too
         self._maps.flush()
         self._host_stale = False
         devicex_debug("Writing weights to host complete.")
@@ -415,13 +407,8 @@ class Session:
             return tensor.data.copy()
         self._check_variable(tensor)
         if tensor in self.remote.variables:
-            value = self.remote.read(tensor, self._host_values[tensor])
-            if tensor.host_memmap is None:
-                return value
-            self._maps.check_read(tensor)
-            if not self._maps.kept(tensor):  # as PopXL: the data comes back through the map
-                np.copyto(tensor.host_memmap, value)
-            return tensor.host_memmap
+            return self._maps.through_map(tensor, self.remote.read(tensor,
+                                                                   self._host_values[tensor]))
         if self._attached:
             self._maps.check_read(tensor)
             if self._host_stale:
