@@ -22,6 +22,7 @@ from xlgraph.tensor import Variable
 
 __all__ = ["MappedVariables"]
 
+
 def _stored(ir: Ir, remote: list[Variable]) -> set[Variable]:
     """The remote variables whose entry some ``remote_store`` may overwrite."""
     stores = [op.attrs for g in ir.graphs for op in g.ops if op.defn.name == "remote_store"]
