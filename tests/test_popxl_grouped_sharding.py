@@ -174,3 +174,28 @@ def test_remote_variable_takes_the_entry_shape() -> None:
     with popxl.Session(ir, "ipu_model") as session:
         np.testing.assert_array_equal(session.run()[s], [6.0])
         np.testing.assert_array_equal(session.get_tensor_data(v), [[3.0]])
+
+
+@pytest.mark.parametrize("dtype", ["float8_143", "float8_152"])
+def test_grouped_float8_shards(dtype) -> None:
+    """float8 data (scaled by ``log2_scale``) sharded per group: the gathered shards and
+    ``get_tensor_data`` give the host cast's bytes (NaN compares as the same byte)."""
+    pytest.importorskip("ml_dtypes", reason="the fp8 extra is not installed")
+    from xlgraph.fp8_utils import host_pow2scale_cast_to_fp8
+
+    f8 = getattr(popxl, dtype)
+    ir = popxl.Ir(replication=4)
+    rg = ir.replica_grouping(stride=2, group_size=2)
+    data = np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32) * 100
+    data[0, 0, 0] = 1e9  # overflows to NaN
+    with ir.main_graph:
+        v, shard = popxl.replica_sharded_variable(data, f8, "v", replica_grouping=rg,
+                                                  log2_scale=-2)
+        whole = ops.collectives.replicated_all_gather(shard, group=rg)
+        s = popxl.d2h_stream(whole.shape, whole.dtype, "whole")
+        ops.host_store(s, whole)
+    assert shard.shape == (8,) and shard.meta_shape == (5, 3) and whole.dtype is f8
+    want = host_pow2scale_cast_to_fp8(data, f8, -2).view(np.uint8)
+    with popxl.Session(ir, "ipu_model") as session:
+        np.testing.assert_array_equal(session.run()[s].view(np.uint8), want[rg.assignment])
+        np.testing.assert_array_equal(session.get_tensor_data(v).view(np.uint8), want)
