@@ -104,9 +104,11 @@ def _used_functions(program: Program) -> list[Function]:
     return [fn for fn in program.functions if id(fn) in used]
 
 
-def _changed_variables(ir: Ir) -> set[Variable]:
+def _changed_variables(ir: Ir, variables: list[Variable]) -> set[Variable]:
     """The variables a run of ``ir`` writes, directly or through aliases (as the compiled plan
-    finds them)."""
+    finds them). Only memory-mapped variables need the answer: without any, all of them."""
+    if all(v.host_memmap is None for v in variables):
+        return set(variables)
     program = flatten(ir)
     slots = list(program.variable_slots)
     written = plan_copies(liveness(program.steps, slots), slots)
@@ -239,7 +241,7 @@ class InterpretedExecutable:
         self.held_once: set[Variable] = set()
         self.arrays = _device_arrays(self.variables, None if ctx is None else ctx.local)
         self.written_variables = list(self.variables)
-        self.changed_variables = _changed_variables(ir)
+        self.changed_variables = _changed_variables(ir, self.variables)
         self.h2d = list(ir.h2d_streams)
         self.d2h = list(ir.d2h_streams)
         self.interpreter = interpreter(ir, ctx)
