@@ -150,3 +150,18 @@ def test_rank_0_remote_buffers(replicas) -> None:
         assert session.get_tensor_data(v) == 6
         session.run()
         assert session.get_tensor_data(v) == 7
+
+
+def test_cache_dir_in_the_environment_turns_engine_caching_on(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("POPXL_CACHE_DIR", str(tmp_path / "cache"))
+    ir = popxl.Ir()
+    opts = ir._pb_ir.getSessionOptions()
+    assert opts.enableEngineCaching is True and opts.cachePath == str(tmp_path / "cache")
+    with ir.main_graph:
+        v = popxl.variable(np.ones(2, np.float32), name="v")
+        ops.var_updates.accumulate_(v, popxl.constant(np.ones(2, np.float32)))
+    with popxl.Session(ir, "ipu_model") as session:  # runs as ever
+        session.run()
+        np.testing.assert_array_equal(session.get_tensor_data(v), [2.0, 2.0])
+    monkeypatch.delenv("POPXL_CACHE_DIR")
+    assert popxl.Ir()._pb_ir.getSessionOptions().enableEngineCaching is False

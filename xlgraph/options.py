@@ -18,6 +18,7 @@ honoured by the ipu_model (``numIOTiles`` reserves IO tiles), recorded for it
 from __future__ import annotations
 
 import difflib
+import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -164,6 +165,9 @@ class PbIr(PbIrGraphs):
     def __init__(self, ir: Any = None) -> None:
         self._ir = ir
         self._options = SessionOptions()
+        cache = os.environ.get("POPXL_CACHE_DIR") or os.environ.get("POPART_CACHE_DIR")
+        if cache:  # as PopXL's Ir: the executable cache on (nothing is cached here)
+            self._options.record({"enableEngineCaching": True, "cachePath": cache})
 
     def getSessionOptions(self) -> SessionOptions:  # noqa: N802 - PopART's name
         """The Ir's session options, read when a Session is created."""
