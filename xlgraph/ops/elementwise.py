@@ -100,7 +100,8 @@ def _grad_samples(domain: tuple[float, float]):
 
 
 _RELU_GRAD = OpDef("relu_grad", same_spec, _relu_grad, elementwise=True,
-                   samples=_grad_samples((-2.0, 2.0)), kernel_out=_relu_grad_out)
+                   samples=_grad_samples((-2.0, 2.0)), kernel_out=_relu_grad_out,
+                   widen_half=True)
 relu_grad = register(_RELU_GRAD)(lambda dy, y: apply1(_RELU_GRAD, [dy, y]))
 relu = unary("relu", _relu, grad=lambda g, dy: (relu_grad(dy, g.y(0)),),
              samples=lambda rng: [Sample((rng.uniform(-2, 2, (3, 4)) + 0.05,))],

@@ -28,7 +28,8 @@ import numpy as np
 from xlgraph.cost import per_output
 from xlgraph.errors import ShapeError
 from xlgraph.op import OpDef, Sample, apply1, as_tensor, register, same_dtype
-from xlgraph.ops.loops import float_only
+from xlgraph.ops.half_round import load, store
+from xlgraph.ops.loops import bits, float_only
 from xlgraph.ops.optim_updates import check_scalar
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -97,34 +98,39 @@ def _momentum_ref(v: np.ndarray, g: np.ndarray, *rest: np.ndarray, momentum: flo
     return momentum * v + coef * d
 
 
+@bits
 def momentum_plain(v, g, out, m):  # noqa: ANN001, ANN201 - numba infers the types
-    """``v m + g``; ``out`` may be ``v`` (each loop here: one element at a time)."""
+    """``v m + g``; ``out`` may be ``v`` (each loop here: one element at a time; float16 arrays
+    as their bits, ``loops.bits``)."""
     vs, gs, outs = v.reshape(-1), g.reshape(-1), out.reshape(-1)
     for i in range(vs.size):
-        outs[i] = vs[i] * m + gs[i]
+        store(outs, i, load(vs, i) * m + load(gs, i))
 
 
+@bits
 def momentum_decay(v, g, w, out, m, wd):  # noqa: ANN001, ANN201
     """``v m + (g + w wd)``."""
     vs, gs, ws, outs = v.reshape(-1), g.reshape(-1), w.reshape(-1), out.reshape(-1)
     for i in range(vs.size):
-        outs[i] = vs[i] * m + (gs[i] + ws[i] * wd)
+        store(outs, i, load(vs, i) * m + (load(gs, i) + load(ws, i) * wd))
 
 
+@bits
 def momentum_damped(v, g, step, out, m, damp, keep, one, zero):  # noqa: ANN001, ANN201
     """``v m + g c``, ``c = [step == 1] damp + keep`` (``keep`` is ``1 - damp``)."""
     vs, gs, outs = v.reshape(-1), g.reshape(-1), out.reshape(-1)
-    c = (one if step.reshape(-1)[0] == one else zero) * damp + keep
+    c = (one if load(step.reshape(-1), 0) == one else zero) * damp + keep
     for i in range(vs.size):
-        outs[i] = vs[i] * m + gs[i] * c
+        store(outs, i, load(vs, i) * m + load(gs, i) * c)
 
 
+@bits
 def momentum_decay_damped(v, g, w, step, out, m, wd, damp, keep, one, zero):  # noqa: ANN001, ANN201
     """``v m + (g + w wd) c``."""
     vs, gs, ws, outs = v.reshape(-1), g.reshape(-1), w.reshape(-1), out.reshape(-1)
-    c = (one if step.reshape(-1)[0] == one else zero) * damp + keep
+    c = (one if load(step.reshape(-1), 0) == one else zero) * damp + keep
     for i in range(vs.size):
-        outs[i] = vs[i] * m + (gs[i] + ws[i] * wd) * c
+        store(outs, i, load(vs, i) * m + (load(gs, i) + load(ws, i) * wd) * c)
 
 
 def _momentum_loop(ins: list[TensorSpec], momentum: float, dampening: float,
@@ -212,36 +218,42 @@ def _update_ref(w: np.ndarray, x: np.ndarray, lr: np.ndarray, *v: np.ndarray, mo
     return w - lr * d
 
 
+@bits
 def update_plain(w, x, lr, out):  # noqa: ANN001, ANN201
     """``w - lr x``; ``out`` may be ``w``."""
     ws, xs, outs = w.reshape(-1), x.reshape(-1), out.reshape(-1)
-    r = lr.reshape(-1)[0]
+    r = load(lr.reshape(-1), 0)
     for i in range(ws.size):
-        outs[i] = ws[i] - r * xs[i]
+        store(outs, i, load(ws, i) - r * load(xs, i))
 
 
+@bits
 def update_decay(w, x, lr, out, wd):  # noqa: ANN001, ANN201
     """``w - lr (x + w wd)``."""
     ws, xs, outs = w.reshape(-1), x.reshape(-1), out.reshape(-1)
-    r = lr.reshape(-1)[0]
+    r = load(lr.reshape(-1), 0)
     for i in range(ws.size):
-        outs[i] = ws[i] - r * (xs[i] + ws[i] * wd)
+        wi = load(ws, i)
+        store(outs, i, wi - r * (load(xs, i) + wi * wd))
 
 
+@bits
 def update_nesterov(w, x, lr, v, out, m):  # noqa: ANN001, ANN201
     """``w - lr (x + v m)``."""
     ws, xs, vs, outs = w.reshape(-1), x.reshape(-1), v.reshape(-1), out.reshape(-1)
-    r = lr.reshape(-1)[0]
+    r = load(lr.reshape(-1), 0)
     for i in range(ws.size):
-        outs[i] = ws[i] - r * (xs[i] + vs[i] * m)
+        store(outs, i, load(ws, i) - r * (load(xs, i) + load(vs, i) * m))
 
 
+@bits
 def update_nesterov_decay(w, x, lr, v, out, m, wd):  # noqa: ANN001, ANN201
     """``w - lr ((x + w wd) + v m)``."""
     ws, xs, vs, outs = w.reshape(-1), x.reshape(-1), v.reshape(-1), out.reshape(-1)
-    r = lr.reshape(-1)[0]
+    r = load(lr.reshape(-1), 0)
     for i in range(ws.size):
-        outs[i] = ws[i] - r * ((xs[i] + ws[i] * wd) + vs[i] * m)
+        wi = load(ws, i)
+        store(outs, i, wi - r * ((load(xs, i) + wi * wd) + load(vs, i) * m))
 
 
 def _update_loop(ins: list[TensorSpec], momentum: float, weight_decay: float) -> Any:
