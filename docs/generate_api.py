@@ -96,7 +96,8 @@ def _comments(module: ModuleType) -> dict[str, str]:
     """Constant comments of ``module`` and of its submodules (where a package's constants live)."""
     out: dict[str, str] = {}
     for name, sub in list(sys.modules.items()):
-        if name.startswith(f"{module.__name__}.") and sub is not None:
+        # modules made in code (the popart stand-in's ``ir.patterns``) have no source to read
+        if name.startswith(f"{module.__name__}.") and getattr(sub, "__file__", None):
             out.update({k: v for k, v in _constant_comments(sub).items() if v})
     out.update({k: v for k, v in _constant_comments(module).items() if v})
     return out
