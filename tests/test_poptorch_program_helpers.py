@@ -4,6 +4,9 @@ scales, ``erfc`` and a few option checks; values against torch eager."""
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -191,3 +194,48 @@ def test_unfold_trains_like_torch():
     torch.testing.assert_close(got, want.detach())
     (want * want).sum().backward()
     torch.testing.assert_close(net.w.detach(), (w - 0.01 * w.grad).detach())
+
+
+def test_default_options_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("POPTORCH_DEFAULT_OPTIONS", '{"deviceIterations": 2, "logDir": "run_logs", '
+                       '"connectionType": "ConnectionType.OnDemand", '
+                       '"Precision.enableFloatingPointExceptions": true, '
+                       '"_Popart.set": ["saveInitializersToFile", "w.onnx"]}')
+    from_env = poptorch.Options()
+    monkeypatch.delenv("POPTORCH_DEFAULT_OPTIONS")
+    by_calls = poptorch.Options().deviceIterations(2).logDir("run_logs").connectionType(
+        poptorch.ConnectionType.OnDemand)
+    by_calls.Precision.enableFloatingPointExceptions(True)
+    by_calls._Popart.set("saveInitializersToFile", "w.onnx")
+    assert from_env.connection_type is poptorch.ConnectionType.OnDemand
+    assert str(from_env) == str(by_calls) and repr(from_env) == repr(by_calls)
+    assert from_env.toDict() == by_calls.toDict()
+
+
+class Block(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = poptorch.BeginBlock(Block(), ipu_id=1)
+        self.l2 = nn.Linear(2, 3)
+
+    def forward(self, x):
+        return self.l2(self.l1(x))
+
+
+def test_module_repr_shows_begin_blocks_which_copies_keep():
+    model = Model()
+    text = poptorch.module_repr(model)
+    assert text == ("Model(\n  (l1): BeginBlock(user_id=None, ipu_id=1) Block()\n"
+                    "  (l2): Linear(in_features=2, out_features=3, bias=True)\n)")
+    for clone in (copy.copy(model), copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert poptorch.module_repr(clone) == text
+    assert poptorch.module_repr(nn.Linear(2, 3)) == repr(nn.Linear(2, 3))
+    with pytest.raises(poptorch.Error, match=r"^module has already been assigned to a block\.$"):
+        poptorch.BeginBlock(model.l1, ipu_id=0)
+    x = torch.randn(4, 2)
+    torch.testing.assert_close(poptorch.inferenceModel(model)(x), model(x))

@@ -46,6 +46,7 @@ from xlgraph.poptorch.blocks import (
     LegacyBeginBlockFn,
     MultiConv,
     NameScope,
+    module_repr,
     registerCustomArgParser,
     registerGeometricCustomArgParsers,
     removeBlocks,
@@ -129,12 +130,6 @@ def isCompilingWithDispatcher() -> bool:  # noqa: N802
     """True while a model is captured: xlgraph always captures at the ATen dispatcher level,
     as PopTorch's dispatcher-based compiler does."""
     return capturing()
-
-
-def module_repr(m: Any) -> str:
-    """torch's ``repr`` of the module ``m`` with the user's class names: a module wrapped by
-    ``trainingModel`` prints as it did before wrapping."""
-    return repr(m)
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:  # noqa: N802

@@ -19,6 +19,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from xlgraph.poptorch.enums import MultiConvPlanType
+from xlgraph.poptorch.support import Error
 
 __all__ = [
     "Block", "BeginBlock", "BlockFunction", "LegacyBeginBlockFn", "removeBlocks", "MultiConv",
@@ -29,7 +30,6 @@ __all__ = [
 
 _ACTIVE: list[dict[str, int | None]] = []  # one dict per capture in progress
 _AUTO = {"next": 0, "enabled": False}
-_ATTR = "_poptorch_block"
 
 
 @contextlib.contextmanager
@@ -86,16 +86,30 @@ class _BlockHook:
     def __call__(self, module: torch.nn.Module, args: Any) -> None:
         _record(self.user_id, self.ipu_id)
 
+    def __repr__(self) -> str:
+        return f"BeginBlock(user_id={self.user_id}, ipu_id={self.ipu_id})"
+
+
+def _block_hooks(module: torch.nn.Module) -> list[tuple[int, _BlockHook]]:
+    """``(handle id, hook)`` of the ``BeginBlock`` pre-hooks of ``module``."""
+    return [(k, h) for k, h in module._forward_pre_hooks.items() if isinstance(h, _BlockHook)]
+
 
 def BeginBlock(layer_to_call: torch.nn.Module, user_id: str | None = None,  # noqa: N802
                ipu_id: int | None = None) -> torch.nn.Module:
-    """Start block ``user_id`` (on IPU ``ipu_id``) at ``layer_to_call``; returns the layer."""
+    """Start block ``user_id`` (on IPU ``ipu_id``) at ``layer_to_call``; returns the layer.
+    The block is an ordinary forward pre-hook (copies and pickles keep it; ``module_repr``
+    shows it).
+
+    Raises:
+        poptorch.Error: the layer already starts a block.
+    """
     if not isinstance(layer_to_call, torch.nn.Module):
         raise TypeError(f"BeginBlock: expected a torch.nn.Module, got "
                         f"{type(layer_to_call).__name__}; use poptorch.Block for functions")
-    removeBlocks(layer_to_call)
-    hook = _BlockHook(user_id, ipu_id)
-    setattr(layer_to_call, _ATTR, (layer_to_call.register_forward_pre_hook(hook), hook))
+    if _block_hooks(layer_to_call):
+        raise Error("module has already been assigned to a block.")
+    layer_to_call.register_forward_pre_hook(_BlockHook(user_id, ipu_id))
     return layer_to_call
 
 
@@ -127,9 +141,8 @@ def BlockFunction(user_id: str | None = None, ipu_id: int | None = None,  # noqa
 def removeBlocks(module: torch.nn.Module) -> None:  # noqa: N802
     """Remove every ``BeginBlock`` annotation from ``module`` and its children."""
     for m in module.modules():
-        annotation = m.__dict__.pop(_ATTR, None)
-        if annotation is not None:
-            annotation[0].remove()
+        for key, _ in _block_hooks(m):
+            del m._forward_pre_hooks[key]
 
 
 def static_blocks(module: torch.nn.Module) -> dict[str, int | None]:
@@ -137,9 +150,7 @@ def static_blocks(module: torch.nn.Module) -> dict[str, int | None]:
     does not run module hooks still sees them)."""
     blocks = {}
     for m in module.modules():
-        annotation = m.__dict__.get(_ATTR)
-        if annotation is not None:
-            hook = annotation[1]
+        for _, hook in _block_hooks(m):
             blocks[str(hook.user_id) if hook.user_id is not None else type(m).__name__] = \
                 hook.ipu_id
     return blocks
@@ -318,3 +329,24 @@ def custom_arg_parser(value: Any) -> ICustomArgParser | None:
         if kind in _PARSERS:
             return _PARSERS[kind]
     return None
+
+
+def module_repr(m: torch.nn.Module) -> str:
+    """torch's ``repr`` of ``m`` with each module's ``BeginBlock`` before it:
+    ``(l1): BeginBlock(user_id=None, ipu_id=1) Linear(...)``."""
+    extra = m.extra_repr().split("\n") if m.extra_repr() else []
+    children = ["(" + name + "): " + _indent(module_repr(child))
+                for name, child in m._modules.items() if child is not None]
+    lines = extra + children
+    body = m._get_name() + "("
+    if lines:
+        body += extra[0] if len(extra) == 1 and not children else \
+            "\n  " + "\n  ".join(lines) + "\n"
+    hooks = "".join(f"{hook!r} " for _, hook in _block_hooks(m))
+    return hooks + body + ")"
+
+
+def _indent(text: str) -> str:
+    first, *rest = text.split("\n")
+    return "\n".join([first] + ["  " + line for line in rest])
+

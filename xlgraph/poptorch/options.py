@@ -114,6 +114,7 @@ class Options(OptionsDict):
         self.anchored_tensors: dict[str, tuple[str, OutputMode | None, int]] = {}
         if os.environ.get("POPTORCH_CACHE_DIR"):
             self.enableExecutableCaching(os.environ["POPTORCH_CACHE_DIR"])
+        self.from_json(os.environ.get("POPTORCH_DEFAULT_OPTIONS", "{}"))
 
     # -- sub-objects ---------------------------------------------------------------------------
     @property
@@ -357,7 +358,9 @@ class Options(OptionsDict):
 
     # -- files ---------------------------------------------------------------------------------
     def from_json(self, string: str) -> Options:
-        """Apply ``{"setter": value}`` pairs (``"Training.gradientAccumulation": 4`` allowed)."""
+        """Apply ``{"setter": value}`` pairs (``"Training.gradientAccumulation": 4`` allowed; a
+        list is the setter's arguments; ``"ConnectionType.OnDemand"`` is that enum member).
+        ``Options()`` applies ``$POPTORCH_DEFAULT_OPTIONS`` this way, as PopTorch."""
         try:
             settings = json.loads(string)
         except json.JSONDecodeError as exc:
@@ -405,7 +408,10 @@ class Options(OptionsDict):
 
     def _apply(self, key: str, value: Any) -> None:
         method = self._method(key)
-        method(*value) if isinstance(value, list) else method(value)
+        if isinstance(value, list):
+            method(*[_enum_member(v) for v in value])
+        else:
+            method(_enum_member(value))
 
     def _method(self, key: str) -> Any:
         """The setter ``key`` names (``Training.gradientAccumulation``)."""
@@ -449,3 +455,15 @@ def _file_names() -> dict[str, Any]:
         Stage, Phase, PipelinedExecution, ShardedExecution, ParallelPhasedExecution,
         SerialPhasedExecution, TensorLocationSettings)})
     return names
+
+
+def _enum_member(value: Any) -> Any:
+    """``"ConnectionType.OnDemand"`` as ``poptorch.enums.ConnectionType.OnDemand`` when that
+    member exists, else ``value``."""
+    if isinstance(value, str) and value.count(".") == 1:
+        owner, name = value.split(".")
+        kind = getattr(enums, owner, None)
+        if isinstance(kind, type) and issubclass(kind, enum.Enum) and name in kind.__members__:
+            return kind[name]
+    return value
+
