@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "mnist
 sys.path.append(str(Path(__file__).resolve().parent))  # after examples/mnist: cnn is the example
 import cnn  # noqa: E402
 import fashion  # noqa: E402
+from harness import machine  # noqa: E402
 
 import xlgraph  # noqa: E402
 from xlgraph import errors, nn, optim, training  # noqa: E402
@@ -136,7 +137,8 @@ def main() -> None:
     parser.add_argument("--measure-steps", type=int, default=400,
                         help="seed-003 training steps to measure the host side over")
     args = parser.parse_args()
-    out = {name: estimate(name) for name in PROGRAMS}
+    out: dict[str, Any] = {"machine": machine()}
+    out.update({name: estimate(name) for name in PROGRAMS})
     out["seed003_end_to_end"] = end_to_end_seed003(args.measure_steps)
     print(json.dumps(out, indent=1))
 

@@ -21,6 +21,7 @@ Run: ``PYTHONPATH=. python benchmarks/profile_step.py [--model mlp] [--batch 8]
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import timeit
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import machine  # noqa: E402
 from models import build_mlp, mnist_batches  # noqa: E402
 
 import xlgraph as popxl  # noqa: E402
@@ -158,6 +160,7 @@ def main() -> None:
     number = args.number or (2000 if args.model == "mlp" else 50)
     rows, run = line_times(args.model, args.batch, args.backend, number, args.in_step, args.cpu,
                            args.threads)
+    print(f"# machine: {json.dumps(machine())}")
     for us, code in rows:
         print(f"{us:9.2f}  {code[:100]}")
     print(f"{sum(us for us, _ in rows):9.2f}  sum of the lines")
