@@ -301,7 +301,7 @@ def _nll_softmax_replicated(ctx: Any, probs, labels, loss_grad, ignore_index, re
 
 _NLL_SOFTMAX = OpDef(
     "nll_loss_with_softmax_grad", _nll_softmax_infer, _nll_softmax, kernel_out=_nll_softmax_out,
-    loop=_nll_softmax_loop, replicated=_nll_softmax_replicated,
+    loop=_nll_softmax_loop, replicated=_nll_softmax_replicated, widen_half=True,
     samples=lambda rng: [
         Sample(_probs_labels(rng), {"loss_grad": 1.0, "ignore_index": None, "reduction": "mean"}),
         Sample((_probs_labels(rng)[0], _probs_labels(rng)[1].reshape(2, 3)),  # flattened labels
