@@ -1,8 +1,9 @@
 """PopTorch user-guide style: buffers and plain tensor attributes changed in ``forward``.
 
 ``import poptorch`` became ``import xlgraph.poptorch as poptorch``. A tensor attribute that is
-not a registered buffer is a constant of the compiled model: the change ``forward`` makes stays
-inside the call. A registered buffer keeps it.
+not a registered buffer is a constant of the compiled model: the change ``forward`` makes is
+made once on the host, when the model is traced, and each call returns the traced value. A
+registered buffer keeps its changes on the device.
 """
 import torch
 

@@ -205,6 +205,36 @@ def _attributes_as_buffers(model: torch.nn.Module) -> Iterator[set[str]]:
             module.__dict__[name] = value
 
 
+def _state_slots(model: torch.nn.Module) -> list[tuple[str, str, dict[str, Any], Any]]:
+    """``(kind, dotted name, owning dict, tensor)`` of each parameter and buffer of ``model``."""
+    return [(kind, f"{path}.{name}" if path else name, table, value)
+            for path, m in model.named_modules()
+            for kind, table in (("Parameter", m._parameters), ("Buffer", m._buffers))
+            for name, value in table.items() if value is not None]
+
+
+def _check_state_kept(before: list[tuple[str, str, dict[str, Any], Any]]) -> None:
+    """PopTorch's refusal of a ``forward`` that deletes or rebinds a parameter or buffer
+    (``del self.y``, ``self.y = x``); the module gets its tensor back.
+
+    Raises:
+        poptorch.Error: naming the first one, in PopTorch's words.
+    """
+    for kind, dotted, table, value in before:
+        name = dotted.rpartition(".")[2]
+        now = table.get(name)
+        if now is value:
+            continue
+        table[name] = value
+        if now is None:
+            raise Error(f"{kind} {dotted} is removed from the model when calling the forward "
+                        f"method.")
+        raise Error(f"{kind} {dotted} is reassigned within the model when calling the forward "
+                    f"method. This is not supported. Consider using self.{name}.copy_(src) to "
+                    f"copy data from a source tensor, where src is the name of the source "
+                    f"tensor.")
+
+
 def export_module(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                   training: bool = False) -> torch.export.ExportedProgram:
     """``model(*args, **kwargs)`` as a core-ATen ``ExportedProgram`` (shapes as given), for a
@@ -217,9 +247,21 @@ def export_module(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[st
     # an output in a dict subclass becomes a pytree node as it is returned, so the caller gets
     # that subclass back
     hook = model.register_forward_hook(lambda module, inputs, out: register_dict_types([out]))
+    before = _state_slots(model)
+    traced: list[Any] = []  # the tensors export traces with, as forward starts
+    # global hooks (the model's own would travel with copies and pickles made in forward)
+    watches = (torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda m, *_: traced.append(_state_slots(model)) if m is model else None),
+        torch.nn.modules.module.register_module_forward_hook(
+            lambda m, *_: _check_state_kept(traced.pop()) if m is model else None))
     try:
         with _capturing(training), _attributes_as_buffers(model) as constants:
-            program = torch.export.export(model, args, kwargs, strict=False)
+            try:
+                program = torch.export.export(model, args, kwargs, strict=False)
+            finally:
+                for watch in watches:
+                    watch.remove()
+                _check_state_kept(before)
             program = program.run_decompositions(decompositions())
     except Exception as exc:
         if not _data_dependent(exc):

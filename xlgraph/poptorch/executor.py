@@ -221,10 +221,15 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         self.download()
 
     def copyNamedBuffersToDevice(self) -> None:  # noqa: N802
-        """Upload the buffers named by ``opts.updatableNamedBuffers`` (all buffers if none)."""
+        """Upload the buffers named by ``opts.updatableNamedBuffers``, and only those.
+
+        Raises:
+            poptorch.Error: no buffer was named updatable.
+        """
         compiled = self._require_compiled()
-        names = self.options.updatable_named_buffers or [
-            k for k, _ in self._user_model.named_buffers()]
+        names = self.options.updatable_named_buffers
+        if not names:
+            raise Error("No named buffers marked as updatable via updatableNamedBuffers option")
         for name in names:
             if name in compiled.sync.variables:
                 compiled.session.write_variable_data(

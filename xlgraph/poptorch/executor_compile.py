@@ -41,6 +41,7 @@ from xlgraph.poptorch.lowering import (
 from xlgraph.poptorch.narrowing import warn_narrowed
 from xlgraph.poptorch.option_rules import check_compile_options
 from xlgraph.poptorch.options import Options
+from xlgraph.poptorch.support import Error
 from xlgraph.progress import tqdm
 from xlgraph.runtime import Session
 from xlgraph.tensor import TensorSpec, variable
@@ -124,6 +125,11 @@ class _CompileStep:
                 ir, self._traced, sample, self.training, downcast_half=(
                     self.options.Precision.half_float_casting
                     == HalfFloatCastingBehavior.FloatDowncastToHalf))
+        buffers = dict(self._traced.named_buffers())
+        unknown = [n for n in self.options.updatable_named_buffers if n not in buffers]
+        if unknown:
+            raise Error(f"updatableNamedBuffers: {unknown} are not buffers of the model; its "
+                        f"buffers are {sorted(buffers)}")
         recorded = dict(blocks)  # the blocks entered, in order (static ones may repeat them)
         blocks.update(static_blocks(self._traced))
         check_compile_options(self.options, self.training, recorded or blocks)

@@ -252,7 +252,33 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
                 lowered.input_updates[len(graph.outputs)] = [
                     t.name for t in data].index(spec.target)
                 graph_output(value)
+    _trace_attributes_on_host(model, program, flat_args, attributes)
     return lowered
+
+
+def _trace_attributes_on_host(model: torch.nn.Module, program: Any, flat_args: list[Any],
+                              attributes: set[str]) -> None:
+    """Apply once, on the host, what ``forward`` does to plain tensor attributes
+    (``self.i += 1``): PopTorch's trace runs ``forward`` on the host, so the attribute changes
+    once at compilation while the compiled model keeps the value it was traced with. The
+    captured graph is run on copies of everything else (nothing but the attributes changes)."""
+    specs = program.graph_signature.output_specs
+    changed = [i for i, s in enumerate(specs)
+               if s.kind == OutputKind.BUFFER_MUTATION and s.target in attributes]
+    if not changed:
+        return
+    from torch.export.graph_signature import InputKind
+
+    stored = {**program.state_dict, **program.constants}
+    user = iter(flat_args)
+    values = [next(user) if s.kind == InputKind.USER_INPUT else stored[s.target]
+              for s in program.graph_signature.input_specs]
+    with torch.no_grad():
+        outs = torch.fx.Interpreter(program.graph_module).run(
+            *[v.clone() if isinstance(v, torch.Tensor) else v for v in values])
+    for i in changed:
+        path, _, name = specs[i].target.rpartition(".")
+        model.get_submodule(path).__dict__[name].copy_(outs[i])
 
 
 _DEVICE_DTYPES = {torch.int64: torch.int32, torch.float64: torch.float32}
