@@ -195,12 +195,13 @@ def test_core_imports_nothing_above_it() -> None:
 
 def test_import_xlgraph_leaves_the_fetch_and_file_tools_unloaded() -> None:
     """`import xlgraph` (the cold start of every program) loads no module that only a download,
-    a checkpoint file, a rendering, a chunk thread pool or Jupyter needs: tqdm alone is 40
-    modules."""
+    a checkpoint file, a rendering, a chunk thread pool, Jupyter, PopTorch or popxl-addons
+    programs, MPI or a compiled backend needs: tqdm alone is 40 modules, torch hundreds."""
     heavy = ["tqdm", "subprocess", "tempfile", "zipfile", "concurrent.futures", "logging",
              "email", "importlib.metadata", "xlgraph.datasets.sources", "xlgraph.progress",
              "IPython", "ipykernel", "ipywidgets", "jupyter_client", "nbformat",
-             "xlgraph.notebook"]
+             "xlgraph.notebook", "xlgraph.poptorch", "xlgraph.addons", "xlgraph.vision",
+             "xlgraph.dist", "xlgraph.ipu.page", "torch", "numba", "jax", "mpi4py", "PIL"]
     code = f"import sys, xlgraph; print(sorted(set({heavy!r}) & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=Path(__file__).resolve().parents[1])
