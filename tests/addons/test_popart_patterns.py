@@ -54,6 +54,7 @@ def test_identity_replaceable_collectives_compute_without_patterns():
 def test_pattern_calls_are_accepted_with_no_effect():
     ir, x_stream, outs = _program()
     patterns = _ir.patterns.Patterns(_ir.patterns.PatternsLevel.Default)
+    assert patterns.enableRuntimeAsserts(False) is patterns and not patterns.runtime_asserts
     ir._pb_ir.setPatterns(patterns)
     assert ir._pb_ir.getPatterns() is patterns
     assert [lvl.name for lvl in _ir.patterns.PatternsLevel] == ["NoPatterns", "Minimal",

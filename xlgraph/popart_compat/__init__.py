@@ -113,18 +113,23 @@ class Logger:
         self._log.setLevel(LEVELS[str(level).upper()])
 
     def debug(self, msg: str) -> None:
+        """Log ``msg`` at DEBUG level."""
         self._log.debug(msg)
 
     def info(self, msg: str) -> None:
+        """Log ``msg`` at INFO level."""
         self._log.info(msg)
 
     def warn(self, msg: str) -> None:
+        """Log ``msg`` at WARN level."""
         self._log.warning(msg)
 
     def error(self, msg: str) -> None:
+        """Log ``msg`` at ERROR level."""
         self._log.error(msg)
 
     def critical(self, msg: str) -> None:
+        """Log ``msg`` at CRITICAL level."""
         self._log.critical(msg)
 
 

@@ -86,6 +86,7 @@ class Patterns:
         self.runtime_asserts = True
 
     def enableRuntimeAsserts(self, enabled: bool) -> Patterns:  # noqa: N802 - PopART's name
+        """Record whether PopART's runtime asserts are on; returns this pattern set."""
         self.runtime_asserts = bool(enabled)
         return self
 
