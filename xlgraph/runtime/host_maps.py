@@ -76,7 +76,7 @@ class Spill:
     ``host`` None: always the file (a read-only map is never brought in sync). The file is
     removed when the Spill is freed."""
 
-    def __init__(self, like: np.ndarray, host: np.ndarray | None) -> None:
+    def __init__(self, host: np.ndarray | None) -> None:
         import tempfile  # only Sessions that spill snapshots need it
 
         self._file = tempfile.TemporaryFile(prefix="xlgraph-snapshot-")

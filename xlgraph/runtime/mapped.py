@@ -85,7 +85,7 @@ class MappedVariables:
         host copy ``host``): a file for a large map (restored from ``host`` while that is in
         sync, which a map left alone never is), else a spare array."""
         if is_large_map(v.host_memmap):
-            return Spill(live, None if self.kept(v) else host)
+            return Spill(None if self.kept(v) else host)
         return np.empty_like(live)
 
     def flush(self) -> None:
