@@ -69,6 +69,7 @@ def test_variable_settings_groups(n) -> None:
         groups = rg._to_variable_settings("all_replicas").groups(n)
         expected = [[r for r in range(n) if rg.assignment[r] == g] for g in range(rg.num_groups)]
         assert groups == expected
+        assert rg._to_variable_settings().getGroupCount(n) == rg.num_groups
     settings = ir.replica_grouping(2, n // 2)._to_variable_settings()
     assert settings.getRetrievalMode().name == "OnePerGroup"
     with pytest.raises(ValueError, match="Invalid retrieval_mode: each"):

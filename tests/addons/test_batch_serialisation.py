@@ -56,6 +56,8 @@ def test_tuple_handles_row_index_and_result_signature():
         assert [t.name for t in ins] == ["batch_serial_loop_index", "w"]
         assert ins[0].dtype == popxl.int32 and ins[0].shape == ()
         assert res.graph.graph.outputs == () and res.graph.args.keys_flat() == ["w"]
+        remapped = res.remap_tensors(fwd.args)  # the original graph's inputs, now the loop's
+        assert remapped.keys_flat() == ["w"] and remapped.w is res.graph.args.w is ins[1]
         res.graph.bind(facts.init()).call(1)  # row 1 only
     with popxl.Session(ir, "cpu") as s:
         s.run()
@@ -168,6 +170,8 @@ def test_fwd_and_grad_activations_args_and_info():
         acc_facts, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors,
                                                            grads_required=[x])
         assert bwd.grad_graph_info._expected_inputs == list(bwd.grad_graph_info.expected_inputs)
+        assert bwd.grad_graph_info._expected_outputs == list(
+            bwd.grad_graph_info.expected_outputs)
         seed = bwd.graph.inputs[0]
         with pytest.raises(ValueError, match="load_handles"):
             addons.batch_serialise_fwd_and_grad(fwd, bwd.copy(), fwd.args, steps, {}, {}, {})
