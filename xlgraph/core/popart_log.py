@@ -43,7 +43,8 @@ def _line(record: Any) -> str:
     """``<UTC time> popart:<channel> <pid>.<tid> <letter>: <message>``, as PopART prints."""
     import datetime
 
-    when = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+    utc = datetime.timezone.utc  # noqa: UP017 - datetime.UTC is 3.11+; setup.cfg allows 3.10
+    when = datetime.datetime.fromtimestamp(record.created, utc)
     channel = record.name.split(".", 1)[1] if "." in record.name else "popart"
     letter = _LETTERS.get(record.levelno, "W")
     return (f"{when:%Y-%m-%dT%H:%M:%S.%fZ} popart:{channel} {record.process}.{record.thread} "
