@@ -156,5 +156,5 @@ def test_bincount_without_minlength_is_a_clear_error():
         def forward(self, idx):
             return torch.bincount(idx)
 
-    with pytest.raises(RuntimeError, match="Pass minlength"):
+    with pytest.raises(poptorch.Error, match="Bincount `minlength` must be specified"):
         poptorch.inferenceModel(Net())(torch.tensor([0, 1, 1]))

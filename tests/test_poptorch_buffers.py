@@ -101,3 +101,26 @@ def test_a_plain_tensor_attribute_changes_once_on_the_host_at_tracing():
     x = torch.zeros(1)
     assert [model(x).tolist() for _ in range(3)] == [[1.0]] * 3
     assert counter.i.tolist() == [1.0]
+
+
+class Normed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        out = self.bn(x)
+        return out, poptorch.identity_loss((out * out).sum(), reduction="sum")
+
+
+def test_replicas_cannot_broadcast_buffers_a_training_model_changes():
+    opts = poptorch.Options().replicationFactor(2)
+    with pytest.raises(poptorch.Error, match=r"^PopTorch does not support broadcasting buffers\. "
+                                             r".*poptorch\.Options\.broadcastBuffers\(False\)\.$"):
+        poptorch.trainingModel(Normed(), opts)(torch.randn(8, 3))
+    opts = poptorch.Options().replicationFactor(2).broadcastBuffers(False)
+    out, _ = poptorch.trainingModel(Normed(), opts)(torch.randn(8, 3))
+    assert out.shape == (8, 3)
+    inference = poptorch.inferenceModel(Normed().eval(), poptorch.Options().replicationFactor(2))
+    x = torch.randn(8, 3)
+    torch.testing.assert_close(inference(x)[0], Normed().eval()(x)[0].detach())

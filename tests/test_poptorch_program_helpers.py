@@ -239,3 +239,45 @@ def test_module_repr_shows_begin_blocks_which_copies_keep():
         poptorch.BeginBlock(model.l1, ipu_id=0)
     x = torch.randn(4, 2)
     torch.testing.assert_close(poptorch.inferenceModel(model)(x), model(x))
+
+
+def test_one_hot_and_bincount_need_their_sizes_as_poptorch_words_it():
+    class OneHot(nn.Module):
+        def forward(self, x):
+            return nn.functional.one_hot(x)
+
+    class Count(nn.Module):
+        def forward(self, x):
+            return torch.bincount(x)
+
+    x = torch.tensor([0, 2, 1])
+    with pytest.raises(poptorch.Error, match=r"^OneHot num classes must be specified and must "
+                                             r"be constant\.$"):
+        poptorch.inferenceModel(OneHot())(x)
+    with pytest.raises(poptorch.Error, match=r"^Bincount `minlength` must be specified and must "
+                                             r"be a constant\. On the IPU MK2 platform the "
+                                             r"minimum length is also the maximum length$"):
+        poptorch.inferenceModel(Count())(x)
+
+    class Sized(nn.Module):
+        def forward(self, x):
+            return nn.functional.one_hot(x, 4)
+
+    assert torch.equal(poptorch.inferenceModel(Sized())(x), nn.functional.one_hot(x, 4).int())
+
+
+def test_two_independent_losses_are_refused_in_poptorch_words():
+    class TwoLosses(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return poptorch.identity_loss(y.sum(), reduction="sum"), \
+                poptorch.identity_loss(y.mean(), reduction="mean")
+
+    with pytest.raises(poptorch.Error, match=r"^Multiple independent losses found in graph\. "
+                                             r"Graph must have one final loss\. Wrap final graph "
+                                             r"loss in poptorch\.identity_loss\.$"):
+        poptorch.trainingModel(TwoLosses())(torch.ones(1, 2))

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from xlgraph.errors import XlgraphError
+from xlgraph.poptorch.support import Error
 
 __all__ = ["MinlengthError", "bincount_op"]
 
 
-class MinlengthError(XlgraphError, RuntimeError):
+class MinlengthError(Error):
     """``torch.bincount`` captured without ``minlength``, so with no size known at compile
-    time."""
+    time (a ``poptorch.Error``, as PopTorch's)."""
 
 
 @torch.library.custom_op("xlgraph_poptorch::bincount", mutates_args=())
@@ -44,7 +44,6 @@ def bincount_op(input: torch.Tensor, weights: torch.Tensor | None = None,  # noq
     """
     if minlength <= 0:
         raise MinlengthError(
-            "torch.bincount without minlength: its length is max(input) + 1, which only the "
-            "device knows. Pass minlength (the number of bins); values outside [0, minlength) "
-            "are not counted, as in PopTorch.")
+            "Bincount `minlength` must be specified and must be a constant. On the IPU MK2 "
+            "platform the minimum length is also the maximum length")
     return _bincount(input, weights, int(minlength))

@@ -121,9 +121,9 @@ def capturing_training() -> bool:
 def _capturing(training: bool = False) -> Iterator[None]:
     """What capture changes while it runs: oneDNN off (LSTM decomposes into matmuls),
     BatchNorm's cumulative average in tensor ops, no argument validation in
-    ``torch.distributions`` (its checks read tensor values), CTC loss as one op, and three
-    warnings about torch's own internals silenced. ``bincount`` gets PopTorch's static
-    ``minlength`` bins."""
+    ``torch.distributions`` (its checks read tensor values), CTC loss as one op, ``one_hot``
+    needing its class count, and three warnings about torch's own internals silenced.
+    ``bincount`` gets PopTorch's static ``minlength`` bins."""
     from torch.distributions import Distribution
     from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -131,11 +131,12 @@ def _capturing(training: bool = False) -> Iterator[None]:
     from xlgraph.poptorch.identity import ctc_loss_op
 
     original, validate = _BatchNorm.forward, Distribution._validate_args
-    ctc = torch.nn.functional.ctc_loss
+    ctc, one_hot = torch.nn.functional.ctc_loss, torch.nn.functional.one_hot
     bincount, tensor_bincount = torch.bincount, torch.Tensor.bincount
     _BatchNorm.forward = _cumulative_forward(original)
     Distribution.set_default_validate_args(False)
     torch.nn.functional.ctc_loss = ctc_loss_op
+    torch.nn.functional.one_hot = _static_one_hot
     torch.bincount = torch.Tensor.bincount = bincount_op
     token, training_token = _CAPTURING.set(True), _TRAINING.set(training)
     try:
@@ -155,9 +156,24 @@ def _capturing(training: bool = False) -> Iterator[None]:
         _BatchNorm.forward = original
         Distribution.set_default_validate_args(validate)
         torch.nn.functional.ctc_loss = ctc
+        torch.nn.functional.one_hot = one_hot
         torch.bincount, torch.Tensor.bincount = bincount, tensor_bincount
         _CAPTURING.reset(token)
         _TRAINING.reset(training_token)
+
+
+def _static_one_hot(tensor: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+    """``F.one_hot`` as PopTorch compiles it: the class count must be given.
+
+    Raises:
+        poptorch.Error: ``num_classes`` left to the data (-1), in PopTorch's words.
+    """
+    if num_classes < 0:
+        raise Error("OneHot num classes must be specified and must be constant.")
+    return _ONE_HOT(tensor, num_classes)
+
+
+_ONE_HOT = torch.nn.functional.one_hot
 
 
 def _module_path(model: torch.nn.Module, tb: Any) -> str:

@@ -125,6 +125,12 @@ class _CompileStep:
                 ir, self._traced, sample, self.training, downcast_half=(
                     self.options.Precision.half_float_casting
                     == HalfFloatCastingBehavior.FloatDowncastToHalf))
+        if self.training and self._replicas > 1 and self.options.broadcast_buffers and \
+                lowered.buffer_updates:
+            raise Error("PopTorch does not support broadcasting buffers. If your model is able "
+                        "to tolerate buffers becoming out of sync between replicas, you can "
+                        "disable buffer broadcasting using "
+                        "poptorch.Options.broadcastBuffers(False).")
         buffers = dict(self._traced.named_buffers())
         unknown = [n for n in self.options.updatable_named_buffers if n not in buffers]
         if unknown:

@@ -301,9 +301,8 @@ def _loss_output(model: torch.nn.Module, graph: torch.fx.Graph, env: Mapping[Any
         raise Error(f"Couldn't find a loss in graph! {type(model).__name__}.forward must "
                            f"compute a torch loss or wrap its loss in poptorch.identity_loss")
     if len(losses) > 1:
-        raise Error(f"Multiple independent losses found in graph of "
-                           f"{type(model).__name__}: wrap their combination in "
-                           f"poptorch.identity_loss")
+        raise Error("Multiple independent losses found in graph. Graph must have one final "
+                    "loss. Wrap final graph loss in poptorch.identity_loss.")
     loss = env[losses[0]]
     if loss.shape != ():
         loss = ops.sum(loss)  # a non-reduced identity loss: backprop a gradient of ones
