@@ -3,6 +3,9 @@
 Every op with a loop form runs on its samples (float32 and float64) through ``backend="numba"``
 and must match the interpreter within ``TOLERANCE``; the MNIST training step must train the
 same. The compiled kernels are cached on disk by numba, so reruns do not compile again.
+
+Over 400 lines: one short check per rule of the compiled backend (which ops get loops, how
+segments fuse, which results keep numpy's bits), each against the interpreter or numpy.
 """
 
 from __future__ import annotations

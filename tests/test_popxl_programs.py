@@ -3,6 +3,9 @@
 
 Each program is written as a PopXL user would (``import popxl``), checks its own results
 against numpy, and runs on the simulator. ``docs/popxl-compat.md`` lists them.
+
+Over 400 lines: the programs are kept whole, as the guide prints them, and all run by one
+parametrised test.
 """
 
 from __future__ import annotations
