@@ -116,14 +116,19 @@ def test_validation_errors():
     with ir.main_graph:
         _, fwd = Scale().create_graph(popxl.TensorSpec((2,), popxl.float32))
         x = fwd.graph.inputs[0]
-        with pytest.raises(ValueError, match="IR must have IO tiles"):
+        here = r" \[at test_batch_serialisation.py:\d+\]$"  # each names the user's line
+        with pytest.raises(ValueError, match="IR must have IO tiles.*" + here):
             addons.batch_serialise(fwd, 2, {}, {}, {})
-        with pytest.raises(ValueError, match="rows"):
+        with pytest.raises(ValueError, match="rows must be at least 1, got 0" + here):
             addons.batch_serialise(fwd, 2, {}, {}, {}, rows=0, io_mode="compute")
-        with pytest.raises(ValueError, match="io_mode"):
+        with pytest.raises(ValueError, match="unknown io_mode 'fast'.*" + here):
             addons.batch_serialise(fwd, 2, {}, {}, {}, io_mode="fast")
-        with pytest.raises(TypeError, match=re.escape(x.id)):
+        with pytest.raises(TypeError, match=re.escape(x.id) + ".*" + here):
             addons.batch_serialise(fwd, 2, {x: "buffer"}, {}, {}, io_mode="compute")
+        y = fwd.graph.outputs[0]
+        with pytest.raises(ValueError, match=re.escape(y.id) + " in load_handles.*" + here):
+            addons.batch_serialise(fwd, 2, {y: (addons.batch_serial_buffer(y, 2), 0)}, {}, {},
+                                   io_mode="compute")
 
 
 def test_shard_group_handles_gather_on_load_and_slice_on_store():

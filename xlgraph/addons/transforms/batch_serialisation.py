@@ -14,6 +14,7 @@ from xlgraph import ops
 from xlgraph.addons.graph import GraphWithNamedArgs
 from xlgraph.addons.named_tensors import NamedTensors
 from xlgraph.addons.utils import suffix_graph_name
+from xlgraph.errors import user_source_line
 
 __all__ = ["RemoteHandle", "BatchSerialResult", "batch_serial_buffer", "batch_serialise",
            "batch_serialise_fwd_and_grad"]
@@ -80,7 +81,8 @@ def _handles(handles: MutableMapping[popxl.Tensor, Any], streams: bool, what: st
         if not _is_tuple_handle(value):
             kinds = "a HostToDeviceStream, " if streams else ""
             raise TypeError(f"batch_serialise: {what}[{t.id}] must be {kinds}a RemoteHandle or "
-                            f"a (RemoteBuffer, row_offset[, shard_group]) tuple, got {value!r}")
+                            f"a (RemoteBuffer, row_offset[, shard_group]) tuple, got {value!r} "
+                            f"[at {user_source_line()}]")
         handles[t] = RemoteHandle(*value)
 
 
@@ -112,20 +114,22 @@ def _check(graph: popxl.Graph, tensors: Any, what: str, *where: str) -> None:
     for t in tensors:
         if not any(t in getattr(graph, w) for w in where):
             raise ValueError(f"batch_serialise: {t.id} in {what} is not one of the "
-                             f"{' or '.join(where)} of graph {graph.name!r}")
+                             f"{' or '.join(where)} of graph {graph.name!r} "
+                             f"[at {user_source_line()}]")
 
 
 def _io_mode(ir: popxl.Ir, io_mode: str, steps: int) -> str:
     if io_mode not in _MODES:
         raise ValueError(f"batch_serialise: unknown io_mode {io_mode!r}; expected one of "
-                         f"{list(_MODES)}")
+                         f"{list(_MODES)} [at {user_source_line()}]")
     if io_mode == "io_overlapped" and steps < 2:
         logger.warning("batch_serialise: io_mode 'io_overlapped' needs at least 2 steps; "
                        "using 'io'")
         io_mode = "io"
     if io_mode != "compute" and ir.session_options.numIOTiles < 1:
         raise ValueError(f"batch_serialise(io_mode={io_mode!r}): IR must have IO tiles (set "
-                         f"ir._pb_ir.getSessionOptions().numIOTiles, or use io_mode='compute')")
+                         f"ir._pb_ir.getSessionOptions().numIOTiles, or use io_mode='compute') "
+                         f"[at {user_source_line()}]")
     return io_mode
 
 
@@ -160,7 +164,8 @@ def batch_serialise(graph: GraphWithNamedArgs, steps: int, load_handles: Loads,
     """
     inner = graph.graph
     if rows < 1:
-        raise ValueError(f"batch_serialise: rows must be at least 1, got {rows}")
+        raise ValueError(f"batch_serialise: rows must be at least 1, got {rows} "
+                         f"[at {user_source_line()}]")
     io_mode = _io_mode(inner.ir, io_mode, steps)
     _handles(load_handles, True, "load_handles")
     _handles(store_buffers, False, "store_buffers")
