@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import xlgraph as popxl
+from xlgraph.errors import user_source_line
 
 __all__ = ["is_subgraph", "route_tensor_into_graph"]
 
@@ -47,7 +48,7 @@ def route_tensor_into_graph(tensor: popxl.Tensor, graph: popxl.Graph | None = No
     if not is_subgraph(tensor.graph, graph):
         raise ValueError(f"route_tensor_into_graph: {tensor.id} is not in the graph "
                          f"{graph.name!r} and {tensor.graph.name!r} is not in a known parent "
-                         f"graph of it (no call path reaches it)")
+                         f"graph of it (no call path reaches it) [at {user_source_line()}]")
     return _route(tensor, graph, bool(modified), {})
 
 
