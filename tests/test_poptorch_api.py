@@ -175,7 +175,8 @@ def test_weights_sync_to_the_torch_module_and_back(tmp_path):
     training.destroy()
     assert type(model) is Small
     poptorch.trainingModel(model)  # wrapping again after destroy() is allowed
-    with pytest.raises(RuntimeError, match="already wrapped"):
+    with pytest.raises(RuntimeError, match=r"Call model.destroy\(\) on the model to unwrap before "
+                                           "wrapping again"):
         poptorch.trainingModel(model)
 
 

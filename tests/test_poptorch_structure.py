@@ -166,3 +166,46 @@ def test_destroy_then_calls_and_weight_copies_as_poptorch():
     with pytest.raises(RuntimeError, match="Model has already been wrapped in "
                                            "'poptorch.trainingModel'. Call model.destroy()"):
         poptorch.trainingModel(net)
+
+
+class Fitted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 1)
+
+    def forward(self, x, y):
+        out = self.fc(x)
+        return out, nn.functional.mse_loss(out, y)
+
+
+def test_the_wrapped_module_copies_through_copy_weights_to_host_and_can_destroy():
+    torch.manual_seed(3)
+    net = Fitted()
+    model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    calls = []
+    original = model.copyWeightsToHost
+
+    def counted():
+        calls.append(1)
+        original()
+
+    model.copyWeightsToHost = counted
+    x, y = torch.randn(4, 3), torch.randn(4, 1)
+    model(x, y)
+    model(x, y)
+    net.fc.weight  # noqa: B018 - reading the weights copies them once
+    net.fc.bias  # noqa: B018 - in sync: no copy
+    assert calls == [1]
+    model(x, y)
+    net.copyWeightsToHostIfNeeded()
+    net.copyWeightsToHostIfNeeded()
+    assert calls == [1, 1]
+    with pytest.raises(RuntimeError, match=r"^Model has already been wrapped in "
+                                           r"'poptorch\.trainingModel'\. Call model\.destroy\(\) "
+                                           r"on the model to unwrap before wrapping again\.$"):
+        poptorch.trainingModel(net)
+    net.destroy()
+    assert type(net) is Fitted and not model.isCompiled()
+    again = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    again(x, y)
+    assert type(net).__name__ == "PoptorchFitted"

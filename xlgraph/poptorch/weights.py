@@ -36,7 +36,15 @@ def fetch_trained(model: torch.nn.Module) -> None:
     owners = {id(o): o for m in model.modules() if (o := m.__dict__.get(_OWNER)) is not None}
     for owner in owners.values():
         if owner.host_stale:
-            owner.download()
+            _copy_to_host(owner)
+
+
+def _copy_to_host(owner: Any) -> None:
+    """Bring ``owner``'s trained weights to the host through its public
+    ``copyWeightsToHost`` as looked up on the instance (a replaced one is called), as
+    PopTorch does; a bare ``WeightSync`` downloads."""
+    copy_weights = getattr(owner, "copyWeightsToHost", None)
+    copy_weights() if copy_weights is not None else owner.download()
 
 
 def _slot(root: torch.nn.Module, key: str) -> tuple[dict[str, Any], str]:
@@ -122,7 +130,20 @@ class _SyncOnRead:
     def _xlgraph_sync(self) -> None:
         sync = self.__dict__.get(_OWNER)
         if sync is not None and sync.host_stale:
-            sync.download()
+            _copy_to_host(sync)
+
+    def copyWeightsToHostIfNeeded(self) -> None:  # noqa: N802
+        """Copy the trained weights to this module if training changed them since."""
+        self._xlgraph_sync()
+
+    def destroy(self) -> None:
+        """Release the training model wrapping this module and unwrap it (PopTorch's
+        ``model.destroy()``): it can then be wrapped again."""
+        owner = self.__dict__.get(_OWNER)
+        if owner is not None and hasattr(owner, "destroy"):
+            owner.destroy()
+            owner._hooked = False  # a later call of the wrapper wraps the module again
+        unhook_module(self)
 
     def __getattr__(self, name: str) -> Any:
         self._xlgraph_sync()
@@ -193,9 +214,8 @@ def hook_module(model: torch.nn.Module, sync: Any) -> None:
     for m in model.modules():
         if isinstance(m, _SyncOnRead):
             raise RuntimeError("Model has already been wrapped in 'poptorch.trainingModel'. "
-                               "Call model.destroy() on the model to unwrap it before "
-                               f"wrapping it again ({type(model).__name__} is already wrapped "
-                               f"by a live poptorch.trainingModel)")
+                               "Call model.destroy() on the model to unwrap before wrapping "
+                               "again.")
     for m in model.modules():
         m.__dict__[_OWNER] = sync
         m.__class__ = _synced_class(type(m))
