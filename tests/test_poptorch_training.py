@@ -231,3 +231,35 @@ def test_dropout_trains_with_fresh_masks_and_is_off_in_inference():
     net.eval()
     inference = poptorch.inferenceModel(net)
     torch.testing.assert_close(inference(x), net(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+class Detached(nn.Module):
+    """``a`` feeds the loss only through ``detach()`` (or ``clone()``, which keeps the path)."""
+
+    def __init__(self, cut: str) -> None:
+        super().__init__()
+        self.a, self.b, self.cut = nn.Linear(4, 4), nn.Linear(4, 2), cut
+
+    def forward(self, x, t):
+        h = self.a(x)
+        out = self.b(h.detach() if self.cut == "detach" else h.clone())
+        return out, nn.functional.mse_loss(out, t)
+
+
+@pytest.mark.parametrize("cut", ["detach", "clone"])
+def test_detach_stops_the_gradient_as_in_torch(cut):
+    torch.manual_seed(3)
+    net = Detached(cut)
+    reference = copy.deepcopy(net)
+    a_before = net.a.weight.detach().clone()
+    model = poptorch.trainingModel(net, optimizer=poptorch.optim.SGD(net.parameters(), lr=0.1))
+    eager = torch.optim.SGD(reference.parameters(), lr=0.1)
+    x, t = torch.randn(8, 4), torch.randn(8, 2)
+    for _ in range(3):
+        model(x, t)
+        eager.zero_grad()
+        reference(x, t)[1].backward()
+        eager.step()
+    model.copyWeightsToHost()
+    assert torch.equal(net.a.weight, a_before) == (cut == "detach")  # bit-identical when cut
+    assert_same_parameters(net, reference, rtol=1e-5, atol=1e-6)

@@ -34,7 +34,8 @@ aten = torch.ops.aten
 # Ops torch would decompose that xlgraph runs as one op with its own gradient.
 KEEP = (aten.nll_loss_forward, aten.nll_loss2d_forward, aten.silu, aten.logsumexp,
         aten.upsample_nearest2d, aten.hardswish, aten.softplus, aten.mish, aten.glu,
-        aten.upsample_linear1d, aten.upsample_trilinear3d)  # the last two: PopTorch refuses
+        aten.upsample_linear1d, aten.upsample_trilinear3d,  # these two: PopTorch refuses
+        aten.detach)  # kept, not an alias: PopTorch stops the gradient there
 
 
 class DataDependentError(Error):
