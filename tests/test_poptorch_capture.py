@@ -176,3 +176,34 @@ def test_ctc_loss_trains_like_torch():
     torch.testing.assert_close(loss, expected.detach(), rtol=1e-5, atol=1e-5)
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("forward", [
+    lambda x: x[x > 0],                 # returned
+    lambda x: x[x > 0].sum() * 2,       # reduced
+    lambda x: torch.nonzero(x > 0),
+])
+def test_a_data_dependent_shape_is_torchs_dynamic_output_shape_exception(forward):
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+
+    class Select(nn.Module):
+        def forward(self, x):
+            return forward(x)
+
+    with pytest.raises(DynamicOutputShapeException) as info:
+        poptorch.inferenceModel(Select())(torch.randn(2, 3))
+    assert isinstance(info.value, poptorch.Error)  # and still PopTorch's error, with its advice
+    assert "depends on the data" in str(info.value) and "torch.where" in str(info.value)
+    assert {info.value: 1}[info.value] == 1  # hashable, as exceptions are
+
+
+def test_reading_a_value_with_item_is_not_a_shape_error():
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+
+    class Read(nn.Module):
+        def forward(self, x):
+            return x + x.sum().item()
+
+    with pytest.raises(DataDependentError) as info:
+        poptorch.inferenceModel(Read())(torch.randn(2, 3))
+    assert not isinstance(info.value, DynamicOutputShapeException)

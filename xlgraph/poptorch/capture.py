@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import DynamicOutputShapeException
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from xlgraph.poptorch.input_match import register_dict_types
@@ -42,6 +43,21 @@ class DataDependentError(Error):
     """Python control flow on a tensor's value, or a result whose shape depends on the data
     (``x[mask]``), which a captured graph cannot hold; a ``poptorch.Error``, as PopTorch
     refuses dynamic shapes."""
+
+
+class DynamicShapeError(DataDependentError, DynamicOutputShapeException):
+    """A result whose shape depends on the data (``x[mask]`` read, ``nonzero``): also torch's
+    ``DynamicOutputShapeException``, which PopTorch's tracing raises and programs catch."""
+
+    __eq__ = Exception.__eq__  # an exception, not the dataclass record torch's class is
+    __hash__ = Exception.__hash__
+
+    def __init__(self, message: str, func: Any = None) -> None:
+        Exception.__init__(self, message)
+        self.func = func
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.args[0]!r})"
 
 
 @functools.cache

@@ -21,7 +21,12 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from xlgraph.poptorch.capture import DataDependentError, module_path, source_line
+from xlgraph.poptorch.capture import (
+    DataDependentError,
+    DynamicShapeError,
+    module_path,
+    source_line,
+)
 
 __all__ = ["MaskPlan", "plan"]
 
@@ -98,14 +103,16 @@ _SHAPE_ADVICE = ("its shape depends on the data, which a compiled graph cannot h
                  "which poptorch converts")
 
 
-def _error(node: torch.fx.Node, why: str, advice: str = _SHAPE_ADVICE) -> DataDependentError:
+def _error(node: torch.fx.Node, why: str, advice: str = _SHAPE_ADVICE,
+           kind: type[DataDependentError] = DynamicShapeError) -> DataDependentError:
+    """The error for ``node``: a data-dependent shape unless ``kind`` says otherwise."""
     where = source_line(node)
     for user in node.users:  # torch records no stack for some nodes; their users have it
         if where != "<unknown source>":
             break
         where = source_line(user)
-    return DataDependentError(f"{why} at {module_path(node)}, {where}: {advice}; "
-                              f"poptorch.cond for a branch on a tensor value.")
+    return kind(f"{why} at {module_path(node)}, {where}: {advice}; "
+                f"poptorch.cond for a branch on a tensor value.")
 
 
 def plan(graph: torch.fx.Graph) -> MaskPlan:
@@ -123,7 +130,7 @@ def plan(graph: torch.fx.Graph) -> MaskPlan:
         if node.target in _READS_VALUE:
             raise _error(node, "Tensor.item() (or float(), int()) reads a tensor's value",
                          "only the device knows it. Keep it a tensor: x + x.sum() broadcasts "
-                         "the 0-d sum")
+                         "the 0-d sum", kind=DataDependentError)
         if node.target == _INDEX and _dynamic(node) and bool_mask(node.args[1]) is not None:
             result.lanes[node] = _key(bool_mask(node.args[1]))
         elif node.target in _INDEX_PUT and bool_mask(node.args[1]) is not None:
