@@ -209,3 +209,17 @@ def test_the_wrapped_module_copies_through_copy_weights_to_host_and_can_destroy(
     again = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
     again(x, y)
     assert type(net).__name__ == "PoptorchFitted"
+
+
+def test_outputs_made_in_forward_come_back_with_poptorchs_warning_per_output():
+    class Constants(nn.Module):
+        def forward(self, x):
+            c = torch.tensor([1.0, 2.0])
+            return x * 2, c, [c, (c, torch.ones(3))]
+
+    with pytest.warns(UserWarning, match="Output expected to be on the IPU but is on cpu") as got:
+        out = poptorch.inferenceModel(Constants())(torch.ones(2))
+    assert sum("Output expected to be on the IPU" in str(w.message) for w in got) == 4
+    torch.testing.assert_close(out[0], torch.full((2,), 2.0))
+    torch.testing.assert_close(out[1], torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(out[2][1][1], torch.ones(3))

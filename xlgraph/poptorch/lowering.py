@@ -9,6 +9,7 @@ their ``state_dict`` keys, buffers ``forward`` mutates, and the loss of a traini
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,32 @@ def split_arguments(model: torch.nn.Module, bound: Mapping[str, Any]
         else:
             args.append(bound[name])
     return tuple(args), kwargs
+
+
+def _warn_host_outputs(program: torch.export.ExportedProgram) -> None:
+    """PopTorch's warning for each returned tensor that no input, parameter, buffer or random
+    draw feeds (a constant made in ``forward``, on the host): it is returned as it is."""
+    signature = program.graph_signature
+    fed = {spec.arg.name for spec in signature.input_specs
+           if spec.kind in (InputKind.USER_INPUT, InputKind.PARAMETER, InputKind.BUFFER)}
+
+    def on_host(node: torch.fx.Node) -> bool:
+        pending, seen = [node], {node}
+        while pending:
+            n = pending.pop()
+            if n.op == "placeholder" and n.name in fed or \
+                    torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()):
+                return False  # computed on the device
+            fresh = [m for m in n.all_input_nodes if m not in seen]
+            seen.update(fresh)
+            pending.extend(fresh)
+        return True
+
+    outputs = list(program.graph.output_node().args[0])
+    for node, spec in zip(outputs, signature.output_specs):
+        if spec.kind == OutputKind.USER_OUTPUT and isinstance(node, torch.fx.Node) and \
+                isinstance(node.meta.get("val"), torch.Tensor) and on_host(node):
+            warnings.warn("Output expected to be on the IPU but is on cpu", stacklevel=2)
 
 
 def flat_tensors(bound: Mapping[str, Any]) -> list[torch.Tensor]:
@@ -231,6 +258,7 @@ def lower_module(ir: Ir, model: torch.nn.Module, args: Mapping[str, Any], traini
         if odd:
             raise UnsupportedOpError(f"{type(model).__name__}.forward returns values that are "
                                      f"neither tensors nor plain Python values: {odd}")
+        _warn_host_outputs(program)
         outputs = [v for v, _ in user if isinstance(v, Tensor)]
         for t in outputs:
             graph_output(t)
