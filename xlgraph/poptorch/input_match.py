@@ -68,16 +68,6 @@ def _template(value: Any) -> Any:
     return _Node(spec, tuple((path, _template(leaf)) for path, leaf in leaves))
 
 
-def _kind(template: Any) -> type:
-    if isinstance(template, _Tensor):
-        return torch.Tensor
-    if isinstance(template, _Mapping):
-        return dict
-    if isinstance(template, _Sequence):
-        return template.kind
-    return template.spec.type if isinstance(template, _Node) else type(template)
-
-
 def _fail(message: str) -> None:
     raise InputMismatchError(f"{message}\n{_FIX} [called at {user_source_line()}]")
 
