@@ -78,7 +78,8 @@ class _CallPlan:
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         owner = f"{type(self._user_model).__name__}.forward"
         bound = bind_call(self._signature, owner, args, kwargs)
-        register_dict_types(bound)
+        if self._compiled is None:  # capture needs the dict subclasses; later calls do not
+            register_dict_types(bound)
         return bound
 
     @property
