@@ -121,25 +121,25 @@ def test_options_repr_lists_every_option_and_sub_object():
     assert repr(opts.Precision).startswith("_PrecisionOptions(")
 
 
+class Fitted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 1)
+
+    def forward(self, x, y):
+        out = self.fc(x)
+        return out, nn.functional.mse_loss(out, y)
+
+
 def test_destroy_then_calls_and_weight_copies_as_poptorch():
     torch.manual_seed(0)
-
-    class Regression(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(3, 1)
-
-        def forward(self, x, y):
-            out = self.fc(x)
-            return out, nn.functional.mse_loss(out, y)
-
-    net = Regression()
-    eager = Regression()
+    net = Fitted()
+    eager = Fitted()
     eager.load_state_dict(net.state_dict())
     eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1)
     model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
     model.destroy()  # not compiled: nothing happens, the module stays wrapped
-    assert type(net).__name__ == "PoptorchRegression"
+    assert type(net).__name__ == "PoptorchFitted"
     x, y = torch.randn(4, 3), torch.randn(4, 1)
     def step() -> None:  # one call of the device model, one SGD step of the eager one
         model(x, y)
@@ -150,7 +150,7 @@ def test_destroy_then_calls_and_weight_copies_as_poptorch():
     step()
     step()
     model.destroy()
-    assert type(net) is Regression and not model.isCompiled()
+    assert type(net) is Fitted and not model.isCompiled()
     torch.testing.assert_close(net.fc.weight, eager.fc.weight)  # synced by destroy()
     for method in (model.copyWeightsToHost, model.copyWeightsToDevice):
         with pytest.raises(poptorch.Error, match="not been compiled or has been destroyed"):
@@ -161,21 +161,11 @@ def test_destroy_then_calls_and_weight_copies_as_poptorch():
     model.destroy()  # twice: nothing to do
     # a call compiles again from the host weights and wraps the module again
     step()
-    assert type(net).__name__ == "PoptorchRegression"
+    assert type(net).__name__ == "PoptorchFitted"
     torch.testing.assert_close(net.fc.weight, eager.fc.weight)
     with pytest.raises(RuntimeError, match="Model has already been wrapped in "
                                            "'poptorch.trainingModel'. Call model.destroy()"):
         poptorch.trainingModel(net)
-
-
-class Fitted(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(3, 1)
-
-    def forward(self, x, y):
-        out = self.fc(x)
-        return out, nn.functional.mse_loss(out, y)
 
 
 def test_the_wrapped_module_copies_through_copy_weights_to_host_and_can_destroy():
