@@ -112,6 +112,9 @@ def test_install_and_uninstall(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert done.returncode == 1
     assert done.stderr.strip() == ("error: no Jupyter kernel named 'mine' is installed "
                                    "(jupyter kernelspec list shows the installed ones)")
+    done = runner("--install-kernel", "--user", "--name", "bad/name")  # jupyter's name rule
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: Invalid kernel name 'bad/name'.")
 
 
 @pytest.mark.parametrize("line, note", [

@@ -93,7 +93,7 @@ def command(argv: list[str]) -> int:
         else:
             where = uninstall_kernel(args.name)
             print(f"Removed the Jupyter kernel {args.name!r} from {where}")
-    except (ImportError, KeyError) as exc:
+    except (ImportError, KeyError, ValueError) as exc:  # ValueError: jupyter's name rule
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 1
     return 0
