@@ -43,7 +43,7 @@ def _line(record: Any) -> str:
     """``<UTC time> popart:<channel> <pid>.<tid> <letter>: <message>``, as PopART prints."""
     import datetime
 
-    utc = datetime.timezone.utc  # noqa: UP017 - datetime.UTC is 3.11+; setup.cfg allows 3.10
+    utc = datetime.timezone.utc
     when = datetime.datetime.fromtimestamp(record.created, utc)
     channel = record.name.split(".", 1)[1] if "." in record.name else "popart"
     letter = _LETTERS.get(record.levelno, "W")
