@@ -308,6 +308,27 @@ def test_the_command_refuses_to_write_the_page_over_a_profile(tmp_path, capsys, 
     assert main(["report.html"]) == 2 and "is the profile" in capsys.readouterr().err
 
 
+def test_to_html_from_code_keeps_a_profile_it_would_replace(tmp_path):
+    profile = tmp_path / "p.json"
+    profile.write_text(_profile())
+    report = ProfileReport.load(profile)
+    with pytest.raises(FileExistsError, match=r"p\.json holds a JSON document"):
+        report.to_html(profile)
+    assert profile.read_text() == _profile()
+    page = report.to_html(tmp_path / "page.html")  # a page over a page is fine
+    assert report.to_html(page) == page and page.read_text().lstrip().startswith("<!DOCTYPE")
+
+
+def test_a_profile_of_zero_cycles_prints_and_renders(tmp_path):
+    data = _data()
+    data["time"].update(cycles_per_run=0, device_cycles_per_run=0, host_cycles_per_run=0,
+                        seconds_per_run=0.0)
+    report = _load(tmp_path, data)
+    assert report.estimated_seconds_per_run == 0
+    assert "no steps/s (zero cycles)" in str(report)
+    assert "IPU model report" in report.to_html(tmp_path / "zero.html").read_text()
+
+
 # -- R16: a bad autoReport directory names autoReport ---------------------------------------------
 def _tiny_ir() -> popxl.Ir:
     ir = popxl.Ir()

@@ -71,6 +71,7 @@ class ProfileReport(_ReportFacts):
 
         Raises:
             ImportError: without plotly (``pip install xlgraph[report]``).
+            FileExistsError: ``path`` holds a JSON document (a saved profile); it is kept.
         """
         from xlgraph.ipu.page import write_report
 
@@ -99,7 +100,7 @@ class ProfileReport(_ReportFacts):
             f"{max((s['bytes'] for s in self.steps), default=0):,} bytes",
             f"Estimated time per run: {self.cycles.total:,.0f} cycles = {seconds * 1e6:,.1f} us "
             f"(device {self.cycles.device_cycles:,.0f}, host link and sync "
-            f"{self.cycles.host_cycles:,.0f}); {self.steps_per_run / seconds:,.0f} steps/s",
+            f"{self.cycles.host_cycles:,.0f}); {_rate(self.steps_per_run, seconds)}",
         ]
         if self.host_side_s_per_run is not None:
             split = self.end_to_end()
@@ -143,3 +144,8 @@ class ProfileReport(_ReportFacts):
 
         plt.close(fig)
         return path
+
+
+def _rate(steps: int, seconds: float) -> str:
+    """``steps`` per ``seconds`` as text; a run estimated at zero cycles has no rate."""
+    return f"{steps / seconds:,.0f} steps/s" if seconds > 0 else "no steps/s (zero cycles)"

@@ -110,9 +110,7 @@ def write_report(report: _ReportFacts, path: str | Path) -> Path:
     Raises:
         ImportError: without plotly (``pip install 'xlgraph[report]'``).
     """
-    path = Path(path)
-    path.write_text(page_text(report), encoding="utf-8")
-    return path
+    return _write_page(Path(path), page_text(report))
 
 
 def page_text(report: _ReportFacts) -> str:
@@ -139,10 +137,25 @@ def write_compare(before: _ReportFacts, after: _ReportFacts, path: str | Path,
     from xlgraph.ipu.page.compare import compare_sections
     from xlgraph.ipu.page.html import document, escape
 
-    path = Path(path)
     subtitle = (f"<b>{escape(names[0])}</b>: {_summary(before)}<br><b>{escape(names[1])}</b>: "
                 f"{_summary(after)}")
     text = document("IPU model report: compare", subtitle,
                     compare_sections(before, after, names))
+    return _write_page(Path(path), text)
+
+
+def _write_page(path: Path, text: str) -> Path:
+    """Write ``text`` at ``path``, refusing to replace a JSON document (a saved profile).
+
+    Raises:
+        FileExistsError: ``path`` holds JSON; the file is left as it was.
+    """
+    if path.is_file():
+        with path.open("rb") as existing:
+            head = existing.read(64).lstrip()
+        if head.startswith(b"{"):
+            raise FileExistsError(
+                f"{path} holds a JSON document (a saved profile?): writing the page there "
+                f"would replace it; give another path")
     path.write_text(text, encoding="utf-8")
     return path
