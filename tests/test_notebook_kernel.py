@@ -128,6 +128,13 @@ def test_install_and_uninstall(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
      "xlgraph: skipped `!pip install -q 'popxl-addons @ git+https://x/popxl-addons.git' tqdm`: "
      "xlgraph provides popxl_addons; install the others yourself if you need them: tqdm"),
     ("%pip install numpy", None),
+    ("!pip install git+ssh://git@github.com/graphcore/popxl-addons.git@sdk-release-3.3",
+     "xlgraph: skipped `!pip install git+ssh://git@github.com/graphcore/popxl-addons.git"
+     "@sdk-release-3.3`: xlgraph provides popxl_addons"),
+    ("!pip install git+https://github.com/graphcore/popxl-addons.git@release/3.3",
+     "xlgraph: skipped `!pip install git+https://github.com/graphcore/"
+     "popxl-addons.git@release/3.3`: xlgraph provides popxl_addons"),
+    ("!pip install git+ssh://git@github.com/someone/tool.git", None),
     ("!{sys.executable} -m pip install -r /no/such/requirements.txt poptorch",
      "xlgraph: skipped `!{sys.executable} -m pip install -r /no/such/requirements.txt "
      "poptorch`: xlgraph provides poptorch"),

@@ -46,7 +46,9 @@ def _sdk_name(requirement: str) -> str | None:
     if " @ " in text or "#egg=" in text:
         name = re.split(r" @ |#egg=", text)[1 if "#egg=" in text else 0]
     else:
-        last = re.split(r"[/\\]", text.split("@")[0] if "://" in text else text)[-1]
+        if "://" in text:  # a URL: drop the scheme, any ``user@`` and a trailing ``@ref``
+            text = re.sub(r"^[^/@]*@", "", text.split("://", 1)[1]).split("@")[0]
+        last = re.split(r"[/\\:]", text)[-1]
         name = last.split("-")[0] if last.endswith(".whl") else last.removesuffix(".git")
     name = re.match(r"[A-Za-z0-9_-]*", name.strip()).group(0).lower().replace("-", "_")
     return name if name in SDK_PACKAGES else None
