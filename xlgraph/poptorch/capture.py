@@ -23,6 +23,7 @@ import torch
 from torch._subclasses.fake_tensor import DynamicOutputShapeException
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from xlgraph.poptorch.half_layers import activation_precision
 from xlgraph.poptorch.input_match import register_dict_types
 from xlgraph.poptorch.support import Error
 
@@ -140,7 +141,8 @@ def _capturing(training: bool = False) -> Iterator[None]:
     BatchNorm's cumulative average in tensor ops, no argument validation in
     ``torch.distributions`` (its checks read tensor values), CTC loss as one op, ``one_hot``
     needing its class count, and three warnings about torch's own internals silenced.
-    ``bincount`` gets PopTorch's static ``minlength`` bins."""
+    ``bincount`` gets PopTorch's static ``minlength`` bins, and linear and convolution layers
+    compute in their activation's float type (``half_layers``)."""
     from torch.distributions import Distribution
     from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -167,7 +169,7 @@ def _capturing(training: bool = False) -> Iterator[None]:
             warnings.filterwarnings(
                 "ignore", r"The tensor attributes (\S+\._flat_weights\[\d+\](, )?)+ were "
                 "assigned during export", UserWarning)
-            with torch.backends.mkldnn.flags(enabled=False):
+            with torch.backends.mkldnn.flags(enabled=False), activation_precision():
                 yield
     finally:
         _BatchNorm.forward = original
