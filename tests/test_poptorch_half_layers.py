@@ -138,3 +138,24 @@ def test_training_updates_float32_weights_through_half_layers():
         assert p.dtype == torch.float32, name
         assert name == "shift" or not torch.equal(p, first), name  # shift is not in the loss
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-2, atol=2e-3)
+
+
+def test_half_model_fed_float32_trains_its_half_weights_in_float32_layers():
+    torch.manual_seed(5)
+    net = Trained().half()
+    reference = copy.deepcopy(net)
+    model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    x, target = torch.randn(4, 1, 6, 6), torch.randn(4, 3)
+    out, loss = model(x, target)
+    assert out.dtype == loss.dtype == torch.float32
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    floats = {k: v.float() for k, v in reference.named_parameters()}
+    want_out, want_loss = torch.func.functional_call(reference, floats, (x, target))
+    want_loss.backward()
+    opt.step()
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(loss, want_loss)
+    model.copyWeightsToHost()
+    for p, q in zip(net.parameters(), reference.parameters()):
+        assert p.dtype == torch.float16
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-3, atol=1e-3)
