@@ -117,7 +117,7 @@ def test_async_loader_yields_the_sync_batches_in_order(mode):
     loader.terminate()
 
 
-def test_asynchronous_data_accessor_loads_ahead_and_reraises():
+def test_asynchronous_data_accessor_loads_ahead_and_reraises(capfd):
     opts = poptorch.Options()
     accessor = poptorch.AsynchronousDataAccessor(
         poptorch.DataLoader(opts, torch.arange(8.0), batch_size=2), early_preload=True)
@@ -132,10 +132,12 @@ def test_asynchronous_data_accessor_loads_ahead_and_reraises():
         def __getitem__(self, i):
             raise KeyError(f"item {i} is missing")
 
-    broken = poptorch.AsynchronousDataAccessor(torch.utils.data.DataLoader(Broken()))
-    with pytest.raises(KeyError, match="item 0"):
-        list(broken)
-    broken.terminate()
+    # the worker fails before its first batch: the constructor says so, the worker's
+    # traceback above it
+    with pytest.raises(poptorch.Error, match=r"^AsynchronousDataAccessor worker thread failed "
+                                             r"to start \(Check above for details\)$"):
+        poptorch.AsynchronousDataAccessor(torch.utils.data.DataLoader(Broken()))
+    assert "KeyError: 'item 0 is missing'" in capfd.readouterr().err
 
 
 # -- the compilation bar ------------------------------------------------------------------------

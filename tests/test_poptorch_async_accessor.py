@@ -11,6 +11,7 @@ import signal
 import time
 
 import pytest
+from process_helpers import gone
 
 torch = pytest.importorskip("torch")
 poptorch = pytest.importorskip("xlgraph.poptorch")
@@ -22,17 +23,6 @@ def _accessor(**kwargs) -> poptorch.AsynchronousDataAccessor:
     loader = torch.utils.data.DataLoader(torch.arange(8.0), batch_size=2)
     return poptorch.AsynchronousDataAccessor(loader, **kwargs)
 
-
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (and was reaped)."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_the_worker_is_a_process_and_each_iteration_is_one_epoch():
@@ -47,18 +37,19 @@ def test_the_worker_is_a_process_and_each_iteration_is_one_epoch():
             break
     # left early: the next iteration starts at the beginning, from a new worker
     assert [b.tolist() for b in accessor] == EPOCH
-    assert accessor.worker_pid != pid and _gone(pid)
+    assert accessor.worker_pid != pid and gone(pid)
     accessor.terminate()
 
 
 def test_single_epoch_worker_ends_with_the_epoch_and_iterating_again_restarts():
     accessor = _accessor(load_indefinitely=False)
-    assert accessor.worker_pid is None  # no early_preload: starts at the first iteration
+    pid = accessor.worker_pid  # started by the constructor
+    assert pid is not None
     it = iter(accessor)
     assert next(it).tolist() == EPOCH[0]
-    pid = accessor.worker_pid
+    assert accessor.worker_pid == pid
     assert [b.tolist() for b in it] == EPOCH[1:]
-    assert accessor.worker_pid is None and _gone(pid)
+    assert accessor.worker_pid is None and gone(pid)
     assert [b.tolist() for b in accessor] == EPOCH
 
 
@@ -67,7 +58,7 @@ def test_terminate_stops_the_worker_and_iterating_again_starts_a_new_one():
     assert next(iter(accessor)).tolist() == EPOCH[0]
     pid = accessor.worker_pid
     accessor.terminate()
-    assert accessor.worker_pid is None and _gone(pid)
+    assert accessor.worker_pid is None and gone(pid)
     accessor.terminate()  # twice: nothing to stop
     assert [b.tolist() for b in accessor] == EPOCH
     del accessor  # collecting the accessor stops its worker too

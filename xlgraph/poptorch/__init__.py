@@ -22,7 +22,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise ImportError("xlgraph.poptorch needs torch: pip install 'xlgraph[torch]'") from exc
 
-from xlgraph.poptorch import _impl, optim
+from xlgraph.poptorch import _impl, log, optim
 from xlgraph.poptorch.api_ops import (
     cond,
     custom_op,
@@ -117,9 +117,6 @@ __all__ = [
     "set_overlap_for_output", "setLogLevel", "trainingModel",
 ]
 
-_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERR", "OFF")
-
-
 def isRunningOnIpu() -> bool:  # noqa: N802
     """True while a model's ``forward`` is captured for the device, False when torch runs it
     on the host (as PopTorch: ``forward`` may take an IPU-only path)."""
@@ -143,9 +140,9 @@ def ipuHardwareVersion() -> str:  # noqa: N802
 
 
 def setLogLevel(level: int | str) -> None:  # noqa: N802
-    """Accepted (``TRACE|DEBUG|INFO|WARN|ERR|OFF`` or an int); xlgraph does not log."""
-    if isinstance(level, str) and level not in _LOG_LEVELS:
-        raise ValueError(f"setLogLevel: unknown level {level!r}; use one of {_LOG_LEVELS}")
+    """The level of the ``poptorch::python`` logger: ``TRACE|DEBUG|INFO|WARN|ERR|OFF`` or
+    PopTorch's number for it (0 to 6)."""
+    log.set_level(level)
 
 
 def poptorchAtExit() -> None:  # noqa: N802

@@ -16,9 +16,12 @@ epoch, or when the caller leaves the loop early (``break``, an exception: the it
 collected).
 
 ``DataLoaderMode.Async`` and ``AsyncRebatched`` load ahead of the caller in the worker process
-of the loader's ``AsynchronousDataAccessor`` (``async_accessor.py``, made with the loader, a new
-worker per epoch). Batches come out in the same order as synchronous loading; a rebatching loader
-cuts the partial batches of its workers into combined batches, as PopTorch does.
+of the loader's ``AsynchronousDataAccessor`` (``loader._accessor``, ``async_accessor.py``). As in
+PopTorch it is made, and its worker started, by the constructor, which returns once the first
+batch is loaded; unlike PopTorch's, the worker ends with each epoch (so a loader kept between
+epochs holds no process) and the next ``iter()`` starts a new one. Batches come out in the same
+order as synchronous loading; a rebatching loader cuts the partial batches of its workers into
+combined batches, as PopTorch does.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import collections
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -118,8 +122,9 @@ class DataLoader(torch.utils.data.DataLoader):
                              drop_last=drop_last if self._combined is not None else False,
                              **common)
         if self.mode != DataLoaderMode.Sync:
+            self._next_epoch()  # the one the worker starts loading now
             self._accessor = AsynchronousDataAccessor(
-                _Batches(self), load_indefinitely=False, **self._async_options)
+                _Batches(self), **{**self._async_options, "load_indefinitely": False})
 
     def __len__(self) -> int:
         """Batches per epoch: for a rebatching loader ``len(dataset) // combinedBatchSize``
@@ -141,12 +146,18 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         flag(self.prefetch, "poptorch.DataLoader.prefetch")  # "no" would turn it on
-        if isinstance(self.dataset, _SubDataset):
-            self.dataset.next_epoch()
         if self._accessor is None:
+            self._next_epoch()
             batches = _collated(self) if _collates_itself(self) else super().__iter__()
             return _Ahead(batches) if self.prefetch and not self.num_workers else batches
+        if self._accessor.worker_pid is None:  # the last epoch's worker has ended
+            self._next_epoch()
         return _epoch(self._accessor)
+
+    def _next_epoch(self) -> None:
+        """Move a distributed process's block on to the next epoch (before it is loaded)."""
+        if isinstance(self.dataset, _SubDataset):
+            self.dataset.next_epoch()
 
     def terminate(self) -> None:
         """Stop loading ahead (the worker process ends with its epoch's iterator)."""
@@ -232,16 +243,18 @@ class _Batches:
     rebatching loader's partial batches concatenated into combined batches."""
 
     def __init__(self, loader: DataLoader) -> None:
-        self.loader = loader
+        # weak: dropping the loader stops the accessor's worker at once (no reference cycle)
+        self.loader = weakref.ref(loader)
 
     def __iter__(self) -> Iterator[Any]:
-        batches = torch.utils.data.DataLoader.__iter__(self.loader)
-        if not self.loader._rebatched:
+        loader = self.loader()
+        batches = torch.utils.data.DataLoader.__iter__(loader)
+        if not loader._rebatched:
             return batches
-        return _rebatched(batches, self.loader._combined, self.loader._drop_last)
+        return _rebatched(batches, loader._combined, loader._drop_last)
 
     def __len__(self) -> int:
-        return len(self.loader)
+        return len(self.loader())
 
 
 def _rebatched(batches: Iterator[Any], size: int, drop_last: bool) -> Iterator[Any]:
