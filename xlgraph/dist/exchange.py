@@ -15,9 +15,17 @@ instance raises a ``DistributedError`` naming its own collective and the other s
 a header too (``finish``): an instance that ends waits for the others to end as well, so one
 that fails after a peer has finished still ends the whole job.
 
+Buckets (``start``, used by ``xlgraph.lower.buckets``) swap many collectives' data in one
+exchange, begun while the program computes on: the header agreement comes first (one record,
+describing every collective of the bucketed program), then the data travels on a communicator
+of its own, where a progress thread (when MPI allows threads) drives it while the program runs.
+
 Waits poll with a deadline (``XLGRAPH_DIST_TIMEOUT`` seconds, default 60) and watch for failure
 notices: an instance that dies of a Python exception tells the others, which stop at once with
-an error naming it; one that vanishes without a word is reported when the deadline passes.
+an error naming it; one that vanishes without a word is reported when the deadline passes. A
+wait first spins on the exchange for ``SPIN_SECONDS`` (the other instance is usually close),
+then sleeps between polls, from ``MIN_PAUSE`` doubling to ``MAX_PAUSE``, and looks for failure
+notices every ``NOTICE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,7 +50,10 @@ FAILURE_TAG = 7301
 HEADER_BYTES = 256
 RECORD_BYTES = 4096
 INLINE_BYTES = RECORD_BYTES - HEADER_BYTES  # data up to this size travels with the header
-_POLL_SECONDS = 0.0002
+_POLL_SECONDS = 0.0002  # between the sends of a failure notice
+SPIN_SECONDS = 5e-5
+MIN_PAUSE, MAX_PAUSE = 2e-5, 5e-4
+NOTICE_SECONDS = 0.01
 _JOB: MpiExchange | None = None  # one per process: the collective sequence spans Sessions
 
 
@@ -81,6 +94,9 @@ class MpiExchange:
         self.check_headers = check_headers
         self.sequence = 0
         self._mpi = import_mpi()
+        self._buckets: Any = None  # the communicator of bucket data, made at the first bucket
+        threads = self._mpi.Query_thread() == self._mpi.THREAD_MULTIPLE
+        self._progress = _Progress() if threads else None
 
     @classmethod
     def for_ir(cls, ir: Any) -> MpiExchange:
@@ -140,17 +156,70 @@ class MpiExchange:
         self.sequence += 1
         self._agree("finish (the program ended)")
 
+    def start(self, local: np.ndarray, out: np.ndarray, what: str,
+              agree: str | None = None) -> Callable[[], np.ndarray]:
+        """Begin an all-gather of ``local`` (bytes, the same count in every instance) into
+        ``out``, ``(instances, bytes)``; returns the function that waits for it and returns
+        ``out``. ``agree``: first swap a header with that text (blocking), as every collective
+        does; without it the call relies on an earlier agreement on the whole program. ``what``
+        names the exchange in errors."""
+        if agree is not None:
+            self.sequence += 1
+            small = local.size <= INLINE_BYTES
+            records = self._agree(agree, local if small else None)
+            if small:
+                out[:] = records[:, HEADER_BYTES:HEADER_BYTES + local.size]
+                return lambda: out
+        if self._buckets is None:  # every instance is here: the headers agreed
+            self._buckets = self.comm.Dup()
+        request = self._buckets.Iallgather(local, out)
+        if self._progress is None:
+            done = [False]
+
+            def wait() -> np.ndarray:
+                if not done[0]:
+                    self._wait(request, what)
+                    done[0] = True
+                return out
+
+            return wait
+        pending = self._progress.watch(request)
+
+        def wait_threaded() -> np.ndarray:
+            deadline = time.monotonic() + self.timeout
+            while not pending.done.wait(NOTICE_SECONDS):
+                self._raise_on_notice(what)
+                if time.monotonic() > deadline:
+                    raise self._late(what)
+            if pending.error is not None:
+                raise DistributedError(f"instance {self.rank}: the {what} failed in MPI: "
+                                       f"{pending.error}") from pending.error
+            return out
+
+        return wait_threaded
+
+    def _late(self, what: str) -> DistributedError:
+        return DistributedError(
+            f"instance {self.rank}: the {what} got no data from every instance within "
+            f"{self.timeout:g} s (XLGRAPH_DIST_TIMEOUT); another instance has probably crashed")
+
     def _wait(self, request: Any, what: str) -> None:
-        deadline = time.monotonic() + self.timeout
+        """Until MPI ``request`` completes: spin, then sleep between polls; stop at a failure
+        notice or the deadline."""
+        if request.Test():
+            return
+        start = time.monotonic()
+        deadline, check, pause = start + self.timeout, start, MIN_PAUSE
         while not request.Test():
-            self._raise_on_notice(what)
-            if time.monotonic() > deadline:
-                raise DistributedError(
-                    f"instance {self.rank}: the {what} got no data from every instance within "
-                    f"{self.timeout:g} s (XLGRAPH_DIST_TIMEOUT); another instance has probably "
-                    f"crashed"
-                )
-            time.sleep(_POLL_SECONDS)
+            now = time.monotonic()
+            if now >= check:
+                self._raise_on_notice(what)
+                if now > deadline:
+                    raise self._late(what)
+                check = now + NOTICE_SECONDS
+            if now - start > SPIN_SECONDS:
+                time.sleep(pause)
+                pause = min(2 * pause, MAX_PAUSE)
 
     def _raise_on_notice(self, what: str) -> None:
         status = self._mpi.Status()
@@ -199,3 +268,60 @@ class MpiExchange:
 
         sys.excepthook = hook
         atexit.register(at_exit)  # runs before mpi4py's MPI_Finalize (registered earlier)
+
+
+class _Pending:
+    """An exchange the progress thread drives: ``done`` is set when it has ended (``error``:
+    the exception MPI raised, if any)."""
+
+    def __init__(self, request: Any) -> None:
+        self.request = request
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
+class _Progress:
+    """A daemon thread that polls the exchanges in flight, so that MPI moves their data while
+    the program computes (MPICH progresses a non-blocking collective only inside MPI calls; a
+    blocking wait would spin a core)."""
+
+    def __init__(self) -> None:
+        self._work: list[_Pending] = []
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, request: Any) -> _Pending:
+        pending = _Pending(request)
+        with self._ready:
+            self._work.append(pending)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="xlgraph-dist-progress",
+                                                daemon=True)
+                self._thread.start()
+            self._ready.notify()
+        return pending
+
+    def _run(self) -> None:
+        pause = MIN_PAUSE
+        while True:
+            with self._ready:
+                while not self._work:
+                    self._ready.wait()
+                    pause = MIN_PAUSE
+                work = list(self._work)
+            ended = []
+            for pending in work:
+                try:
+                    finished = pending.request.Test()
+                except Exception as exc:  # an MPI error: the waiting thread raises it
+                    pending.error, finished = exc, True
+                if finished:
+                    ended.append(pending)
+                    pending.done.set()
+            if ended:
+                with self._ready:
+                    self._work = [p for p in self._work if p not in ended]
+                pause = MIN_PAUSE
+            else:
+                time.sleep(pause)
+                pause = min(2 * pause, MAX_PAUSE)

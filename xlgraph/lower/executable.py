@@ -23,6 +23,7 @@ from xlgraph.core.collector import collector_paused
 from xlgraph.ir import Ir
 from xlgraph.lower.alias import plan_copies
 from xlgraph.lower.backends import Backend, get_backend
+from xlgraph.lower.buckets import bucketer
 from xlgraph.lower.checks import check_inplace_order
 from xlgraph.lower.codegen import CompiledStep, failing_op, generate
 from xlgraph.lower.depth import check_compiled_loops, graph_depth
@@ -128,6 +129,9 @@ class CompiledExecutable:
         plans: dict[Program | Function, Plan] = {}
         program.steps = optimise(program.steps, program, [])
         program.functions = _used_functions(program)
+        bucket = bucketer(program, ctx, varying)
+        if bucket is not None:
+            program.steps = bucket(program.steps)
         check_compiled_loops({"the main graph": program.steps,
                               **{fn.name: fn.steps for fn in program.functions}})
         wide_half = wide_half and ctx is None and WIDE_HALF
@@ -135,6 +139,8 @@ class CompiledExecutable:
             program.steps = widen_storage(program.steps, program, [])
         for fn in program.functions:  # callees come before their callers
             fn.steps = optimise(fn.steps, program, fn.results)
+            if bucket is not None:
+                fn.steps = bucket(fn.steps)
             if wide_half:
                 fn.steps = widen_storage(fn.steps, program, fn.results)
             live = liveness(fn.steps, fn.params)

@@ -1,0 +1,112 @@
+"""Bucketed all-reduces between instances (``xlgraph.lower.buckets``): the same bits as the
+unbucketed all-reduce and the interpreter, over 1, 2 and 4 instances, and as one process of
+all the replicas; buckets merge the gradients of a training step and begin before its
+backward pass ends."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from tests.test_dist import ROOT, _run, console_script
+from xlgraph.lower.buckets import BUCKET_MB, FIRST_BUCKET_BYTES, bucket_bytes
+
+PROGRAM = ROOT / "tests" / "programs" / "dist_buckets.py"
+SETTINGS = ("0", "0.002", "interpreter")
+R = 4
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one") / "out"
+    done, _ = _run([sys.executable, str(PROGRAM), str(out), "--replicas", str(R)])
+    assert done.returncode == 0, done.stderr
+    return np.load(f"{out}.0.npz")
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("instances", [2, 4])
+def test_buckets_give_the_unbucketed_bits(instances, one_process, tmp_path):
+    pytest.importorskip("mpi4py", reason="the 'dist' extra is not installed")
+    done, _ = _run([*console_script(), "--num-instances", str(instances), "--num-replicas",
+                    str(R), "--timeout", "20", sys.executable, str(PROGRAM), str(tmp_path / "i")])
+    assert done.returncode == 0, done.stderr
+    local = R // instances
+    names = {k.split("/")[1] for k in one_process.files} - {"buckets"}
+    for i in range(instances):
+        part = np.load(tmp_path / f"i.{i}.npz")
+        assert int(part["0/buckets"]) == 0
+        assert int(part["0.002/buckets"]) == 13  # the two inputs made first share one bucket
+        for name in names:
+            whole = one_process[f"0/{name}"]
+            expected = whole if name == "total" else whole[i * local:(i + 1) * local]
+            if local == 1 and name != "total":
+                expected = expected[0]
+            for setting in SETTINGS:
+                assert _same(part[f"{setting}/{name}"], expected), (setting, name)
+
+
+def test_one_process_is_not_bucketed(one_process):
+    for setting in SETTINGS:
+        assert int(one_process[f"{setting}/buckets"]) == 0
+    assert np.isnan(one_process["0/special"]).any() and np.isinf(one_process["0/special"]).any()
+    x = np.random.default_rng(0).normal(size=(R, 6, 5)).astype(np.float32)
+    np.testing.assert_allclose(one_process["0/mean"][0, 3:], np.tanh(x[:, 3:]).mean(0),
+                               rtol=1e-6)
+
+
+def test_bucket_size_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(BUCKET_MB, raising=False)
+    assert bucket_bytes() == 25 << 20 and FIRST_BUCKET_BYTES == 1 << 20
+    monkeypatch.setenv(BUCKET_MB, "0.5")
+    assert bucket_bytes() == 1 << 19
+    monkeypatch.setenv(BUCKET_MB, "lots")
+    with pytest.raises(ValueError, match=re.escape(
+            "environment variable XLGRAPH_BUCKET_MB='lots' is not a size in MiB")):
+        bucket_bytes()
+
+
+class _Mirror:
+    """An exchange whose other instance holds this one's data (no MPI): enough to lower."""
+
+    def allgather(self, local: np.ndarray, what: str = "collective") -> np.ndarray:
+        return np.concatenate([local, local])
+
+    def start(self, local: np.ndarray, out: np.ndarray, what: str, agree: str | None = None):
+        out[:] = local
+        return lambda: out
+
+
+def _transformer_source(monkeypatch, mib: str) -> list[str]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpt_model as gm
+
+    import xlgraph
+    from xlgraph.runtime import session
+
+    monkeypatch.setenv("XLGRAPH_NUM_INSTANCES", "2")
+    monkeypatch.setenv("XLGRAPH_NUM_REPLICAS", "2")
+    monkeypatch.setenv(BUCKET_MB, mib)
+    monkeypatch.setattr(session, "_exchange", lambda ir: _Mirror())
+    ir, *_ = gm.build_train(gm.TINY, 2, replicas="popdist")
+    return xlgraph.Session(ir, backend="numpy").source.splitlines()
+
+
+def test_a_training_step_starts_its_buckets_during_the_backward_pass(monkeypatch):
+    lines = _transformer_source(monkeypatch, "0.016")  # buckets of 16 KiB
+    reduces = [i for i, line in enumerate(lines) if "= k_replicated_all_reduce" in line]
+    starts = [i for i, line in enumerate(lines) if re.search(r"k_all_reduce_bucket\d*\(", line)]
+    products = [i for i, line in enumerate(lines) if "matmul" in line.split("#")[0]]
+    assert len(reduces) == 36 and 5 <= len(starts) <= 12  # every gradient, in a few exchanges
+    assert starts[0] < products[-1]  # the first bucket begins while the backward pass runs
+    assert max(starts) < min(reduces)  # every exchange begins before the first result is used
+    # one bucket (every gradient: 81 KiB) under the default cap, begun once all are made
+    lines = _transformer_source(monkeypatch, "25")
+    starts = [i for i, line in enumerate(lines) if re.search(r"k_all_reduce_bucket\d*\(", line)]
+    assert len(starts) == 1 and lines[starts[0] + 1].lstrip().startswith("s")

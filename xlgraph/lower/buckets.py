@@ -1,0 +1,217 @@
+"""All-reduces between instances in buckets, begun as soon as their inputs are ready.
+
+In an ``xlgraph-run`` job every all-reduce swaps its data with the other instances. Left as they
+are, a training step's gradient all-reduces are one blocking exchange each, after the whole
+backward pass. ``bucket_all_reduces`` rewrites each straight-line body of the plan:
+
+- the all-reduces of values that carry the replica axis are ordered by the step that makes
+  their input (the last step writing its storage), and packed in that order into buckets of at
+  most ``cap`` bytes (``XLGRAPH_BUCKET_MB``, 25 by default; the first bucket at most 1 MiB, so
+  the first exchange starts early), as PyTorch's DistributedDataParallel does;
+- after the step that completes a bucket, a ``all_reduce_bucket`` step copies the bucket's
+  inputs into one buffer and begins one exchange of it (``MpiExchange.start``); the first
+  bucket of a body first checks that every instance runs the same all-reduces, with one header
+  naming them all (one header per run instead of one per all-reduce);
+- each all-reduce stays where it was and waits for its bucket there, then reduces every
+  instance's part with the same code as before, on the same values: the results are the
+  unbucketed all-reduce's, bit for bit.
+
+The exchange proceeds (a progress thread of ``xlgraph.dist``) while the steps in between run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from xlgraph.lower.program import Program, Step, walk
+from xlgraph.lower.replica_forms import replica_defn
+from xlgraph.op import OpDef
+from xlgraph.ops.replicas import ReplicaContext
+from xlgraph.tensor import TensorSpec
+
+__all__ = ["BUCKET_MB", "FIRST_BUCKET_BYTES", "bucket_bytes", "bucketer", "Bucket"]
+
+BUCKET_MB = "XLGRAPH_BUCKET_MB"  # the bucket size in MiB; 0 turns bucketing off
+DEFAULT_MB = 25
+FIRST_BUCKET_BYTES = 1 << 20
+_ALL_REDUCES = ("replicated_all_reduce", "replicated_all_reduce_")
+_ALIGN = 64  # each input starts at a multiple of this many bytes in the bucket
+
+
+def nbytes(spec: TensorSpec) -> int:
+    return math.prod(spec.shape) * spec.dtype.as_numpy().itemsize
+
+
+class Bucket:
+    """The buffers and the exchange in flight of one bucket: ``start`` packs the inputs and
+    begins the exchange; ``gathered(i)`` waits for it and returns every instance's part of
+    input ``i``, ``(replicas, ...)``, as ``ReplicaContext.gather`` would."""
+
+    def __init__(self, exchange: Any, instances: int, inputs: list[TensorSpec], what: str,
+                 agree: str | None) -> None:
+        self.exchange, self.what, self.agree = exchange, what, agree
+        ends = np.cumsum([0, *(-(-nbytes(s) // _ALIGN) * _ALIGN for s in inputs)])
+        self.send = np.zeros(int(ends[-1]), np.uint8)
+        self.recv = np.empty((instances, self.send.size), np.uint8)
+        self.packed = [self._part(self.send, s, int(at)) for s, at in zip(inputs, ends)]
+        self.parts = [self._part(self.recv, s, int(at)) for s, at in zip(inputs, ends)]
+        self.wait: Callable[[], np.ndarray] | None = None
+
+    @staticmethod
+    def _part(buffer: np.ndarray, spec: TensorSpec, at: int) -> np.ndarray:
+        dtype, size = spec.dtype.as_numpy(), nbytes(spec)
+        if not size:
+            return np.empty((*buffer.shape[:-1], *spec.shape), dtype)
+        return buffer[..., at:at + size].view(dtype).reshape(*buffer.shape[:-1],
+                                                                       *spec.shape)
+
+    def start(self, *arrays: np.ndarray) -> None:
+        if self.wait is not None:  # an earlier run stopped between start and use
+            self.wait()
+        for part, a in zip(self.packed, arrays):
+            np.copyto(part, a)
+        self.wait = self.exchange.start(self.send, self.recv, self.what, self.agree)
+
+    def gathered(self, i: int) -> np.ndarray:
+        if self.wait is not None:
+            self.wait()
+            self.wait = None
+        part = self.parts[i]
+        return part.reshape(part.shape[0] * part.shape[1], *part.shape[2:])
+
+
+@dataclasses.dataclass
+class _Member:
+    """The exchange an all-reduce of a bucket sees: its part of the bucket's result."""
+
+    bucket: Bucket
+    index: int
+
+    def allgather(self, local: np.ndarray, what: str = "collective") -> np.ndarray:
+        return self.bucket.gathered(self.index)
+
+
+def bucket_bytes() -> int:
+    """The bucket size that ``XLGRAPH_BUCKET_MB`` (MiB, fractions allowed) asks for."""
+    text = os.environ.get(BUCKET_MB, str(DEFAULT_MB))
+    try:
+        mib = float(text)
+    except ValueError:
+        mib = -1.0
+    if not mib >= 0 or mib == float("inf"):
+        raise ValueError(f"environment variable {BUCKET_MB}={text!r} is not a size in MiB "
+                         f"(a number >= 0; 0 turns bucketing off)")
+    return int(mib * (1 << 20))
+
+
+def bucketer(program: Program, ctx: ReplicaContext | None, varying: set[int],
+             cap: int | None = None) -> Callable[[list[Step]], list[Step]] | None:
+    """The rewrite of one body of ``program`` (see the module), or None where nothing is
+    bucketed (one instance, or a cap of 0); ``cap`` in bytes (default: ``XLGRAPH_BUCKET_MB``).
+    Loop and branch bodies inside a body are rewritten with it."""
+    if ctx is None or ctx.exchange is None or not hasattr(ctx.exchange, "start"):
+        return None
+    cap = bucket_bytes() if cap is None else cap
+    return _Rewrite(program, ctx, varying, cap).body if cap > 0 else None
+
+
+class _Rewrite:
+    def __init__(self, program: Program, ctx: ReplicaContext, varying: set[int],
+                 cap: int) -> None:
+        self.ctx, self.varying, self.cap = ctx, varying, cap
+        self.specs = program.specs
+        self.parent: dict[int, int] = {}
+        for body in [program.steps, *(fn.steps for fn in program.functions)]:
+            for s in walk(body):
+                if s.alias_source is not None and not s.copy_out:
+                    self.parent[self.root(s.outs[0])] = self.root(s.alias_source)
+
+    def root(self, slot: int) -> int:
+        while self.parent.get(slot, slot) != slot:
+            slot = self.parent[slot]
+        return slot
+
+    def one(self, slot: int) -> TensorSpec:
+        """One replica's spec of ``slot``."""
+        spec = self.specs[slot]
+        return TensorSpec(spec.shape[1:], spec.dtype) if slot in self.varying else spec
+
+    def written(self, s: Step) -> set[int]:
+        """The storage roots ``s`` may write (a loop, branch or call: every slot it names)."""
+        if s.kind not in ("loop", "cond"):
+            return {self.root(x) for x in [*s.outs, *s.writes]}
+        return {self.root(x) for inner in walk([s])
+                for x in (*inner.ins, *inner.outs, *(y for pair in inner.carried for y in pair))}
+
+    def body(self, steps: list[Step]) -> list[Step]:
+        for s in steps:
+            if s.body:
+                s.body = self.body(s.body)
+            if s.orelse:
+                s.orelse = self.body(s.orelse)
+        last: dict[int, int] = {}  # storage root -> index of the last step writing it
+        ready: dict[int, int] = {}  # all-reduce index -> index of the step its input needs
+        for j, s in enumerate(steps):
+            if (s.kind == "kernel" and s.op is not None and s.op.defn.name in _ALL_REDUCES
+                    and s.ins[0] in self.varying):
+                ready[j] = last.get(self.root(s.ins[0]), -1)
+            for r in self.written(s):
+                last[r] = j
+        if not ready:
+            return steps
+        sizes = {j: nbytes(self.specs[steps[j].ins[0]]) for j in ready}
+        buckets = self.group(ready, sizes)
+        texts = [[self.text(steps[j]) for j in b] for b in buckets]
+        agree = ", ".join(t for ts in texts for t in ts)
+        if len(texts) > 1 or len(texts[0]) > 1:
+            bytes_ = ", ".join(str(sum(sizes[j] for j in b)) for b in buckets)
+            agree += (f" ({len(ready)} all-reduces in {len(buckets)} buckets of {bytes_} bytes)"
+                      if len(buckets) > 1 else f" ({len(ready)} all-reduces in one bucket)")
+        starts: dict[int, list[Step]] = {}
+        for k, b in enumerate(buckets):  # in the order they begin (inputs ready)
+            bucket = Bucket(self.ctx.exchange, self.ctx.total // self.ctx.local,
+                            [self.specs[steps[j].ins[0]] for j in b],
+                            f"all-reduce bucket {k + 1} of {len(buckets)}",
+                            agree if k == 0 else None)
+            for i, j in enumerate(b):
+                steps[j].defn = self.finish(steps[j], _Member(bucket, i))
+            step = Step("kernel", [steps[j].ins[0] for j in b], [], steps[b[-1]].op,
+                        OpDef("all_reduce_bucket", lambda *specs: None, bucket.start,
+                              side_effect=True), {})
+            starts.setdefault(ready[b[-1]], []).append(step)
+        out = starts.get(-1, [])
+        for i, s in enumerate(steps):
+            out += [s, *starts.get(i, [])]
+        return out
+
+    def group(self, ready: dict[int, int], sizes: dict[int, int]) -> list[list[int]]:
+        """The all-reduces (step indices) of each bucket, in the order their inputs are
+        ready; a bucket closes when the next input would take it past its cap, or when its
+        exchange would begin after one of its all-reduces."""
+        buckets: list[list[int]] = []
+        current: list[int] = []
+        size = 0
+        for j in sorted(ready, key=lambda j: (ready[j], j)):
+            cap = min(self.cap, FIRST_BUCKET_BYTES) if not buckets else self.cap
+            if current and (size + sizes[j] > cap or ready[j] >= min(current)):
+                buckets.append(current)
+                current, size = [], 0
+            current.append(j)
+            size += sizes[j]
+        return [*buckets, current] if current else buckets
+
+    def text(self, s: Step) -> str:
+        one = self.one(s.ins[0])
+        return f"all-reduce {s.attrs['op']} of {one.dtype.as_numpy()}{list(one.shape)}"
+
+    def finish(self, s: Step, member: _Member) -> OpDef:
+        """The all-reduce ``s`` reading its part of the bucket."""
+        ctx = dataclasses.replace(self.ctx, exchange=member)
+        return replica_defn(s.op.defn, [True], [s.outs[0] in self.varying], [self.one(s.ins[0])],
+                            [self.one(s.outs[0])], ctx)
