@@ -12,7 +12,7 @@ token per ``Session.run`` with the keys and values of earlier tokens kept in var
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -48,6 +48,13 @@ class Config:
 FULL = Config()
 SMALL = Config(layers=12, hidden=768, heads=12, mlp=3072, vocab=50257, positions=1024)  # GPT-2
 TINY = Config(layers=2, hidden=32, heads=2, mlp=64, vocab=64, seq=8, positions=48)
+SIZES = {"round5": FULL, "small": SMALL}
+
+
+def sized(size: str, layers: int | None = None) -> Config:
+    """The decoder of ``SIZES[size]``, with ``layers`` layers if given (shorter profiles)."""
+    cfg = SIZES[size]
+    return cfg if layers is None else replace(cfg, layers=layers)
 
 
 def initial_weights(cfg: Config, seed: int = 0) -> dict[str, np.ndarray]:
