@@ -18,6 +18,7 @@ from xlgraph.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_
 from xlgraph.ops.control import ConditionalSiteInfo, conditional, conditional_with_info
 from xlgraph.ops.conv import PadType, conv, conv_transpose
 from xlgraph.ops.ctc import ctc_loss
+from xlgraph.ops.ctc_decode import ctc_beam_search_decoder
 from xlgraph.ops.debug import print_tensor
 from xlgraph.ops.dynamic import dynamic_slice, dynamic_update, dynamic_update_
 from xlgraph.ops.elementwise import (
@@ -203,4 +204,4 @@ __all__ += ["acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "bitwise
             "bitwise_not", "bitwise_or", "bitwise_xor", "cosh", "erf", "expm1", "floor_divide",
             "greater_equal", "less", "less_equal", "log1p", "log10", "logical_xor", "maximum2",
             "minimum", "not_equal", "reciprocal", "remainder", "round", "rsqrt", "sinh", "tan",
-            "trunc", "ctc_loss"]
+            "trunc", "ctc_loss", "ctc_beam_search_decoder"]

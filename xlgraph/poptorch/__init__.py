@@ -52,6 +52,7 @@ from xlgraph.poptorch.blocks import (
     removeBlocks,
 )
 from xlgraph.poptorch.capture import capturing
+from xlgraph.poptorch.ctc_decoder import ctc_beam_search_decoder
 from xlgraph.poptorch.dataloader import AsynchronousDataAccessor, DataLoader
 from xlgraph.poptorch.enums import (
     AnchorMode,
@@ -159,12 +160,6 @@ def load(filename: str, edit_opts_fn: Any = None) -> PoplarExecutor:
         else inferenceModel(saved.model, saved.options)
     wrapper.compile(**saved.inputs)
     return wrapper
-
-
-def ctc_beam_search_decoder(probs: Any, lengths: Any, blank: int = 0, beam_width: int = 100,
-                            top_paths: int = 1) -> Any:
-    """Refused: xlgraph has no CTC beam search op."""
-    refuse("ctc_beam_search_decoder")
 
 
 def fps(src: Any, ptr: Any, ratio: float = 0.5, random_start: bool = False) -> Any:

@@ -11,6 +11,7 @@ from xlgraph.poptorch import (  # noqa: F401 - importing a family registers its 
     aten_math,
     aten_shape,
     aten_sorting,
+    ctc_decoder,
     functional,
 )
 from xlgraph.poptorch.api_ops import CONVERSIONS as _POPTORCH_OPS

@@ -75,7 +75,6 @@ _SIM_STATS = "recorded; the ipu_model models one chip's tiles and ignores it"
 STATUS: dict[str, tuple[str, str]] = {
     "poptorchAtExit": (IGNORED, "nothing to release: the simulator holds no device"),
     "registerGeometricCustomArgParsers": (IGNORED, "torch_geometric types are not converted"),
-    "ctc_beam_search_decoder": (REFUSED, "no CTC beam search op in xlgraph"),
     "fps": (REFUSED, "torch_cluster's farthest point sampling is not in xlgraph"),
     "nearest": (REFUSED, "torch_cluster's nearest is not in xlgraph"),
     "set_overlap_for_input": (IGNORED, "host IO is not overlapped with compute on the simulator"),
