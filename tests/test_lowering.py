@@ -13,7 +13,7 @@ import pytest
 
 import xlgraph as popxl
 from xlgraph import ops
-from xlgraph.lower.flatten import REPEATED_MIN_OPS
+from xlgraph.lower.flatten import LARGE_INLINE_ELEMENTS, LARGE_MIN_OPS, REPEATED_MIN_OPS
 from xlgraph.runtime import threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -163,6 +163,31 @@ def test_repeated_large_subgraphs_become_functions() -> None:
     functions = re.findall(r"^def (f\d+\w*)\(", session.source, re.M)
     assert len(functions) == 1 and "block" in functions[0]  # the small graph is inlined
     assert session.source.count(f"= {functions[0]}(") == 2
+
+
+@pytest.mark.parametrize("rows", [1, LARGE_INLINE_ELEMENTS // 64])
+def test_a_large_graph_is_a_function_only_when_its_tensors_are_small(rows: int) -> None:
+    """A graph of many ops called once runs inline when its ops move much data (the caller's
+    layouts, fused loops and buffers apply: a transformer's backward pass), and is compiled as
+    a function when they are small (compiling many small ops inline costs more than it saves);
+    both compute what the interpreter does."""
+    def build():
+        ir = popxl.Ir()
+        with ir.main_graph:
+            x = ops.host_load(s := popxl.h2d_stream((rows, 64), F32, "x"))
+
+            def block(t: popxl.Tensor) -> popxl.Tensor:
+                for _ in range(LARGE_MIN_OPS // 2):
+                    t = ops.tanh(t) * 0.5
+                return ops.softmax(t, axis=1)
+
+            (y,) = ops.call(ir.create_graph(block, x.spec), x)
+            store(y, "out")
+        return ir, [s]
+
+    data = np.random.default_rng(0).normal(size=(rows, 64)).astype(np.float32)
+    session = same_both_ways(build, lambda streams: {streams[0]: data}, runs=1)
+    assert ("\ndef f" in session.source) == (rows == 1)
 
 
 def test_host_transfers_loop_inside_the_generated_function() -> None:

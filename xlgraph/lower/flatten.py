@@ -1,8 +1,8 @@
 """Flatten an Ir into a ``Program``: calls are inlined, repeats become loop steps.
 
-A subgraph that is large, or called from several sites and not tiny, is compiled once as its own
-function (a ``func`` step) instead of being inlined at every site, provided it takes every input
-by value and makes no host transfers.
+A subgraph that is large (many ops on small tensors), or called from several sites and not tiny,
+is compiled once as its own function (a ``func`` step) instead of being inlined at every site,
+provided it takes every input by value and makes no host transfers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ from xlgraph.ops.half import half_form
 from xlgraph.tensor import Tensor, TensorSpec
 
 REPEATED_MIN_OPS = 16  # a graph called from >= 2 sites with at least this many ops is a function
-LARGE_MIN_OPS = 400  # a graph with at least this many ops (counting callees) is a function
+LARGE_MIN_OPS = 400  # a graph with at least this many ops (counting callees) is a function,
+# unless its ops' results average at least ``LARGE_INLINE_ELEMENTS`` elements: inline, its ops
+# use the caller's layouts, fused segments and pool buffers (a function's parameters have no
+# known layout and its results are fresh arrays), which pays where each op moves much data;
+# where ops are many and small, compiling the segments costs more than it saves (a 12-layer
+# transformer's backward pass at width 768: 10% of its step; an 800-layer MLP of width 8:
+# Session 1.2 -> 7.9 s of CPU with the segments compiled)
+LARGE_INLINE_ELEMENTS = 1 << 14
 # Compiled functions call each other on Python's stack at run time: no call chain is deeper
 # than this (within the default recursion limit of 1000); graphs nested deeper are inlined into
 # the innermost function. Functions made only for their size stop at ``SIZE_FUNCTION_DEPTH``; the
@@ -47,6 +54,12 @@ def _size(graph: Graph, memo: dict[Graph, int]) -> Nested[int]:
                 total += memo[g] if g in memo else (yield _size(g, memo))
         memo[graph] = total
     return memo[graph]
+
+
+def _mean_elements(graph: Graph) -> float:
+    """The mean number of elements of the results of ``graph``'s own ops."""
+    sizes = [t.nelms for op in graph.ops for t in op.outputs]
+    return sum(sizes) / max(len(sizes), 1)
 
 
 def _self_contained(graph: Graph, modified: set[int], memo: dict[Graph, bool]) -> bool:
@@ -123,7 +136,8 @@ class _Flattener:
 
     def as_function(self, graph: Graph, modified: set[int], nested: bool = False) -> bool:
         """Whether a site of ``graph`` calls it as a function rather than inlining it: when it
-        is large, or called from several sites (branches included) and not tiny. So a graph
+        is large (``LARGE_MIN_OPS``, of small tensors), or called from several sites (branches
+        included) and not tiny. So a graph
         lowers once however many sites call it (nested conditionals whose arms call one graph
         stay linear, not exponential, in the nesting). Not when the call chain at run time
         would grow deeper than ``MAX_FUNCTION_DEPTH``. Always (when it can be) for a loop body
@@ -133,7 +147,7 @@ class _Flattener:
         height = self.heights.get(graph, 1)
         if repeated or (nested and self.blocks >= MAX_NESTED_BLOCKS):
             limit = MAX_FUNCTION_DEPTH
-        elif size >= LARGE_MIN_OPS:
+        elif size >= LARGE_MIN_OPS and _mean_elements(graph) < LARGE_INLINE_ELEMENTS:
             limit = SIZE_FUNCTION_DEPTH
         else:
             return False
