@@ -164,3 +164,13 @@ def test_async_distributed_epochs_are_the_sync_ones(shuffle):
     assert epochs[poptorch.DataLoaderMode.Async] == sync
     if not shuffle:  # 4 items each of 11: process 1 reads 4..7, then 7..10 (shifted by 3)
         assert sync == [[4, 5, 6, 7], [7, 8, 9, 10], [4, 5, 6, 7]]
+
+
+def test_an_empty_dataset_loaded_indefinitely_gives_empty_epochs_without_flooding():
+    accessor = poptorch.AsynchronousDataAccessor([], buffer_size=2)
+    try:
+        time.sleep(0.2)  # time enough for a worker that does not wait to queue many ends
+        assert accessor._worker._data_buffers.messages.qsize() <= 2
+        assert [list(accessor) for _ in range(3)] == [[], [], []]
+    finally:
+        accessor.terminate()

@@ -137,8 +137,9 @@ class AsynchronousDataAccessor:
                 kind, value = worker.receive(self.miss_sleep_time_in_ms)
             except WorkerDied as died:
                 raise self._died(died) from died
+            if kind != FAILED:
+                worker._data_buffers.taken(kind)
             if kind == BATCH:
-                worker._data_buffers.taken()
                 yield value
                 continue
             self._mid_epoch = False

@@ -43,7 +43,9 @@ class WorkerDied(Exception):
 
 class RingBuffer:
     """``size`` slots between the worker and the caller: ``indices_mem[i]`` is 1 while slot
-    ``i`` holds a batch not yet taken. Each side counts the slots it has used."""
+    ``i`` holds a batch not yet taken. Each side counts the slots it has used. An epoch's end
+    holds a place too until taken (an empty dataset loaded indefinitely cannot flood the
+    queue with ends), without a slot flag."""
 
     def __init__(self, size: int) -> None:
         self.indices_mem = torch.zeros(size, dtype=torch.uint8).share_memory_()
@@ -51,21 +53,23 @@ class RingBuffer:
         self._free = _CONTEXT.Semaphore(size)
         self._count = 0  # the worker's slots written, or the caller's slots taken
 
-    def write(self, batch: Any, running: Any) -> bool:
-        """In the worker: put ``batch`` in the next slot once it is free (False when
-        ``running()`` turns false first)."""
+    def write(self, kind: str, batch: Any, running: Any) -> bool:
+        """In the worker: put a ``BATCH`` in the next slot, or an ``EPOCH_END``, once there
+        is room (False when ``running()`` turns false first)."""
         while not self._free.acquire(timeout=_POLL):
             if not running():
                 return False
-        self.indices_mem[self._count % len(self.indices_mem)] = 1
-        self.messages.put((BATCH, batch))
-        self._count += 1
+        if kind == BATCH:
+            self.indices_mem[self._count % len(self.indices_mem)] = 1
+            self._count += 1
+        self.messages.put((kind, batch))
         return True
 
-    def taken(self) -> None:
-        """In the caller: the oldest filled slot's batch was handed over; free the slot."""
-        self.indices_mem[self._count % len(self.indices_mem)] = 0
-        self._count += 1
+    def taken(self, kind: str) -> None:
+        """In the caller: a ``BATCH`` or ``EPOCH_END`` was handed over; free its place."""
+        if kind == BATCH:
+            self.indices_mem[self._count % len(self.indices_mem)] = 0
+            self._count += 1
         self._free.release()
 
     def close(self) -> None:
@@ -165,9 +169,10 @@ def _load(dataset: Any, buffers: RingBuffer, stop: Any, go: Any, load_indefinite
     try:
         while running():
             for batch in dataset:
-                if not buffers.write(batch, running) or not started():
+                if not buffers.write(BATCH, batch, running) or not started():
                     return
-            buffers.messages.put((EPOCH_END, None))
+            if not buffers.write(EPOCH_END, None, running):
+                return
             if not load_indefinitely:
                 break
     except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
