@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 poptorch = pytest.importorskip("xlgraph.poptorch")
-from xlgraph.poptorch import dataloader  # noqa: E402
+from xlgraph.poptorch import prefetch  # noqa: E402
 from xlgraph.progress import tqdm  # noqa: E402
 
 NAME = "poptorch-dataloader-prefetch"
@@ -75,7 +75,7 @@ def test_the_thread_loads_ahead_and_the_first_batch_in_the_callers_thread():
 def test_no_thread_unless_asked_for():
     batches = iter(poptorch.DataLoader(poptorch.Options(), Recorded(30), batch_size=3))
     next(batches)
-    assert not isinstance(batches, dataloader._Ahead) and not _prefetching()
+    assert not isinstance(batches, prefetch.Ahead) and not _prefetching()
 
 
 @pytest.mark.parametrize("wrap", [False, True])

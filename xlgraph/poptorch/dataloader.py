@@ -26,8 +26,6 @@ combined batches, as PopTorch does.
 
 from __future__ import annotations
 
-import collections
-import threading
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -39,6 +37,7 @@ from xlgraph.errors import flag
 from xlgraph.poptorch.async_accessor import AsynchronousDataAccessor
 from xlgraph.poptorch.enums import DataLoaderMode
 from xlgraph.poptorch.options import Options
+from xlgraph.poptorch.prefetch import Ahead
 
 __all__ = ["DataLoader", "AsynchronousDataAccessor"]
 
@@ -149,7 +148,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._accessor is None:
             self._next_epoch()
             batches = _collated(self) if _collates_itself(self) else super().__iter__()
-            return _Ahead(batches) if self.prefetch and not self.num_workers else batches
+            return Ahead(batches) if self.prefetch and not self.num_workers else batches
         if self._accessor.worker_pid is None:  # the last epoch's worker has ended
             self._next_epoch()
         return _epoch(self._accessor)
@@ -278,10 +277,6 @@ def _rebatched(batches: Iterator[Any], size: int, drop_last: bool) -> Iterator[A
         yield pytree.tree_unflatten([torch.cat(parts) for parts in zip(*pending)], spec)
 
 
-_DONE = object()
-_FAILED = object()
-
-
 def _collates_itself(loader: DataLoader) -> bool:
     """Whether ``loader``'s dataset makes whole collated batches (``collated_batch(indices)``,
     as ``xlgraph.vision``'s datasets do) that can replace torch's per-batch fetch and default
@@ -306,101 +301,3 @@ def _collated(loader: DataLoader) -> Iterator[Any]:
             items = fetch(batch_indices) if fetch else [dataset[i] for i in batch_indices]
             batch = collate(items)
         yield batch
-
-
-class _Ahead:
-    """Iterates ``batches``, loading up to ``depth`` batches ahead in a background thread.
-
-    Whoever holds the source's lock loads the next batch and appends it to the ready queue, so
-    the order is the source's. The caller takes from the queue; when it is empty, the caller
-    loads the batch itself instead of waiting for a thread that may not be scheduled. It wakes
-    the thread when half the batches are taken, so the thread works in bursts. The first batch
-    is loaded by the caller, in its thread, where torch's samplers draw their seeds. ``close()``
-    (also on garbage collection: a ``for`` loop left by ``break`` or an exception) stops and
-    joins the thread, which holds only the shared ``_Queue``, never this iterator.
-    """
-
-    def __init__(self, batches: Iterator[Any], depth: int = 32) -> None:
-        self._queue = _Queue(batches, depth)
-        self._worker: threading.Thread | None = None
-
-    def __iter__(self) -> _Ahead:
-        return self
-
-    def __next__(self) -> Any:
-        shared = self._queue
-        kind, item = shared.take()
-        if kind is None:
-            if shared.wants_more():
-                self._wake()
-            return item
-        self.close()
-        if kind is _FAILED:
-            raise item
-        raise StopIteration
-
-    def _wake(self) -> None:
-        if self._worker is None:
-            self._worker = threading.Thread(target=self._queue.serve, daemon=True,
-                                            name="poptorch-dataloader-prefetch")
-            self._worker.start()
-        self._queue.wanted.set()
-
-    def close(self) -> None:
-        """Stop the thread and wait for it (after at most the batches it is loading)."""
-        self._queue.stop.set()
-        self._queue.wanted.set()
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.join()
-
-    def __del__(self) -> None:
-        self.close()
-
-
-class _Queue:
-    """The batches loaded so far, and the source they come from (shared by the two threads)."""
-
-    def __init__(self, batches: Iterator[Any], depth: int) -> None:
-        self.batches = batches
-        self.ready: collections.deque[tuple[Any, Any]] = collections.deque()
-        self.lock = threading.Lock()
-        self.wanted = threading.Event()
-        self.stop = threading.Event()
-        self.depth = depth
-        self.finished = False
-
-    def take(self) -> tuple[Any, Any]:
-        """The next ``(kind, item)``: loaded ahead, else loaded now by the caller."""
-        if not self.ready:
-            with self.lock:
-                if not self.ready:
-                    self.load_one()
-        return self.ready.popleft()
-
-    def wants_more(self) -> bool:
-        return not self.finished and len(self.ready) <= self.depth // 2
-
-    def load_one(self) -> None:
-        """Append the next batch, the end, or the failure (the lock is held)."""
-        if self.finished:
-            self.ready.append((_DONE, None))
-            return
-        try:
-            self.ready.append((None, next(self.batches)))
-        except StopIteration:
-            self.finished = True
-            self.ready.append((_DONE, None))
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread, in order
-            self.finished = True
-            self.ready.append((_FAILED, exc))
-
-    def serve(self) -> None:
-        """The background thread: when woken, load until ``depth`` batches are ready."""
-        while self.wanted.wait() and not self.stop.is_set():
-            self.wanted.clear()
-            while len(self.ready) < self.depth and not self.finished and not self.stop.is_set():
-                with self.lock:
-                    self.load_one()
-            if self.wants_more():
-                self.wanted.set()  # taken while loading: go on
