@@ -1,13 +1,16 @@
 """The machine's own limits for ``transformer.py --size small``: its float32 GEMM rate on the
-training step's matrix products (numpy), and its memory copy bandwidth.
+training step's matrix products (numpy), its rate on generation's vector products, and its
+memory copy bandwidth.
 
 ``step_products`` lists the products of one training step of ``gpt_model``'s decoder (forward,
 then two per forward product in the backward pass: the gradients of both operands).
 ``gemm_step`` returns a step function that runs exactly those products with numpy, so that it
 is timed beside the contenders in the same interleaved rounds: the step's FLOPs over that time
 is the GEMM rate the machine reaches on these shapes under the load of the moment.
-``copy_step`` copies a buffer larger than the caches; its bandwidth counts the bytes read and
-the bytes written, as STREAM's ``copy`` does. ``token_weight_bytes`` is what generating one
+``gemv_step`` runs one generated token's products with numpy (every weight read once): the
+floor of a decode step bound by streaming its weights. ``copy_step`` copies a buffer larger
+than the caches; its bandwidth counts the bytes read and the bytes written, as STREAM's
+``copy`` does. ``token_weight_bytes`` is what generating one
 token reads of the weights.
 """
 
@@ -61,6 +64,27 @@ def gemm_step(products: list[Product], seed: int = 0) -> Callable[[int], Any]:
     def step(i: int) -> None:
         for a, b, out in order:
             np.matmul(a, b, out=out)
+
+    step.operands = order
+    return step
+
+
+def gemv_step(weights: dict[str, np.ndarray], runs: int) -> Callable[[int], Any]:
+    """``step(i)`` running ``runs`` times one token's weight products with numpy: a row vector
+    times every weight matrix, the tied head as the token embedding's transpose (the biases and
+    LayerNorm vectors, 0.1 % of GPT-2 small's bytes, and the position table, of which a token
+    reads one row, left out). Each weight is read once a run, as a
+    decode step reads it: the time of a decode step that does nothing but stream its weights at
+    numpy's ``gemv`` rate. ``step.operands``: ``(x, w, out)`` of each product."""
+    mats = [w for name, w in weights.items() if w.ndim == 2 and name not in ("wte", "wpe")]
+    mats.append(weights["wte"].T)
+    order = [(np.ones((1, w.shape[0]), w.dtype), w, np.empty((1, w.shape[1]), w.dtype))
+             for w in mats]
+
+    def step(i: int) -> None:
+        for _ in range(runs):
+            for x, w, out in order:
+                np.matmul(x, w, out=out)
 
     step.operands = order
     return step

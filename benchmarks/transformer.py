@@ -20,7 +20,9 @@ thread count of ``--threads``; ``best`` keeps each one's faster setting.
 running the step's own matrix products (``roofline.py``): ``gemm_fraction`` is the step's
 FLOPs over its time as a fraction of that GEMM rate. ``generate_small_b1`` against
 HuggingFace, timed beside a memory copy: ``bandwidth_fraction`` is the weight bytes every
-token reads over the time per token, as a fraction of the copy bandwidth.
+token reads over the time per token, as a fraction of the copy bandwidth; and beside numpy
+running each token's vector products alone (``roofline.gemv_step``): ``gemv_fraction`` is that
+time over the contender's, 1 for a decode step that only streams its weights.
 
 Run: ``PYTHONPATH=. python benchmarks/transformer.py [--quick] [--threads 1 2] [--size small]``.
 """
@@ -198,30 +200,37 @@ def train_case(key: str, cfg: gm.Config, weights: dict[str, np.ndarray], batch: 
 
 def generate_case(key: str, cfg: gm.Config, weights: dict[str, np.ndarray], batch: int,
                   args: argparse.Namespace, roof: bool) -> dict[str, Any]:
-    """Time generation (``roof``: beside ``roofline.copy_step``) and return its timings and the
-    best setting's tokens per second (and fraction of the copy bandwidth)."""
+    """Time generation (``roof``: beside ``roofline.copy_step`` and ``roofline.gemv_step``)
+    and return its timings and the best setting's tokens per second (and fractions of the copy
+    bandwidth and of the weight-streaming floor)."""
     makers = {n: (lambda n=n: make_generate(n, cfg, weights, batch)) for n in ("xlgraph", "hf")}
     copy_bytes = 1 << 27
+    new = min(NEW, cfg.positions - PROMPT)
+    runs = PROMPT + new - 1  # every run of the prompt and of the new tokens reads every weight
     if roof:
         makers["copy"] = lambda: (roofline.copy_step(copy_bytes, 8), None)
+        makers["gemv"] = lambda: (roofline.gemv_step(weights, runs), None)
     timings = time_set(makers, args.threads, calls=1, rounds=args.rounds)
     best = best_setting({n: {key: t} for n, t in timings.items()}, key, args.threads)
-    copy = best.pop("copy", None)
-    new = min(NEW, cfg.positions - PROMPT)
+    copy, gemv = best.pop("copy", None), best.pop("gemv", None)
     tps = {n: round(batch * new / (t["median"] / 1e6), 1) for n, t in best.items()}
     out: dict[str, Any] = {"tokens_per_s": tps,
                            "us_per_generate": {n: t["median"] for n, t in best.items()}}
     if len(tps) == 2:
         out["ratio_xlgraph_over_hf"] = round(tps["xlgraph"] / tps["hf"], 3)
-    if copy is not None:  # every run of the prompt and of the new tokens reads every weight
+    if copy is not None:
         bandwidth = roofline.copy_bandwidth(copy_bytes, copy["median"])
         per_token = roofline.token_weight_bytes(weights)
-        runs = PROMPT + new - 1
         out["copy_gb_per_s"] = round(bandwidth / 1e9, 2)
         out["weight_mb_per_token"] = round(per_token / 1e6, 1)
         out["bandwidth_fraction"] = {
             n: round(per_token * runs / (t["median"] * 1e-6) / bandwidth, 3)
             for n, t in best.items()}
+    if gemv is not None:  # numpy's products alone over the contender's time: 1 at the floor
+        out["gemv_gb_per_s"] = round(roofline.token_weight_bytes(weights) * runs
+                                     / gemv["median"] / 1e3, 2)
+        out["gemv_fraction"] = {n: round(gemv["median"] / t["median"], 3)
+                                for n, t in best.items()}
     return {**{f"threads_{n}": t for n, t in timings.items()}, "best": out}
 
 

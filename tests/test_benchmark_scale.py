@@ -71,6 +71,18 @@ def test_a_token_reads_every_weight_but_the_position_table() -> None:
     assert roofline.token_weight_bytes(weights) == 4 * (params - (CFG.positions - 1) * CFG.hidden)
 
 
+def test_the_gemv_floor_reads_what_a_token_reads() -> None:
+    weights = gm.initial_weights(CFG)
+    step = roofline.gemv_step(weights, 2)
+    step(0)
+    x, head, out = step.operands[-1]
+    np.testing.assert_array_equal(out, x @ weights["wte"].T)  # the tied head
+    assert len(step.operands) == 6 * CFG.layers + 1
+    vectors = sum(w.nbytes for w in weights.values() if w.ndim == 1)  # biases, LayerNorms
+    read = sum(w.nbytes for _, w, _ in step.operands) + weights["wpe"][0].nbytes + vectors
+    assert read == roofline.token_weight_bytes(weights)
+
+
 def test_copy_step_copies() -> None:
     step = roofline.copy_step(1 << 12, 3)
     assert step.steps == 3
@@ -113,3 +125,4 @@ def test_torch_ddp_trains_as_xlgraph_instances() -> None:
     ours = np.frombuffer(bytes.fromhex(wte), np.float32)
     np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-7)
     assert not np.array_equal(ours, gm.initial_weights(CFG)["wte"].ravel())
+
