@@ -35,6 +35,15 @@ class Increments(torch.utils.data.Dataset):
         return torch.full((2, 3), float(i))
 
 
+@pytest.fixture(autouse=True)
+def _same_log_level():
+    """Each test leaves the ``poptorch::python`` logger at the level it found (the one
+    ``POPTORCH_LOG_LEVEL`` gave at import), whatever level it sets."""
+    level = log.logger.level
+    yield
+    log.logger.setLevel(level)
+
+
 def _filled(loader: poptorch.DataLoader) -> int:
     return int(loader._accessor._worker._data_buffers.indices_mem.sum())
 
@@ -103,7 +112,7 @@ def test_debug_logging_names_both_processes(capfd, monkeypatch):
         pid = accessor.worker_pid
         accessor.terminate()
     finally:
-        poptorch.setLogLevel("WARN")
+        poptorch.setLogLevel("WARN")  # for the check below; the fixture restores the level
     err = capfd.readouterr().err
     assert f"AsynchronousDataAccessor parent process: {os.getpid()}" in err
     assert f"AsynchronousDataAccessor worker process: {pid}" in err
@@ -114,15 +123,12 @@ def test_debug_logging_names_both_processes(capfd, monkeypatch):
 
 
 def test_set_log_level_takes_poptorchs_names_and_numbers():
-    try:
-        poptorch.setLogLevel(2)
-        assert log.logger.level == logging.INFO
-        poptorch.setLogLevel("OFF")
-        assert log.logger.level > logging.CRITICAL
-        with pytest.raises(ValueError, match="unknown level 'LOUD'"):
-            poptorch.setLogLevel("LOUD")
-    finally:
-        poptorch.setLogLevel("WARN")
+    poptorch.setLogLevel(2)
+    assert log.logger.level == logging.INFO
+    poptorch.setLogLevel("OFF")
+    assert log.logger.level > logging.CRITICAL
+    with pytest.raises(ValueError, match="unknown level 'LOUD'"):
+        poptorch.setLogLevel("LOUD")
 
 
 def test_a_sigint_to_the_worker_is_swallowed(capfd):
