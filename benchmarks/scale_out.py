@@ -1,15 +1,25 @@
 """Scale-out: the round-five transformer (``gpt_model.FULL``) training at batch 8 per instance,
 one instance against two, in xlgraph (``xlgraph-run``, one replica per instance, gradients
-averaged by ``replicated_all_reduce`` over MPI) and in PyTorch (``DistributedDataParallel``,
-gloo backend, two processes started by ``torchrun``; one process: the plain model).
+averaged by ``replicated_all_reduce`` over MPI, in buckets begun during the backward pass) and
+in PyTorch (``DistributedDataParallel``, gloo backend, two processes started by ``torchrun``;
+one process: the plain model).
 
 Weak-scaling efficiency = (samples/s with 2) / (2 x samples/s with 1). Every process runs
 ``--threads`` BLAS (and torch) threads, 1 by default, so that two instances use two cores where
-one instance uses one. The four jobs run in turn, ``--rounds`` times (fresh processes each
-time); each job times ``--steps`` steps after 2 untimed ones and instance 0 reports them
-(collectives keep the instances in step). Prints JSON; ``best`` holds the medians' efficiency.
+one instance uses one. The jobs run in turn, ``--rounds`` times (fresh processes each time);
+each job times ``--steps`` steps after 2 untimed ones and instance 0 reports them (collectives
+keep the instances in step), with the CPU seconds its process used over them (every thread:
+BLAS, torch's, xlgraph's progress thread). Prints JSON; ``best`` holds the medians' efficiency
+and the CPU efficiency (CPU s per step of one instance alone / of an instance of two: what the
+exchange adds to each instance's work, which a machine shared with other busy processes does
+not hide the way it hides waiting).
 
-Run: ``PYTHONPATH=. python benchmarks/scale_out.py [--quick] [--threads 1]``.
+``--pin`` runs instance i on CPU i only (``os.sched_setaffinity``), in both frameworks, so that
+one instance gets one core's share of the machine and two instances two cores' shares even when
+other processes load it. ``--unbucketed`` adds a job of two xlgraph instances whose all-reduces
+are exchanged one by one (``XLGRAPH_BUCKET_MB=0``).
+
+Run: ``PYTHONPATH=. python benchmarks/scale_out.py [--quick] [--threads 1] [--pin]``.
 """
 
 from __future__ import annotations
@@ -32,7 +42,10 @@ import gpt_model as gm  # noqa: E402
 import gpt_peers  # noqa: E402
 from harness import machine  # noqa: E402
 
+from xlgraph.lower.buckets import BUCKET_MB  # noqa: E402
+
 BATCH, WARMUP = 8, 2
+PIN = "SCALE_OUT_PIN"  # "1": each process runs on CPU (its instance index) only
 HERE = Path(__file__).resolve()
 
 
@@ -55,6 +68,7 @@ def xlgraph_step(cfg: gm.Config) -> tuple[Callable[[np.ndarray], float], Callabl
     session = popxl.Session(ir, blas_threads=None)
     gm.load(session, named, gm.initial_weights(cfg))
     session.__enter__()
+    session.wait_for_kernels()  # time the compiled step, not numba compiling beside it
     return (lambda tokens: float(session.run({tok_s: tokens})[loss_s]),
             lambda: session.get_tensor_data(named["wte"]))
 
@@ -75,6 +89,8 @@ def job(kind: str, steps: int, tiny: bool = False, check: bool = False) -> None:
     losses and the token embedding's bytes after the steps (nothing timed)."""
     cfg = gm.TINY if tiny else gm.FULL
     rank, world = instance()
+    if os.environ.get(PIN) == "1":
+        os.sched_setaffinity(0, {rank % os.cpu_count()})
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     if kind == "torch":
         import torch
@@ -90,10 +106,11 @@ def job(kind: str, steps: int, tiny: bool = False, check: bool = False) -> None:
     else:
         for i in range(WARMUP):
             step(data[i % len(data)])
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for i in range(steps):
             step(data[i % len(data)])
-        report = {"us_per_step": (time.perf_counter() - start) / steps * 1e6}
+        report = {"us_per_step": (time.perf_counter() - start) / steps * 1e6,
+                  "cpu_us_per_step": (time.process_time() - cpu) / steps * 1e6}
     if rank == 0:
         print(json.dumps(report), flush=True)
 
@@ -113,12 +130,12 @@ def command(kind: str, processes: int, steps: int, tiny: bool = False,
 
 
 def run_job(kind: str, processes: int, steps: int, threads: int = 1, tiny: bool = False,
-            check: bool = False) -> dict[str, Any]:
-    """Run a job to its end; instance 0's JSON report."""
+            check: bool = False, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run a job to its end; instance 0's JSON report. ``extra_env`` adds variables."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads),
                PYTHONPATH=os.pathsep.join([str(HERE.parent.parent),
-                                           os.environ.get("PYTHONPATH", "")]))
+                                           os.environ.get("PYTHONPATH", "")]), **(extra_env or {}))
     done = subprocess.run(command(kind, processes, steps, tiny, check), env=env,
                           capture_output=True, text=True)
     if done.returncode != 0:
@@ -133,6 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each job")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per job")
     parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads per process")
+    parser.add_argument("--pin", action="store_true", help="run instance i on CPU i only")
+    parser.add_argument("--unbucketed", action="store_true",
+                        help="also time two xlgraph instances without all-reduce buckets")
     parser.add_argument("--job", nargs=2, metavar=("KIND", "STEPS"), help=argparse.SUPPRESS)
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
@@ -142,21 +162,35 @@ def main(argv: list[str] | None = None) -> None:
         return
     rounds, steps = (2, 10) if args.quick else (args.rounds, args.steps)
     result: dict[str, Any] = {"benchmark": "scale_out", "machine": machine(), "batch": BATCH,
-                              "threads_per_process": args.threads, "best": {}}
+                              "threads_per_process": args.threads, "pinned": args.pin,
+                              "load_avg_before": [round(x, 2) for x in os.getloadavg()],
+                              "best": {}}
+    jobs = [("xlgraph", 1, {}), ("xlgraph", 2, {}), ("torch_ddp", 1, {}), ("torch_ddp", 2, {})]
+    if args.unbucketed:
+        jobs.insert(2, ("xlgraph_unbucketed", 2, {BUCKET_MB: "0"}))
     runs: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     for _ in range(rounds):
-        for kind in ("xlgraph", "torch_ddp"):
-            for n in (1, 2):
-                report = run_job(kind.split("_")[0], n, steps, args.threads)
-                runs.setdefault(f"{kind} x{n}", []).append(round(report["us_per_step"], 1))
+        for kind, n, env in jobs:
+            report = run_job(kind.split("_")[0], n, steps, args.threads,
+                             extra_env={**env, PIN: "1" if args.pin else "0"})
+            runs.setdefault(f"{kind} x{n}", []).append(round(report["us_per_step"], 1))
+            cpu.setdefault(f"{kind} x{n}", []).append(round(report["cpu_us_per_step"], 1))
     result["us_per_step"] = runs
+    result["cpu_us_per_step"] = cpu
     median = {k: statistics.median(v) for k, v in runs.items()}
     samples = {k: BATCH * int(k[-1]) / (v * 1e-6) for k, v in median.items()}
+    alone = {"xlgraph": "xlgraph x1", "xlgraph_unbucketed": "xlgraph x1",
+             "torch_ddp": "torch_ddp x1"}
+    kinds = [kind for kind, n, _ in jobs if n == 2]
     result["best"]["transformer_b8"] = {
         "samples_per_s": {k: round(v, 2) for k, v in samples.items()},
-        "efficiency": {kind: round(samples[f"{kind} x2"] / (2 * samples[f"{kind} x1"]), 3)
-                       for kind in ("xlgraph", "torch_ddp")}}
-    result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+        "efficiency": {kind: round(samples[f"{kind} x2"] / (2 * samples[alone[kind]]), 3)
+                       for kind in kinds},
+        "cpu_efficiency": {kind: round(statistics.median(cpu[alone[kind]])
+                                       / statistics.median(cpu[f"{kind} x2"]), 3)
+                           for kind in kinds}}
+    result["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result, indent=1))
 
 
