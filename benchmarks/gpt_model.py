@@ -4,9 +4,9 @@ Pre-LayerNorm blocks (causal self-attention, then a GELU MLP), learnt positions,
 LayerNorm and a language-model head tied to the token embedding: GPT-2's layout, so that
 HuggingFace's ``GPT2LMHeadModel`` holds the same weights. The xlgraph training step is written
 with popxl-addons ``Module``s (``Linear``, ``LayerNorm``), ``addons.autodiff`` and one
-``AdamOptimizerStep`` per variable, as the PopXL applications write it; generation is one
-token per ``Session.run`` with the keys and values of earlier tokens kept in variables
-(``dynamic_update_`` at the token's position).
+``AdamOptimizerStep`` per variable, as the PopXL applications write it; the decode step of
+generation (``gpt_generate.py``) is one token per ``Session.run`` with the keys and values of
+earlier tokens kept in variables (``dynamic_update_`` at the token's position).
 """
 
 from __future__ import annotations
@@ -239,25 +239,3 @@ def build_decode(cfg: Config, batch: int, total: int) -> tuple[popxl.Ir, Any, An
         ops.host_store(next_s, nxt)
     return ir, ids_s, pos_s, next_s, w
 
-
-def xlgraph_generate(cfg: Config, weights: dict[str, np.ndarray], batch: int, prompt_len: int,
-                     new: int, **session_kw: Any) -> tuple[Any, popxl.Session]:
-    """A function ``generate(prompt (batch, prompt_len)) -> (batch, prompt_len + new)`` over an
-    open Session: the prompt goes in token by token (filling the cache), then ``new`` greedy
-    tokens."""
-    ir, ids_s, pos_s, next_s, named = build_decode(cfg, batch, prompt_len + new)
-    session = popxl.Session(ir, **session_kw)
-    load(session, named, weights)
-    session.__enter__()
-    positions = [np.array([i], np.int32) for i in range(prompt_len + new)]
-
-    def generate(prompt: np.ndarray) -> np.ndarray:
-        out = np.empty((batch, prompt_len + new), np.int32)
-        out[:, :prompt_len] = prompt
-        for i in range(prompt_len + new - 1):
-            nxt = session.run({ids_s: out[:, i], pos_s: positions[i]})[next_s]
-            if i + 1 >= prompt_len:
-                out[:, i + 1] = nxt
-        return out
-
-    return generate, session

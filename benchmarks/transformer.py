@@ -9,8 +9,9 @@ asynchronous); ``train_b8_half``: the same step in low precision (xlgraph: float
 activations, float32 loss and moments, loss scaling 1024; torch: bfloat16 autocast, or
 float16 with ``--torch-half float16``, the slower on CPUs without float16 arithmetic; JAX: the
 forward in bfloat16). ``generate_b1`` and
-``generate_b8``: 128 greedy tokens after an 8-token prompt with a KV cache, xlgraph against
-HuggingFace ``generate`` on the same weights. ``peak_rss_bytes``: the peak resident memory of
+``generate_b8``: 128 greedy tokens after an 8-token prompt with a KV cache, xlgraph
+(``gpt_generate.py``: the prompt in one run, then a run per token) against HuggingFace
+``generate`` on the same weights. ``peak_rss_bytes``: the peak resident memory of
 a fresh process that builds one contender and runs 3 training steps (imports included).
 Every contender is made once and timed in one process in interleaved rounds (medians), at each
 thread count of ``--threads``; ``best`` keeps each one's faster setting.
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpt_generate  # noqa: E402
 import gpt_model as gm  # noqa: E402
 import gpt_peers  # noqa: E402
 import roofline  # noqa: E402
@@ -100,7 +102,7 @@ def make_generate(name: str, cfg: gm.Config, weights: dict[str, np.ndarray], bat
     prompt = gm.token_batches(cfg, batch, 1, seed=2)[0][:, :PROMPT]
     session = None
     if name == "xlgraph":
-        fn, session = gm.xlgraph_generate(cfg, weights, batch, PROMPT, new, blas_threads=None)
+        fn = session = gpt_generate.Generator(cfg, weights, batch, PROMPT, new, blas_threads=None)
         session.wait_for_kernels()  # compiled outside the timed loops, as for training
     else:
         fn = gpt_peers.hf_generate(cfg, weights, new)
@@ -206,7 +208,7 @@ def generate_case(key: str, cfg: gm.Config, weights: dict[str, np.ndarray], batc
     makers = {n: (lambda n=n: make_generate(n, cfg, weights, batch)) for n in ("xlgraph", "hf")}
     copy_bytes = 1 << 27
     new = min(NEW, cfg.positions - PROMPT)
-    runs = PROMPT + new - 1  # every run of the prompt and of the new tokens reads every weight
+    runs = new  # passes over the weights: the prompt's (one run), then a run per token after
     if roof:
         makers["copy"] = lambda: (roofline.copy_step(copy_bytes, 8), None)
         makers["gemv"] = lambda: (roofline.gemv_step(weights, runs), None)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import gpt_generate  # noqa: E402
 import gpt_model as gm  # noqa: E402
 import gpt_peers  # noqa: E402
 
@@ -71,12 +72,40 @@ def test_generation_matches_huggingface() -> None:
     # larger weights than the initial 0.02, so that the greedy tokens vary along the sequence
     weights = {k: v * 40 if v.ndim == 2 else v for k, v in weights.items()}
     prompt = gm.token_batches(CFG, BATCH)[0][:, :3]
-    generate, session = gm.xlgraph_generate(CFG, weights, BATCH, 3, 12)
-    with session:
+    with gpt_generate.Generator(CFG, weights, BATCH, 3, 12) as generate:
         ours = generate(prompt)
+        again = generate(prompt)  # the caches of the first call are overwritten or masked
+    generate.__exit__(None, None, None)  # the constructor's attach
     theirs = gpt_peers.hf_generate(CFG, weights, 12)(prompt)
     assert len(set(ours[0, 3:].tolist())) > 2  # not one token repeated
     np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(again, theirs)
+
+
+def test_the_prefill_writes_the_caches_the_decode_step_writes() -> None:
+    """The prompt in one run leaves the keys and values that running it token by token leaves
+    (to float32 rounding: matrix rows against vectors)."""
+    weights = gm.initial_weights(CFG)
+    prompt = gm.token_batches(CFG, BATCH)[0][:, :4]
+    generate = gpt_generate.Generator(CFG, weights, BATCH, 4, 2)
+    ir, ids_s, pos_s, next_s, named = gm.build_decode(CFG, BATCH, 6)
+    session = popxl.Session(ir)
+    gm.load(session, named, weights)
+    with session:
+        for i in range(4):
+            last = session.run({ids_s: prompt[:, i], pos_s: np.array([i], np.int32)})[next_s]
+    stepped = {v.name: a for v, a in session.get_tensors_data(
+        [v for v in ir.main_graph.variables if v.name.endswith("_cache")]).items()}
+    with generate:
+        out = generate(prompt)
+        filled = {v.name: a for v, a in generate.decode.get_tensors_data(
+            list(generate._caches)).items()}
+    generate.__exit__(None, None, None)
+    assert len(filled) == 2 * CFG.layers
+    for name, cache in filled.items():
+        np.testing.assert_allclose(cache[:, :, :4], stepped[name][:, :, :4], rtol=1e-5,
+                                   atol=1e-6)
+    np.testing.assert_array_equal(out[:, 4], last)
 
 
 def test_flags_parse_without_measuring(capsys) -> None:
