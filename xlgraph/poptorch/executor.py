@@ -88,6 +88,7 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         self._stale_step = False  # setOptimizer changed more than learning rates
         self._hooked = training
         self._carried_state: dict[str, torch.Tensor] = {}  # kept by destroy() for a recompile
+        self._uploaded_versions: tuple[tuple[int, int], ...] = ()  # inference: see _trained_in
         if training:
             weights.hook_module(model, self)
 
@@ -114,6 +115,12 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         """Whether training has changed the device weights since the host last saw them."""
         return self._compiled is not None and self._compiled.sync.host_stale
 
+    @property
+    def host_weights_version(self) -> int:
+        """Changes each time trained weights reach the host (inference models of the same
+        module upload again when it does)."""
+        return 0 if self._compiled is None else self._compiled.sync.host_weights_version
+
     def download(self) -> None:
         """Copy trained weights to the torch module if they are newer (used by its hooks)."""
         if self._compiled is not None:
@@ -126,8 +133,10 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
         compiled.sync.download()
 
     def copyWeightsToDevice(self) -> None:  # noqa: N802
-        """Write every torch weight to the device."""
+        """Write every torch weight to the device (an inference model sees host edits, other
+        than by training, only from here)."""
         self._require_compiled().sync.upload_all()
+        self._uploaded_versions = self._trained_versions()
 
     def detachFromDevice(self) -> None:  # noqa: N802
         """Bring trained weights to the host and release the device."""
@@ -147,6 +156,7 @@ class PoplarExecutor(_CompileStep, _CallPlan, _WeightTraffic):
             raise Error("Device is already attached")
         compiled.session.__enter__()
         compiled.sync.upload_changed()
+        self._uploaded_versions = self._trained_versions()
         if self.training and not isinstance(self._optimizer, pt_optim.Optimizer):
             self._torch_state_to_device()  # what it held (or loaded) while detached
 

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from xlgraph.poptorch import weights
 from xlgraph.poptorch.arguments import bind_call
 from xlgraph.poptorch.enums import (
     CommGroupType,
@@ -126,9 +125,10 @@ class _CallPlan:
             compiled, bound, feeds = self._prepare(bound)
         if not compiled.session.is_attached:
             self.attachToDevice()
-        if not self.training:
-            weights.fetch_trained(self._user_model)
-        compiled.sync.upload_changed()
+        if self.training:
+            compiled.sync.upload_changed()
+        else:
+            self._upload_trained()
         if fast is not None:
             out, tensors = fast.output_arrays()
             compiled.session.run_with_outputs(feeds, out)

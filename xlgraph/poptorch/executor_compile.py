@@ -113,6 +113,8 @@ class _CompileStep:
         if self.training and not self._hooked:  # compiled again after destroy()
             weights.hook_module(self._user_model, self)
             self._hooked = True
+        # an inference model starts from the trained weights of the module's training models
+        self._uploaded_versions = self._trained_versions()
         start = time.perf_counter()
         bar = _compile_bar(self.options.show_compilation_progress_bar)
         sample = {k: pytree.tree_map_only(torch.Tensor, lambda t, k=k: self._micro_batch(k, t), v)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.poptorch import optim as pt_optim
-from xlgraph.poptorch import optim_changes, optim_params, optim_state
+from xlgraph.poptorch import optim_changes, optim_params, optim_state, weights
 from xlgraph.poptorch.executor_calls import _apply_output_mode, _to_torch
 from xlgraph.poptorch.executor_compile import _Compiled
 from xlgraph.poptorch.support import Error
@@ -48,6 +48,20 @@ class _WeightTraffic:
                 raise Error(f"the profile that Options.enableProfiling("
                             f"{self.options.profile_dir!r}) asks for cannot be written to "
                             f"{path!r}: {exc.strerror or exc}{where}") from None
+
+    def _trained_versions(self) -> tuple[tuple[int, int], ...]:
+        """For an inference model, the host weights versions of the training models sharing
+        its module (fetching their trained weights first); nothing for a training model."""
+        return () if self.training else weights.fetch_trained(self._user_model)
+
+    def _upload_trained(self) -> None:
+        """Before an inference call, as PopTorch: upload every weight again only when a
+        training model of the same module moved the host weights on since the last upload;
+        other host edits wait for ``copyWeightsToDevice()``."""
+        versions = self._trained_versions()
+        if versions != self._uploaded_versions:
+            self._compiled.sync.upload_all()
+            self._uploaded_versions = versions
 
     def _bind_optimizer(self, optimizer: Any) -> None:
         """Let a ``poptorch.optim`` optimiser read and write its device state through us; state

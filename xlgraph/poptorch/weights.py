@@ -9,15 +9,18 @@ the device; nothing is copied when nothing changed.
 
 Device to host: training marks the host copy stale; the modules of a training model are switched
 to a subclass that copies the trained values back, in place, the first time anything reads its
-parameters, buffers, ``state_dict()`` or attributes. An inference model of the same module (or
-of a module sharing submodules with it) asks the training models that own its modules for their
-trained values before it runs: the two wrappers share weights, as PopTorch's do. There is no
-global registry: each module knows the training model that owns it.
+parameters, buffers, ``state_dict()`` or attributes. Each copy back gives the host weights a new
+version. An inference model of the same module (or of a module sharing submodules with it) asks
+the training models that own its modules for their trained values before it runs, and uploads
+its weights again only when their version moved on since its last upload: the two wrappers
+share weights, as PopTorch's do, while plain host edits wait for ``copyWeightsToDevice()``.
+There is no global registry: each module knows the training model that owns it.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -28,15 +31,22 @@ from xlgraph.tensor import Variable
 __all__ = ["WeightSync", "hook_module", "unhook_module", "fetch_trained", "is_hooked"]
 
 _OWNER = "_xlgraph_poptorch_sync"
+_VERSIONS = itertools.count(1)  # host weight versions, unique across every WeightSync
 
 
-def fetch_trained(model: torch.nn.Module) -> None:
+def fetch_trained(model: torch.nn.Module) -> tuple[tuple[int, int], ...]:
     """Bring the trained weights of the training models that own ``model``'s modules to the
-    host (before an inference model of ``model`` runs)."""
+    host (before an inference model of ``model`` runs).
+
+    Returns:
+        ``(id(owner), host weights version)`` of each owner: a change since an inference
+        model's last upload means training moved the weights on.
+    """
     owners = {id(o): o for m in model.modules() if (o := m.__dict__.get(_OWNER)) is not None}
     for owner in owners.values():
         if owner.host_stale:
             _copy_to_host(owner)
+    return tuple((key, owner.host_weights_version) for key, owner in owners.items())
 
 
 def _copy_to_host(owner: Any) -> None:
@@ -69,6 +79,7 @@ class WeightSync:
         for k in variables:
             self._mark(k, self._current(k))
         self.host_stale = False
+        self.host_weights_version = 0  # a new value each time trained weights reach the host
 
     def _current(self, key: str) -> torch.Tensor:
         table, name = self._slots[key]
@@ -122,6 +133,7 @@ class WeightSync:
                 t.copy_(torch.from_numpy(self.session.get_tensor_data(self.variables[k])))
                 self._mark(k, t)
         self.host_stale = False
+        self.host_weights_version = next(_VERSIONS)
 
 
 class _SyncOnRead:
@@ -205,8 +217,8 @@ def _synced_class(cls: type) -> type:
 def hook_module(model: torch.nn.Module, sync: Any) -> None:
     """Make every submodule of ``model`` sync from ``sync`` before its weights are read.
 
-    ``sync`` has ``host_stale`` and ``download()`` (a ``WeightSync``, or the training model that
-    will own one once compiled).
+    ``sync`` has ``host_stale``, ``host_weights_version`` and ``download()`` (a ``WeightSync``,
+    or the training model that will own one once compiled).
 
     Raises:
         RuntimeError: when ``model`` is already wrapped by a live training model.
