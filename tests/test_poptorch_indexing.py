@@ -1,6 +1,7 @@
 """Advanced indexing in PopTorch models, as PopTorch's indexing tests write it: reads through
 several index tensors (broadcast, negative, with slices and ``None`` between them), assignment
-and accumulation through index tensors and boolean masks, each trained against torch eager."""
+and accumulation through index tensors and boolean (or uint8) masks, each trained against
+torch eager."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ class _Indexer(nn.Module):
         return y, poptorch.identity_loss((y * y).sum(), reduction="sum")
 
 
-def _train_both(fn, a=I0, b=I1, steps=2):
+def _train_both(fn, a=I0, b=I1, steps=2, eager_a=None):
+    """Train ``fn`` on the device and in eager (where ``a`` is ``eager_a`` when given)."""
+    eager_a = a if eager_a is None else eager_a
     torch.manual_seed(0)
     net = _Indexer(fn)
     ref = _Indexer(fn)
@@ -47,7 +50,7 @@ def _train_both(fn, a=I0, b=I1, steps=2):
     opt = torch.optim.SGD(ref.parameters(), lr=0.01)
     for _ in range(steps):
         got, loss = model(x, a, b)
-        want, ref_loss = ref(x, a, b)
+        want, ref_loss = ref(x, eager_a, b)
         torch.testing.assert_close(got, want.detach())
         torch.testing.assert_close(loss, ref_loss.detach(), rtol=1e-5, atol=1e-4)
         opt.zero_grad()
@@ -144,3 +147,60 @@ def test_assigning_a_data_dependent_number_of_values_is_a_clear_error():
 
     with pytest.raises(Exception, match="number of selected elements depends on the data"):
         poptorch.inferenceModel(Net())(torch.randn(4, 6))
+
+
+# uint8 masks: torch reads a uint8 index tensor as a mask (non-zero selects; deprecated but
+# working). torch 2.13 eager refuses some uint8 assignments ("masked_fill_ only supports boolean
+# masks"), so the eager reference runs the same forward with ``mask.bool()``, which is what
+# torch (and PopTorch) define the uint8 mask to mean.
+def _u8_assign(t, mask, b):
+    t = t.clone()
+    t[mask] = torch.tensor(-1.0)
+    return t
+
+
+def _u8_assign_rows(t, mask, b):
+    t = t.clone()
+    t[mask] = t[(0,) * mask.dim()] * 2  # one selected element's values, broadcast
+    return t
+
+
+def _u8_scale(t, mask, b):
+    t = t.clone()
+    t[mask] *= 3.0
+    return t
+
+
+def _u8_accumulate(t, mask, b):
+    return t.index_put((mask,), t[(1,) * mask.dim()], accumulate=True)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+@pytest.mark.parametrize("fn", [_u8_assign, _u8_assign_rows, _u8_scale, _u8_accumulate],
+                         ids=lambda f: f.__name__.lstrip("_"))
+def test_uint8_masks_over_leading_dims_train_as_bool_masks(fn, rank):
+    mask = torch.randint(0, 3, (4, 5, 6)[:rank], dtype=torch.uint8,
+                         generator=torch.Generator().manual_seed(rank))  # 2 selects as 1 does
+    assert mask.eq(2).any() and mask.eq(0).any()
+    _train_both(fn, a=mask, eager_a=mask.bool())
+
+
+def test_uint8_mask_inside_and_read_as_torch_reads_it():
+    class Net(nn.Module):
+        def forward(self, x, mask):
+            x = x.clone()
+            x[:, mask] = x[:, 0, 0:1]  # a rank-2 uint8 mask on dims 1 and 2
+            return x
+
+    x = torch.randn(4, 5, 6)
+    mask = torch.randint(0, 2, (5, 6), dtype=torch.uint8)
+    torch.testing.assert_close(poptorch.inferenceModel(Net())(x, mask), Net()(x, mask.bool()))
+
+    class Read(nn.Module):
+        def forward(self, x, mask):
+            return x[mask]
+
+    # reading through a uint8 mask is the data-dependent shape a bool mask's read is
+    with pytest.raises(poptorch.Error, match="boolean-mask selection \\(x\\[mask\\]\\) is "
+                                             "returned"):
+        poptorch.inferenceModel(Read())(x, torch.ones(4, 5, dtype=torch.uint8))

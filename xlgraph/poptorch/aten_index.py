@@ -10,6 +10,7 @@ front and merged, so each has its gradient from those ops.
 A boolean mask ``x[..., mask, ...]`` selects a number of elements only the data knows. Reading
 one is refused by ``xlgraph.poptorch.masks`` (outside the in-place lanes it handles); assigning
 through one (``x[mask] = v``, ``x[:, mask] += v``) keeps every element: ``where(mask, v, x)``.
+A ``uint8`` index tensor is a mask too (torch's deprecated rule): its non-zero entries select.
 """
 
 from __future__ import annotations
@@ -91,11 +92,18 @@ class Layout:
         return flat
 
 
+def _masks_as_bool(indices: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """``indices`` with each ``uint8`` index tensor made the boolean mask torch reads it as
+    (non-zero selects, as ``mask.bool()``)."""
+    return [ops.not_equal(t, 0) if t is not None and t.dtype == dtypes.uint8 else t
+            for t in indices]
+
+
 @register("aten.index.Tensor")
 def _index_tensor(ctx: Any, x: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
-    """``x[indices]`` with integer index tensors (boolean masks are handled by
+    """``x[indices]`` with integer index tensors (boolean and ``uint8`` masks are handled by
     ``xlgraph.poptorch.masks`` before conversion, or refused there)."""
-    if any(t is not None and t.dtype == dtypes.bool for t in indices):
+    if any(t is not None and t.dtype in (dtypes.bool, dtypes.uint8) for t in indices):
         raise Unsupported("reading through a boolean mask (its result shape depends on the data)")
     layout = Layout.of(x.rank, indices)
     out = ops.gather(layout.front(x), layout.flat_index(x, indices), 0)
@@ -108,6 +116,7 @@ def _index_put(ctx: Any, x: Tensor, indices: Sequence[Tensor | None], values: Te
                accumulate: bool = False) -> Tensor:
     """``x[indices] = values`` (``+=`` with ``accumulate``): ``values`` broadcasts to the shape
     of ``x[indices]``; with ``accumulate`` repeated indices add up, as in torch."""
+    indices = _masks_as_bool(indices)
     masks = [t for t in indices if t is not None and t.dtype == dtypes.bool]
     if masks:
         return _masked_put(x, indices, values, accumulate)

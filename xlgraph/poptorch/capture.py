@@ -141,8 +141,9 @@ def _capturing(training: bool = False) -> Iterator[None]:
     BatchNorm's cumulative average in tensor ops, no argument validation in
     ``torch.distributions`` (its checks read tensor values), CTC loss as one op, ``one_hot``
     needing its class count, and three warnings about torch's own internals silenced.
-    ``bincount`` gets PopTorch's static ``minlength`` bins, and linear and convolution layers
-    compute in their activation's float type (``half_layers``)."""
+    ``bincount`` gets PopTorch's static ``minlength`` bins, linear and convolution layers
+    compute in their activation's float type (``half_layers``), and ``x[mask]`` with a uint8
+    mask reads it as the boolean mask torch defines it to be (``_uint8_masks_as_bool``)."""
     from torch.distributions import Distribution
     from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -169,7 +170,8 @@ def _capturing(training: bool = False) -> Iterator[None]:
             warnings.filterwarnings(
                 "ignore", r"The tensor attributes (\S+\._flat_weights\[\d+\](, )?)+ were "
                 "assigned during export", UserWarning)
-            with torch.backends.mkldnn.flags(enabled=False), activation_precision():
+            with torch.backends.mkldnn.flags(enabled=False), activation_precision(), \
+                    _uint8_masks_as_bool():
                 yield
     finally:
         _BatchNorm.forward = original
@@ -179,6 +181,35 @@ def _capturing(training: bool = False) -> Iterator[None]:
         torch.bincount, torch.Tensor.bincount = bincount, tensor_bincount
         _CAPTURING.reset(token)
         _TRAINING.reset(training_token)
+
+
+@contextlib.contextmanager
+def _uint8_masks_as_bool() -> Iterator[None]:
+    """``x[mask]`` and ``x[mask] = v`` with a uint8 mask read it as ``mask.bool()`` (non-zero
+    selects), as torch defines it: torch's meta function for ``aten.index`` refuses uint8, so
+    a captured read could not be traced otherwise."""
+    saved = {name: torch.Tensor.__dict__.get(name) for name in ("__getitem__", "__setitem__")}
+    getitem, setitem = torch.Tensor.__getitem__, torch.Tensor.__setitem__
+    torch.Tensor.__getitem__ = lambda self, index: getitem(self, _uint8_as_bool(index))
+    torch.Tensor.__setitem__ = lambda self, index, value: setitem(self, _uint8_as_bool(index),
+                                                                  value)
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            if method is None:  # torch's own, inherited from TensorBase
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, method)
+
+
+def _uint8_as_bool(index: Any) -> Any:
+    """``index`` (of ``x[index]``) with each uint8 tensor made a boolean mask."""
+    if isinstance(index, torch.Tensor) and index.dtype == torch.uint8:
+        return index.bool()
+    if isinstance(index, tuple):
+        return tuple(_uint8_as_bool(i) for i in index)
+    return index
 
 
 def _static_one_hot(tensor: torch.Tensor, num_classes: int = -1) -> torch.Tensor:

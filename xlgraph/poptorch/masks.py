@@ -63,12 +63,13 @@ def _dynamic(node: torch.fx.Node) -> bool:
 
 
 def bool_mask(indices: Any) -> torch.fx.Node | None:
-    """The mask node of ``x[mask]`` index lists (one boolean tensor on the leading dims)."""
+    """The mask node of ``x[mask]`` index lists (one boolean tensor on the leading dims, or a
+    ``uint8`` one, which torch reads as a mask)."""
     if not isinstance(indices, list | tuple) or len(indices) != 1:
         return None
     mask = indices[0]
     if isinstance(mask, torch.fx.Node) and mask.meta.get("val") is not None \
-            and mask.meta["val"].dtype == torch.bool:
+            and mask.meta["val"].dtype in (torch.bool, torch.uint8):
         return mask
     return None
 
