@@ -25,7 +25,8 @@ WIDE = sorted(n for n, d in REGISTRY.items() if d.widen_half and d.samples is no
 # run on the numba backend.
 STEP_OPS = ("add", "mul", "sum", "gelu", "gelu_grad", "softmax", "softmax_grad", "layer_norm",
             "layer_norm_grad", "scaled_add_", "conv", "conv_transpose", "conv_grad_weight",
-            "max_pool", "max_pool_grad", "accumulate_moving_average_",
+            "max_pool", "max_pool_grad", "relu", "relu_grad", "log_softmax", "log_softmax_grad",
+            "nll_loss", "nll_loss_grad", "accumulate_moving_average_",
             "accumulate_moving_average_square_", "adam_updater", "sgd_momentum_", "sgd_update_")
 
 

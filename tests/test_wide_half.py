@@ -10,6 +10,7 @@ the float16 bits (a ``narrow_half`` copy).
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from xlgraph import ops
 from xlgraph.lower import executable
 from xlgraph.lower.flatten import REPEATED_MIN_OPS
 from xlgraph.ops import half
+from xlgraph.ops.elementwise import relu_grad
 from xlgraph.ops.half_round import ROUND_HALF, round_loop
+from xlgraph.ops.pool import max_pool_grad
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 BACKENDS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(
@@ -210,3 +213,53 @@ def test_transformer_training_keeps_the_per_op_bits(backend: str,
     expected, old = run(False)
     assert source.count("round_half") > 20 and "round_half" not in old
     _same_bits(got, expected)
+
+
+def _pooling_graph() -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
+    """The float16 CNN's exact ops (``relu``, ``max_pool`` and their gradients, the pooling
+    windows apart and overlapping) between ops that keep their values wide, and a bias added
+    to a value that dies there (in place)."""
+    ir = popxl.Ir()
+    streams: list = []
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((2, 3, 6, 6), F16, "x")
+        x = ops.host_load(x_s)
+        bias = popxl.variable(np.array([0.5, -1.0, 2.0], np.float16).reshape(1, 3, 1, 1), F16,
+                              "bias")
+        h = x * 1.5 + bias  # past float16's range: infinities; NaN from the input
+        r = ops.relu(h)
+        apart = ops.max_pool(r, (2, 2), (2, 2))
+        over = ops.max_pool(h, (3, 3), (1, 1))
+        dy = relu_grad(apart * 0.75, apart)
+        g_apart = max_pool_grad(dy, r, apart, kernel=(2, 2), stride=(2, 2),
+                                    pads=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False)
+        g_over = max_pool_grad(over * 0.5, h, over, kernel=(3, 3), stride=(1, 1),
+                                   pads=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False)
+        for t in (r * 2.0, apart * 3.0, over - 1.0, dy * 0.25, g_apart + 1.0, g_over * 3.0):
+            _store(t, streams)
+    return ir, x_s, streams
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exact_ops_skip_their_rounding_and_keep_the_bits(backend: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    feeds = []
+    for _ in range(2):
+        x = (rng.normal(size=(2, 3, 6, 6)) * 3).astype(np.float16)
+        x.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, 50000.0, -0.0, 6e-8]
+        feeds.append(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        got, source = _run(_pooling_graph, feeds, backend=backend)
+        expected = _per_op(monkeypatch, _pooling_graph, feeds, backend=backend)
+        interpreted = _run(_pooling_graph, feeds, optimize=False)[0]
+    rounded = [line.split("  # ")[1] for line in source.splitlines()
+               if "round_half" in line and "  # " in line]
+    assert not any(f"= {name} " in c for c in rounded for name in ("relu", "max_pool"))
+    assert not any("= relu_grad " in c for c in rounded)
+    assert sum("= max_pool_grad " in c for c in rounded) == 1  # the overlapping windows add
+    assert re.search(r"o_add\((b\d+), w0, out=\1\)", source)  # into the dying product's buffer
+    assert any(np.isinf(a).any() for a in got) and any(np.isnan(a).any() for a in got)
+    _same_bits(got, expected)
+    if backend == "numpy":  # numba's 2x2 pooling loops route a NaN's gradient otherwise
+        _same_bits(got, interpreted)

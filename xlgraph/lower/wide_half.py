@@ -6,7 +6,8 @@ and the widening cancel out but for the rounding: this pass keeps such a value a
 holding exactly the float16 value (the producer's float32 result, rounded to float16 precision
 by a ``round_half`` step that fuses into compiled segments like any float32 loop), and its
 consumers read it as float32: a chain of these ops plans, fuses and runs like the float32 step,
-plus one rounding per result. Every result keeps its bits: a consumer computes on the very float32
+plus one rounding per result (none after ops whose results are elements of their inputs:
+``relu``, ``max_pool``, ...). Every result keeps its bits: a consumer computes on the very float32
 values it widened before, and a value narrowed from the store is the float16 it was.
 
 A value stays float16 where something needs its bits or its buffer: variables and constants,
@@ -21,6 +22,9 @@ replicated programs.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from xlgraph import dtypes
 from xlgraph.lower.passes import written_alias_slots
@@ -37,6 +41,26 @@ __all__ = ["widen_storage"]
 _REGISTER_KERNELS = frozenset({"matmul"})
 # Views whose result is the input's elements in another shape, whatever their dtype.
 _VIEWS = frozenset({"reshape", "transpose", "slice", "identity", "detach", "expand"})
+
+
+def _windows_apart(attrs: dict[str, Any]) -> bool:
+    """No two pooling windows share an element: each input gets one gradient at most."""
+    return all(s >= (k - 1) * d + 1
+               for k, s, d in zip(attrs["kernel"], attrs["stride"], attrs["dilation"]))
+
+
+# Ops whose every result is one of their inputs' elements or a zero (a NaN quieted at most),
+# given these attributes: on float16 values the float32 result is a float16 value already and
+# its rounding step would change no bit, so wide storage leaves it out (one pass less).
+# ``max_pool_grad`` adds the gradients of overlapping windows: exact only without overlap.
+_EXACT: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "relu": lambda _: True, "relu_grad": lambda _: True, "max_pool": lambda _: True,
+    "max_pool_grad": _windows_apart}
+
+
+def _exact(s: Step) -> bool:
+    rule = _EXACT.get(s.defn.name)
+    return rule is not None and rule(s.attrs)
 
 
 def _opts_in(s: Step) -> bool:
@@ -129,7 +153,7 @@ def widen_storage(steps: list[Step], program: Program, results: list[int]) -> li
         if (_cast(s) and s.ins[0] in wide and specs[s.outs[0]].dtype is dtypes.float32
                 and s.outs[0] not in pinned):  # the value itself: a view of it
             s.defn, s.attrs = REGISTRY["identity"], {}
-        if not made:
+        if not made or _exact(s):  # an exact op writes its wide results itself
             if _opts_in(s):
                 s.defn = wide_form(s.op.defn, [specs[x] for x in s.ins],
                                    [specs[o] for o in s.outs])

@@ -100,12 +100,12 @@ def _rows_loop(fn: Any) -> Any:
 _LOG_SOFTMAX_GRAD = OpDef("log_softmax_grad", same_spec, _log_softmax_grad,
                           kernel_out=copied_out(_log_softmax_grad),
                           loop=_rows_loop(loss_loops.log_softmax_grad_rows),
-                          samples=_log_softmax_grad_samples)
+                          samples=_log_softmax_grad_samples, widen_half=True)
 _LOG_SOFTMAX = OpDef("log_softmax", same_spec, _log_softmax,
                      lambda g, dy: (log_softmax_grad(dy, g.y(0), g.attrs["axis"]),),
                      kernel_out=copied_out(_log_softmax),
                      loop=_rows_loop(loss_loops.log_softmax_rows),
-                     samples=_log_softmax_samples)
+                     samples=_log_softmax_samples, widen_half=True)
 
 
 @register(_LOG_SOFTMAX_GRAD)

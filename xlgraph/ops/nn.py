@@ -206,10 +206,11 @@ _NLL_GRAD = OpDef(
     "nll_loss_grad", _nll_grad_infer, _nll_loss_grad, replicated=_nll_grad_replicated,
     kernel_out=copied_out(_nll_loss_grad), samples=_nll_grad_samples,
     loop=lambda ins, **attrs: None if ins[0].dtype != ins[1].dtype else _nll_loop(
-        loss_loops.nll_loss_grad_rows, ins[1], **attrs))
+        loss_loops.nll_loss_grad_rows, ins[1], **attrs), widen_half=True)
 _NLL = OpDef("nll_loss", _nll_infer, _nll_loss, _nll_grad_rule, samples=_nll_samples,
              kernel_out=copied_out(_nll_loss),
-             loop=lambda ins, **attrs: _nll_loop(loss_loops.nll_loss_rows, ins[0], **attrs))
+             loop=lambda ins, **attrs: _nll_loop(loss_loops.nll_loss_rows, ins[0], **attrs),
+             widen_half=True)
 
 
 @register(_NLL_GRAD)
