@@ -25,13 +25,14 @@ def backend():  # noqa: ANN201
 
 
 def test_float32_softmax_rows_loop_matches_numpy_with_masks_and_edges(backend) -> None:  # noqa: ANN001
-    """Rows of 8192 (the logits) and 13 (not a multiple of the eight partial sums), masked
-    entries (-30000, -inf: exactly 0), a NaN row (stays NaN), in place and not."""
+    """Rows of 8192 (the logits), 50257 (GPT-2's) and 13 (not a multiple of the eight
+    partial sums and maxima), masked entries (-30000, -inf: exactly 0), a NaN row (stays NaN),
+    in place and not."""
     from xlgraph.ops import loops, nn
 
     rng = np.random.default_rng(5)
     fn = backend.jitted(loops.softmax_rows32)
-    for shape in ((6, 8192), (3, 4, 13)):
+    for shape in ((6, 8192), (4, 50257), (3, 4, 13)):
         x = (rng.normal(size=shape) * 6).astype(np.float32)
         x[..., 2, :][..., :3] = -30000
         x[..., 1, :][..., -2:] = -np.inf
@@ -44,6 +45,22 @@ def test_float32_softmax_rows_loop_matches_numpy_with_masks_and_edges(backend) -
         assert np.isnan(got.reshape(-1, shape[-1])[-1]).all()
         fn(x, x)
         assert np.array_equal(x, got, equal_nan=True)
+
+
+def test_row_max_is_numpys_max_for_every_row_length(backend) -> None:  # noqa: ANN001
+    """Eight running maxima give the row's maximum exactly, whatever the length and wherever
+    the maximum is (first, last, in the tail after the multiples of eight)."""
+    from xlgraph.ops import loops
+
+    fn = backend.jitted(loops.row_max)
+    rng = np.random.default_rng(9)
+    for n in range(1, 21):
+        x = rng.normal(size=n).astype(np.float32)
+        for where in range(n):
+            y = x.copy()
+            y[where] = 50.0
+            assert fn(y) == np.max(y) == 50.0
+        assert fn(-np.abs(x)) == np.max(-np.abs(x))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

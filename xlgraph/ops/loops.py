@@ -224,20 +224,40 @@ def softmax(x, out, axis):  # noqa: ANN001, ANN201
                 outs[k + j * inner] /= total
 
 
+def row_max(xr):  # noqa: ANN001, ANN201
+    """The largest element of the 1-D ``xr`` in eight running maxima (one running maximum
+    waits for each compare: 36 against 17 ms over 512 x 50257 float32). A row holding NaN
+    may give NaN or the largest other element; its softmax is NaN either way."""
+    n = xr.size
+    tail = n - n % 8
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = xr[0]
+    for j in range(0, tail, 8):
+        m0 = max(m0, xr[j])
+        m1 = max(m1, xr[j + 1])
+        m2 = max(m2, xr[j + 2])
+        m3 = max(m3, xr[j + 3])
+        m4 = max(m4, xr[j + 4])
+        m5 = max(m5, xr[j + 5])
+        m6 = max(m6, xr[j + 6])
+        m7 = max(m7, xr[j + 7])
+    top = max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
+    for j in range(tail, n):
+        top = max(top, xr[j])
+    return top
+
+
 def softmax_rows32(x, out):  # noqa: ANN001, ANN201
     """``softmax`` of float32 along the last axis with ``exp32``, vectorised: 18 against 67 ms
-    for the C library's ``exp`` on 1024 x 8192 (numpy 51). Exponents below -87 give 0 (numpy:
-    at most 1e-38); each row's sum runs in eight partial sums (numpy: pairwise); ``out`` may
-    be ``x``."""
+    for the C library's ``exp`` on 1024 x 8192 (numpy 51); 58 against 79 ms with ``row_max``
+    on GPT-2 small's logits (512 x 50257). Exponents below -87 give 0 (numpy: at most 1e-38);
+    each row's sum runs in eight partial sums (numpy: pairwise); ``out`` may be ``x``."""
     n = x.shape[-1]
     xs, outs = x.reshape(-1), out.reshape(-1)
     tail = n - n % 8
     zero = _ONE - _ONE
     for base in range(0, xs.size, n):
         xr, o = xs[base:base + n], outs[base:base + n]
-        top = xr[0]
-        for j in range(1, n):
-            top = max(top, xr[j])
+        top = row_max(xr)
         for j in range(n):
             d = xr[j] - top
             o[j] = zero if d <= _EXP_LOW else exp32(d)  # NaN stays NaN

@@ -40,9 +40,9 @@ def available() -> bool:
 @functools.cache
 def _register_helpers() -> None:
     """Teach numba the loops' helpers (once per process, before the first compile):
-    ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32`` and ``row_stats`` as
-    themselves, ``xlgraph.ops.blas.gemm`` as a call of numpy's BLAS (``numba_blas``); and
-    install the compiled float16 conversions (``numba_half``)."""
+    ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32``, ``row_stats`` and
+    ``row_max`` as themselves, ``xlgraph.ops.blas.gemm`` as a call of numpy's BLAS
+    (``numba_blas``); and install the compiled float16 conversions (``numba_half``)."""
     from llvmlite import ir
     from numba.extending import intrinsic, overload
 
@@ -62,6 +62,7 @@ def _register_helpers() -> None:
     overload(loops.scale_pow2)(lambda p, n: lambda p, n: _scale_pow2(p, n))
     overload(loops.exp32)(lambda t: loops.exp32)
     overload(loops.row_stats)(lambda xr, eps, one, width: loops.row_stats)
+    overload(loops.row_max)(lambda xr: loops.row_max)
     from xlgraph.lower.backends import numba_blas, numba_half  # noqa: F401 - numba_blas: gemm
 
     numba_half.install()  # float16 <-> float32 conversions for the float32-register ops
