@@ -77,10 +77,21 @@ def _loop(defn: OpDef, arrays: tuple[np.ndarray, ...], vary: list[bool], local: 
     per = [_results(defn.kernel(*(a[r, ...] if v else a for a, v in zip(arrays, vary)),
                                 **attrs))
            for r in range(local)]
-    outs = [np.stack([np.asarray(x) for x in values]) for values in zip(*per)]
+    outs = [_joined(values, arrays) for values in zip(*per)]
     if defn.inplace_of is not None:
         outs[0] = arrays[defn.inplace_of]
     return tuple(outs) if len(outs) != 1 or isinstance(per[0], tuple) else outs[0]
+
+
+def _joined(values: tuple[Any, ...], arrays: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The replicas' results stacked on a new leading axis. One replica's result (an instance
+    of one replica in an ``xlgraph-run`` job) gets the axis as a view instead of a copy,
+    unless it shares memory with an input (a kernel may return a view of one)."""
+    if len(values) == 1:
+        x = np.asarray(values[0])
+        if not any(isinstance(a, np.ndarray) and np.may_share_memory(x, a) for a in arrays):
+            return x[None]
+    return np.stack([np.asarray(x) for x in values])
 
 
 def folded_batch(defn: OpDef, vary: list[bool], ins: list[TensorSpec]) -> tuple[int, ...] | None:
