@@ -35,7 +35,8 @@ def max_pool_2x2(x, y):  # noqa: ANN001, ANN201 - numba infers the types
 
 def max_pool_2x2_grad(dy, x, y, dx):  # noqa: ANN001, ANN201
     """``dx``: each element of ``dy`` at the first element (row-major) of its 2x2 window that
-    equals the window's maximum ``y``, zero elsewhere (windows do not overlap)."""
+    equals the window's maximum ``y``, ``dy`` times zero elsewhere (windows do not overlap), as
+    the numpy kernel multiplies: a NaN ``dy`` stays NaN and a negative one gives -0."""
     n, c, h, w = x.shape
     oh, ow = y.shape[2], y.shape[3]
     for p in range(n):
@@ -46,7 +47,7 @@ def max_pool_2x2_grad(dy, x, y, dx):  # noqa: ANN001, ANN201
                     for a in range(2):
                         for b in range(2):
                             hit = free & (x[p, k, 2 * i + a, 2 * j + b] == t)
-                            dx[p, k, 2 * i + a, 2 * j + b] = g if hit else 0
+                            dx[p, k, 2 * i + a, 2 * j + b] = g * hit
                             free ^= hit  # (bit operations: branches would cost 10x)
                 for j in range(2 * ow, w):  # columns no window reaches
                     dx[p, k, 2 * i, j] = 0
