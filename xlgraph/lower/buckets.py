@@ -5,9 +5,9 @@ are, a training step's gradient all-reduces are one blocking exchange each, afte
 backward pass. ``bucket_all_reduces`` rewrites each straight-line body of the plan:
 
 - the all-reduces of values that carry the replica axis are ordered by the step that makes
-  their input (the last step writing its storage), and packed in that order into buckets of at
-  most ``cap`` bytes (``XLGRAPH_BUCKET_MB``, 25 by default; the first bucket at most 1 MiB, so
-  the first exchange starts early), as PyTorch's DistributedDataParallel does;
+  their input (the last step writing its storage), and packed in that order into buckets that
+  close once they hold ``cap`` bytes (``XLGRAPH_BUCKET_MB``, 25 MiB by default; the first
+  bucket 1 MiB, so the first exchange starts early), as PyTorch's DistributedDataParallel does;
 - after the step that completes a bucket, a ``all_reduce_bucket`` step copies the bucket's
   inputs into one buffer and begins one exchange of it (``MpiExchange.start``); the first
   bucket of a body first checks that every instance runs the same all-reduces, with one header
@@ -192,18 +192,20 @@ class _Rewrite:
 
     def group(self, ready: dict[int, int], sizes: dict[int, int]) -> list[list[int]]:
         """The all-reduces (step indices) of each bucket, in the order their inputs are
-        ready; a bucket closes when the next input would take it past its cap, or when its
-        exchange would begin after one of its all-reduces."""
+        ready; a bucket closes once it holds its cap or more (as DDP's), or before an input
+        whose exchange would begin after one of the bucket's all-reduces."""
         buckets: list[list[int]] = []
         current: list[int] = []
         size = 0
         for j in sorted(ready, key=lambda j: (ready[j], j)):
-            cap = min(self.cap, FIRST_BUCKET_BYTES) if not buckets else self.cap
-            if current and (size + sizes[j] > cap or ready[j] >= min(current)):
+            if current and ready[j] >= min(current):
                 buckets.append(current)
                 current, size = [], 0
             current.append(j)
             size += sizes[j]
+            if size >= (min(self.cap, FIRST_BUCKET_BYTES) if not buckets else self.cap):
+                buckets.append(current)
+                current, size = [], 0
         return [*buckets, current] if current else buckets
 
     def text(self, s: Step) -> str:
