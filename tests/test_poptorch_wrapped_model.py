@@ -155,3 +155,24 @@ def test_inference_model_follows_training_of_the_same_module_not_host_edits_betw
     training(X, Y)
     step()
     torch.testing.assert_close(inference(X), _eager_out(eager))
+
+
+def test_inference_model_updating_buffers_keeps_host_weight_edits_off_the_device():
+    # BatchNorm left in training mode: every inference call updates its running statistics
+    torch.manual_seed(6)
+    net = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    eager = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    eager.load_state_dict(net.state_dict())
+    inference = poptorch.inferenceModel(net)
+    torch.testing.assert_close(inference(X), eager(X).detach())
+    with torch.no_grad():
+        net[0].bias.add_(1.0)  # not on the device until copyWeightsToDevice()
+    for _ in range(2):
+        torch.testing.assert_close(inference(X), eager(X).detach())
+        torch.testing.assert_close(net[1].running_mean, eager[1].running_mean)
+    torch.testing.assert_close(net[0].bias, eager[0].bias + 1.0)  # the host keeps its edit
+    inference.copyWeightsToDevice()
+    with torch.no_grad():
+        eager[0].bias.add_(1.0)
+    torch.testing.assert_close(inference(X), eager(X).detach())
+    torch.testing.assert_close(net[1].running_mean, eager[1].running_mean)

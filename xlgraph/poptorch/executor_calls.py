@@ -143,8 +143,7 @@ class _CallPlan:
             if self._grad_streams:
                 self._keep_anchored_gradients(out)
         elif compiled.lowered.buffer_updates:  # buffers forward updated keep their new values
-            compiled.sync.host_stale = True
-            compiled.sync.download()
+            compiled.sync.download_buffers(compiled.lowered.buffer_updates.values())
         if fast is not None:
             return fast.results(tensors)
         if compiled.input_updates:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -134,6 +134,15 @@ class WeightSync:
                 self._mark(k, t)
         self.host_stale = False
         self.host_weights_version = next(_VERSIONS)
+
+    def download_buffers(self, keys: Iterable[str]) -> None:
+        """Copy the session's values of ``keys`` (buffers an inference ``forward`` updates)
+        into their torch tensors, in place, sending no host edit to the device."""
+        with torch.no_grad():
+            for k in keys:
+                t = self._current(k)
+                t.copy_(torch.from_numpy(self.session.get_tensor_data(self.variables[k])))
+                self._mark(k, t)
 
 
 class _SyncOnRead:
