@@ -74,10 +74,15 @@ def test_reading_trained_weights_calls_the_instance_copy_weights_to_host_once_pe
     assert calls == [1, 1]
     training(X, Y)
     step()
-    net.copyWeightsToHostIfNeeded()
-    net.copyWeightsToHostIfNeeded()
+    assert net.copyWeightsToHostIfNeeded() is True
+    assert net.copyWeightsToHostIfNeeded() is False
     assert calls == [1, 1, 1]
     torch.testing.assert_close(net.fc.weight, eager.fc.weight)
+    training(X, Y)
+    step()
+    net.double()  # reads the module's _parameters: the trained values are converted
+    assert calls == [1, 1, 1, 1]
+    torch.testing.assert_close(net.fc.weight, eager.fc.weight.double())
 
 
 def test_destroy_on_the_module_unwraps_it_and_it_can_be_wrapped_again():

@@ -145,17 +145,23 @@ class WeightSync:
                 self._mark(k, t)
 
 
+_SYNCED = frozenset({"_parameters", "_buffers", "forward"})
+
+
 class _SyncOnRead:
     """Mixin of the module classes of a training model: reads fetch trained weights first."""
 
-    def _xlgraph_sync(self) -> None:
+    def _xlgraph_sync(self) -> bool:
         sync = self.__dict__.get(_OWNER)
         if sync is not None and sync.host_stale:
             _copy_to_host(sync)
+            return True
+        return False
 
-    def copyWeightsToHostIfNeeded(self) -> None:  # noqa: N802
-        """Copy the trained weights to this module if training changed them since."""
-        self._xlgraph_sync()
+    def copyWeightsToHostIfNeeded(self) -> bool:  # noqa: N802
+        """Copy the trained weights to this module if training changed them since: True when
+        it copied, False when the host was up to date (PopTorch's return value)."""
+        return self._xlgraph_sync()
 
     def destroy(self) -> None:
         """Release the training model wrapping this module and unwrap it (PopTorch's
@@ -166,25 +172,23 @@ class _SyncOnRead:
             owner._hooked = False  # a later call of the wrapper wraps the module again
         unhook_module(self)
 
+    def __getattribute__(self, name: str) -> Any:
+        """``_parameters``, ``_buffers`` and ``forward`` (what ``state_dict()``,
+        ``parameters()``, ``.half()``, ``.to()`` and calls read) bring trained weights first,
+        as PopTorch's wrapped module does."""
+        if name in _SYNCED:
+            object.__getattribute__(self, "_xlgraph_sync")()
+        return super().__getattribute__(name)
+
     def __getattr__(self, name: str) -> Any:
+        """A parameter, buffer or submodule (``model.fc.weight``), after the trained weights
+        (``nn.Module.__getattr__`` reads ``__dict__`` directly)."""
         self._xlgraph_sync()
         return super().__getattr__(name)
 
     def _get_name(self) -> str:
         """The user's class name, which ``repr`` prints (wrapping changes no printout)."""
         return type(self)._xlgraph_original.__name__
-
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        self._xlgraph_sync()
-        return super().state_dict(*args, **kwargs)
-
-    def named_parameters(self, *args: Any, **kwargs: Any) -> Any:
-        self._xlgraph_sync()
-        return super().named_parameters(*args, **kwargs)
-
-    def named_buffers(self, *args: Any, **kwargs: Any) -> Any:
-        self._xlgraph_sync()
-        return super().named_buffers(*args, **kwargs)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         """A plain (unwrapped) copy holding the trained values."""
