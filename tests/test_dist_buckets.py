@@ -117,3 +117,27 @@ def test_a_training_step_starts_its_buckets_during_the_backward_pass(monkeypatch
     lines = _transformer_source(monkeypatch, "25")
     starts = _lines(lines, r"k_all_reduce_bucket\d*\(")
     assert len(starts) == 1 and starts[0] + 1 == _lines(lines, REDUCE)[0]
+
+
+@pytest.mark.parametrize("replicas", [2, 8, 16])
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1), (3,), (4, 2)])
+@pytest.mark.parametrize("op", ["add", "mean"])
+def test_a_bucketed_sum_writes_the_bits_of_the_plain_reduction(replicas, shape, op):
+    """The bucketed sum's ``kernel_out`` against ``ops.collectives``' reduction of the same
+    gathered parts: numpy sums a part of one element over the replicas pairwise (from 8 on),
+    a larger part replica by replica."""
+    from types import SimpleNamespace
+
+    from xlgraph.lower.buckets import _sum_into
+    from xlgraph.ops.collectives import _REDUCE
+
+    rng = np.random.default_rng(replicas)
+    for dtype in (np.float32, np.float16):
+        for _ in range(20):
+            everyone = (rng.normal(size=(replicas, *shape))
+                        * 10.0 ** rng.integers(-3, 4, size=(replicas, *shape))).astype(dtype)
+            member = SimpleNamespace(bucket=SimpleNamespace(gathered=lambda i, a=everyone: a),
+                                     index=0)
+            out = np.empty(shape, dtype)
+            got = _sum_into(member)(everyone[0], out, op, None)
+            assert got is out and _same(out, np.asarray(_REDUCE[op](everyone), dtype))

@@ -230,13 +230,18 @@ def _sum_into(member: _Member) -> Callable[..., np.ndarray]:
     computes (``np.add.reduce`` over the replicas, then the division by their number) into
     ``out``, the same bits: numpy's reduction over a leading axis adds each replica's value in
     turn to a zero (so -0.0 + -0.0 gives 0.0), as these whole-array additions do, and they are
-    faster than the reduction over strided parts of a bucket."""
+    faster than the reduction over strided parts of a bucket. A part of one element is the
+    exception: the replicas are then numpy's inner loop, which it sums pairwise (from 8 on), so
+    that reduction itself writes ``out``."""
 
     def kernel_out(x: np.ndarray, out: np.ndarray, op: str, group: Any) -> np.ndarray:
         everyone = member.bucket.gathered(member.index)
-        np.add(everyone[0], everyone.dtype.type(0), out=out)
-        for part in everyone[1:]:
-            np.add(out, part, out=out)
+        if everyone[0].size == 1:
+            np.add.reduce(everyone, 0, out=out)
+        else:
+            np.add(everyone[0], everyone.dtype.type(0), out=out)
+            for part in everyone[1:]:
+                np.add(out, part, out=out)
         if op == "mean":
             np.divide(out, np.asarray(len(everyone), everyone.dtype), out=out)
         return out
