@@ -141,3 +141,58 @@ def test_a_bucketed_sum_writes_the_bits_of_the_plain_reduction(replicas, shape, 
             out = np.empty(shape, dtype)
             got = _sum_into(member)(everyone[0], out, op, None)
             assert got is out and _same(out, np.asarray(_REDUCE[op](everyone), dtype))
+class _Instances:
+    """``n`` instances without MPI: instance k holds this one's float32 data times ``1 + k/3``
+    (one rounding each), the same for bucketed and unbucketed exchanges."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def _everyone(self, local: np.ndarray) -> np.ndarray:
+        mine = np.ascontiguousarray(local).view(np.float32)
+        return np.stack([mine * np.float32(1 + k / 3) for k in range(self.n)])
+
+    def allgather(self, local: np.ndarray, what: str = "collective") -> np.ndarray:
+        return self._everyone(local).view(local.dtype).reshape(-1, *local.shape[1:])
+
+    def start(self, local: np.ndarray, out: np.ndarray, what: str, agree: str | None = None):
+        out[:] = self._everyone(local).view(np.uint8).reshape(out.shape)
+        return lambda: out
+
+
+@pytest.mark.parametrize("instances", [2, 8, 16])
+def test_one_element_sums_keep_numpys_pairwise_bits(instances, monkeypatch):
+    """From 8 replicas numpy sums a one-element part pairwise: the bucket must too."""
+    import xlgraph
+    from xlgraph import ops
+    from xlgraph.ops.collectives import replicated_all_reduce
+    from xlgraph.runtime import session
+
+    monkeypatch.setenv("XLGRAPH_NUM_INSTANCES", str(instances))
+    monkeypatch.setenv("XLGRAPH_NUM_REPLICAS", str(instances))
+    monkeypatch.setattr(session, "_exchange", lambda ir: _Instances(instances))
+    shapes = {"scalar": (), "one": (1,), "one_one": (1, 1), "three": (3,), "grid": (2, 4)}
+    ir = xlgraph.Ir(replication="popdist")
+    with ir.main_graph, xlgraph.in_sequence():
+        streams, outs = {}, {}
+        for name, shape in shapes.items():
+            streams[name] = xlgraph.h2d_stream(shape, xlgraph.float32, name)
+            x = ops.host_load(streams[name])
+            for op in ("add", "mean"):
+                outs[name, op] = xlgraph.d2h_stream(shape, xlgraph.float32, f"{name}_{op}")
+                ops.host_store(outs[name, op], replicated_all_reduce(ops.exp(x), op))
+    rng = np.random.default_rng(instances)
+    feed = {s: (rng.normal(size=s.shape) * 4).astype(np.float32) for s in streams.values()}
+    got = {}
+    for mib in ("0", "25"):
+        monkeypatch.setenv(BUCKET_MB, mib)
+        with xlgraph.Session(ir, backend="numpy") as run:
+            assert ("k_all_reduce_bucket" in run.source) == (mib != "0")
+            got[mib] = run.run(feed)
+    for (name, op), stream in outs.items():
+        parts = _Instances(instances)._everyone(np.exp(feed[streams[name]]))
+        want = np.add.reduce(parts.reshape(instances, *shapes[name]), 0)
+        if op == "mean":
+            want = want / np.float32(instances)
+        for mib in ("0", "25"):
+            assert _same(got[mib][stream], np.asarray(want, np.float32)), (name, op, mib)

@@ -85,6 +85,9 @@ class OpDef:
             a group combine their values; the ``group`` attribute names it) or
             ``"per_replica"`` (results differ per replica even from identical inputs: slices
             by position, per-replica memory). The last two always run ``replicated``.
+        all_reduce: the op reduces its input over each group's members with ``attrs["op"]``
+            and gives every member the result, so instances may exchange it in a bucket with
+            others (``xlgraph.lower.buckets``).
         widen_half: float16 inputs are computed in float32 and each float16 result is rounded
             once on store, as the IPU's AMP units do (``xlgraph.ops.half``); for ops whose
             kernels do arithmetic (the ``unary``, ``binary``, ``reduction`` families set it).
@@ -111,6 +114,7 @@ class OpDef:
     threaded: bool = False
     replicated: Callable[..., Any] | None = None
     replica: str = "local"
+    all_reduce: bool = False
     widen_half: bool = False
 
     @property

@@ -170,8 +170,9 @@ class MpiExchange:
             if small:
                 out[:] = records[:, HEADER_BYTES:HEADER_BYTES + local.size]
                 return lambda: out
-        if self._buckets is None:  # every instance is here: the headers agreed
-            self._buckets = self.comm.Dup()
+        if self._buckets is None:  # made by every instance at its first bucket
+            self._buckets, made = self.comm.Idup()
+            self._wait(made, f"{what} (its communicator)")
         request = self._buckets.Iallgather(local, out)
         if self._progress is None:
             done = [False]

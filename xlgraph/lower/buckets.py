@@ -40,7 +40,6 @@ __all__ = ["BUCKET_MB", "FIRST_BUCKET_BYTES", "bucket_bytes", "bucketer", "Bucke
 BUCKET_MB = "XLGRAPH_BUCKET_MB"  # the bucket size in MiB; 0 turns bucketing off
 DEFAULT_MB = 25
 FIRST_BUCKET_BYTES = 1 << 20
-_ALL_REDUCES = ("replicated_all_reduce", "replicated_all_reduce_")
 _ALIGN = 64  # each input starts at a multiple of this many bytes in the bucket
 
 
@@ -158,7 +157,7 @@ class _Rewrite:
         last: dict[int, int] = {}  # storage root -> index of the last step writing it
         ready: dict[int, int] = {}  # all-reduce index -> index of the step its input needs
         for j, s in enumerate(steps):
-            if (s.kind == "kernel" and s.op is not None and s.op.defn.name in _ALL_REDUCES
+            if (s.kind == "kernel" and s.op is not None and s.op.defn.all_reduce
                     and s.ins[0] in self.varying):
                 ready[j] = last.get(self.root(s.ins[0]), -1)
             for r in self.written(s):
@@ -219,7 +218,7 @@ class _Rewrite:
         one, varies = self.one(s.ins[0]), s.outs[0] in self.varying
         ctx = dataclasses.replace(self.ctx, exchange=member)
         defn = replica_defn(s.op.defn, [True], [varies], [one], [self.one(s.outs[0])], ctx)
-        if (s.op.defn.name != "replicated_all_reduce" or varies
+        if (s.op.defn.inplace_of is not None or varies
                 or s.attrs["op"] not in ("add", "mean") or one.dtype.as_numpy().kind != "f"):
             return defn
         return dataclasses.replace(defn, kernel_out=_sum_into(member))

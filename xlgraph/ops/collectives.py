@@ -99,10 +99,10 @@ def _reduce_samples(rng: np.random.Generator) -> list[Sample]:
 
 _ALL_REDUCE = OpDef("replicated_all_reduce", same_spec, _all_reduce, _all_reduce_grad,
                     samples=_reduce_samples, replicated=_all_reduce_replicated,
-                    replica="collective")
+                    replica="collective", all_reduce=True)
 _ALL_REDUCE_ = OpDef("replicated_all_reduce_", same_spec, _all_reduce_inplace, inplace_of=0,
                      samples=_reduce_samples, replicated=_all_reduce_inplace_replicated,
-                     replica="collective")
+                     replica="collective", all_reduce=True)
 
 
 @register(_ALL_REDUCE)
