@@ -7,8 +7,9 @@ sequence 128, causal attention, pre-LayerNorm, tanh GELU, tied embeddings, learn
 (popxl-addons ``Module``s), PyTorch eager, ``torch.compile`` and JAX ``jit`` (donated,
 asynchronous); ``train_b8_half``: the same step in low precision (xlgraph: float16 weights and
 activations, float32 loss and moments, loss scaling 1024; torch: bfloat16 autocast, or
-float16 with ``--torch-half float16``, the slower on CPUs without float16 arithmetic; JAX: the
-forward in bfloat16). ``generate_b1`` and
+float16 with ``--torch-half float16``, the slower on CPUs without float16 arithmetic, and then
+torch eager's bfloat16 step beside it as ``torch_bfloat16``; JAX: the forward in bfloat16).
+``--contenders`` picks the training contenders. ``generate_b1`` and
 ``generate_b8``: 128 greedy tokens after an 8-token prompt with a KV cache, xlgraph
 (``gpt_generate.py``: the prompt in one run, then a run per token) against HuggingFace
 ``generate`` on the same weights. ``peak_rss_bytes``: the peak resident memory of
@@ -172,7 +173,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         choices=["train", "half", "generate", "rss"], help="parts not to run")
     parser.add_argument("--torch-half", default="bfloat16", choices=["bfloat16", "float16"],
                         help="torch's autocast dtype in the low-precision step (bfloat16 is "
-                             "the faster on CPUs without float16 arithmetic)")
+                             "the faster on CPUs without float16 arithmetic); with float16, "
+                             "torch eager's bfloat16 step is timed beside it (torch_bfloat16)")
+    parser.add_argument("--contenders", nargs="+", default=list(TRAIN), choices=TRAIN,
+                        help="the training contenders to time (xlgraph's ratios are to these)")
     parser.add_argument("--rss-of", choices=TRAIN, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -183,7 +187,11 @@ def train_case(key: str, cfg: gm.Config, weights: dict[str, np.ndarray], batch: 
     products) and return ``{"threads_<n>": timings}`` and the best setting's summary."""
     data = gm.token_batches(cfg, batch)
     makers = {n: (lambda n=n: make_train(n, cfg, weights, batch, half, data, args.torch_half))
-              for n in TRAIN}
+              for n in TRAIN if n in args.contenders}
+    if half and args.torch_half == "float16" and "torch" in args.contenders:
+        # torch's bfloat16 autocast beside its float16 one (another arithmetic, not a target)
+        makers["torch_bfloat16"] = lambda: make_train("torch", cfg, weights, batch, half, data,
+                                                      "bfloat16")
     products = roofline.step_products(cfg, batch)
     if roof:
         makers["gemm"] = lambda: (roofline.gemm_step(products), None)

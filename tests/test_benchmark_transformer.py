@@ -5,6 +5,7 @@ it fast; nothing here is timed."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -119,3 +120,16 @@ def test_flags_parse_without_measuring(capsys) -> None:
     with pytest.raises(SystemExit):
         transformer.parse_args(["--help"])
     assert "--skip" in capsys.readouterr().out
+
+
+def test_torch_float16_is_timed_beside_its_bfloat16(capsys) -> None:
+    import transformer
+
+    assert transformer.parse_args([]).contenders == list(transformer.TRAIN)
+    transformer.main(["--tiny", "--quick", "--threads", "1", "--skip", "train", "generate",
+                      "rss", "--torch-half", "float16", "--contenders", "xlgraph", "torch"])
+    result = json.loads(capsys.readouterr().out)
+    half = result["best"]["train_b8_half"]
+    assert result["torch_half"] == "float16"
+    assert set(half["us_per_step"]) == {"xlgraph", "torch", "torch_bfloat16"}
+    assert set(half["ratios"]) == {"xlgraph/torch", "xlgraph/torch_bfloat16"}

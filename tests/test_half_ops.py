@@ -18,6 +18,7 @@ import xlgraph
 from xlgraph import ops
 from xlgraph.op import BUILDERS, REGISTRY
 from xlgraph.ops import half
+from xlgraph.ops.half_round import ROUND_HALF
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 WIDE = sorted(n for n, d in REGISTRY.items() if d.widen_half and d.samples is not None)
@@ -137,6 +138,7 @@ def test_float16_gelu_grad_and_layer_norm_at_least_as_accurate(backend: str) -> 
 @pytest.mark.skipif(not HAS_NUMBA, reason="the compiled conversions need numba")
 def test_compiled_conversions_are_astypes_bits() -> None:
     from xlgraph.lower.backends import numba_half
+    from xlgraph.lower.backends.numba_backend import NumbaBackend
 
     assert numba_half.install()
     every_half = np.arange(2 ** 16, dtype=np.uint16)
@@ -161,6 +163,14 @@ def test_compiled_conversions_are_astypes_bits() -> None:
     numba_half.round_half(values, rounded)
     np.testing.assert_array_equal(rounded.view(np.uint32),
                                   expect.astype(np.float32).view(np.uint32))
+    spec = xlgraph.TensorSpec(values.shape, xlgraph.float32)  # wide storage's rounding step
+    loop, _ = NumbaBackend().kernel(ROUND_HALF.loop, [spec], [spec], {})
+    loop(values, rounded)
+    same = values.copy()
+    loop(same, same)
+    for got in (rounded, same):
+        np.testing.assert_array_equal(got.view(np.uint32),
+                                      expect.astype(np.float32).view(np.uint32))
     # and through the module's helpers, strided and contiguous
     x = rng.normal(size=(40, 30)).astype(np.float16)
     np.testing.assert_array_equal(half.widen(x.T), x.T.astype(np.float32))

@@ -91,6 +91,14 @@ def _store(t: popxl.Tensor, streams: list) -> None:
     streams.append(s)
 
 
+def _stored(*tensors: popxl.Tensor) -> list:
+    """Each of ``tensors`` stored to a host stream of its own; the streams."""
+    streams: list = []
+    for t in tensors:
+        _store(t, streams)
+    return streams
+
+
 def _graph() -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
     """float16 work through an inlined call, a function (a graph called from two sites), a
     loop, views, casts both ways, a value past float16's range, ops that read the float16 bits
@@ -220,7 +228,6 @@ def _pooling_graph() -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
     windows apart and overlapping) between ops that keep their values wide, and a bias added
     to a value that dies there (in place)."""
     ir = popxl.Ir()
-    streams: list = []
     with ir.main_graph:
         x_s = popxl.h2d_stream((2, 3, 6, 6), F16, "x")
         x = ops.host_load(x_s)
@@ -231,12 +238,12 @@ def _pooling_graph() -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
         apart = ops.max_pool(r, (2, 2), (2, 2))
         over = ops.max_pool(h, (3, 3), (1, 1))
         dy = relu_grad(apart * 0.75, apart)
-        g_apart = max_pool_grad(dy, r, apart, kernel=(2, 2), stride=(2, 2),
-                                    pads=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False)
+        g_apart = max_pool_grad(dy, r, apart, kernel=(2, 2), stride=(2, 2), pads=(0, 0, 0, 0),
+                                dilation=(1, 1), ceil_mode=False)
         g_over = max_pool_grad(over * 0.5, h, over, kernel=(3, 3), stride=(1, 1),
-                                   pads=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False)
-        for t in (r * 2.0, apart * 3.0, over - 1.0, dy * 0.25, g_apart + 1.0, g_over * 3.0):
-            _store(t, streams)
+                               pads=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False)
+        streams = _stored(r * 2.0, apart * 3.0, over - 1.0, dy * 0.25, g_apart + 1.0,
+                          g_over * 3.0)
     return ir, x_s, streams
 
 
@@ -250,9 +257,7 @@ def test_exact_ops_skip_their_rounding_and_keep_the_bits(backend: str,
         x.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, 50000.0, -0.0, 6e-8]
         feeds.append(x)
     with np.errstate(over="ignore", invalid="ignore"):
-        got, source = _run(_pooling_graph, feeds, backend=backend)
-        expected = _per_op(monkeypatch, _pooling_graph, feeds, backend=backend)
-        interpreted = _run(_pooling_graph, feeds, optimize=False)[0]
+        got, source = _checked(_pooling_graph, feeds, backend, monkeypatch)
     rounded = [line.split("  # ")[1] for line in source.splitlines()
                if "round_half" in line and "  # " in line]
     assert not any(f"= {name} " in c for c in rounded for name in ("relu", "max_pool"))
@@ -260,5 +265,42 @@ def test_exact_ops_skip_their_rounding_and_keep_the_bits(backend: str,
     assert sum("= max_pool_grad " in c for c in rounded) == 1  # the overlapping windows add
     assert re.search(r"o_add\((b\d+), w0, out=\1\)", source)  # into the dying product's buffer
     assert any(np.isinf(a).any() for a in got) and any(np.isnan(a).any() for a in got)
-    _same_bits(got, expected)
-    _same_bits(got, interpreted)
+
+
+def _checked(build, feeds, backend: str, monkeypatch: pytest.MonkeyPatch,
+             ) -> tuple[list[np.ndarray], str]:
+    """The compiled plan's results and source, checked bit for bit against the per-op forms
+    and the interpreter."""
+    got, source = _run(build, feeds, backend=backend)
+    _same_bits(got, _per_op(monkeypatch, build, feeds, backend=backend))
+    _same_bits(got, _run(build, feeds, optimize=False)[0])
+    return got, source
+
+
+def _shared_graph() -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
+    """A float16 variable read by two products (one through a transpose) before an in-place
+    update and by a third after it; a float16 input read by three ops, a stored product by
+    two."""
+    rng = np.random.default_rng(4)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((8, 16), F16, "x")
+        x = ops.host_load(x_s)
+        w = popxl.variable((rng.normal(size=(16, 16)) * 0.3).astype(np.float16), F16, "w")
+        a = x @ w
+        b = a @ ops.transpose(w, (1, 0))
+        c = ops.gelu(x) * 2.0
+        updated = ops.scaled_add_(w, (a.T @ b) * 0.01, a=1.0, b=1.0)
+        streams = _stored(a, b, c, x @ updated)
+    return ir, x_s, streams
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_values_read_by_several_steps_are_widened_once(backend: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(6)
+    feeds = [rng.normal(size=(8, 16)).astype(np.float16) for _ in range(2)]
+    source = _checked(_shared_graph, feeds, backend, monkeypatch)[1]
+    widened = [line.split("  # ")[0] for line in source.splitlines() if "widen_half(" in line]
+    # x, w and a (float16 for its host transfer, read by two products), once each
+    assert len(widened) == 3 and any("(w0," in line for line in widened)

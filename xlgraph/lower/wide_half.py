@@ -31,7 +31,7 @@ from xlgraph.lower.passes import written_alias_slots
 from xlgraph.lower.program import Program, Step, walk
 from xlgraph.op import REGISTRY
 from xlgraph.ops.half import wide_form
-from xlgraph.ops.half_round import NARROW_HALF, ROUND_HALF
+from xlgraph.ops.half_round import NARROW_HALF, ROUND_HALF, WIDEN_HALF
 from xlgraph.tensor import TensorSpec
 
 __all__ = ["widen_storage"]
@@ -129,12 +129,6 @@ def widen_storage(steps: list[Step], program: Program, results: list[int]) -> li
     if not wide:
         return steps
 
-    def new_slot(x: int, dtype: dtypes.dtype) -> int:
-        """A new slot of ``x``'s shape and ``dtype``."""
-        program.num_slots += 1
-        specs[program.num_slots - 1] = TensorSpec(specs[x].shape, dtype)
-        return program.num_slots - 1
-
     for x in wide:
         specs[x] = TensorSpec(specs[x].shape, dtypes.float32)
     out: list[Step] = []
@@ -145,7 +139,7 @@ def widen_storage(steps: list[Step], program: Program, results: list[int]) -> li
             for i, x in enumerate(s.ins):
                 if x in wide:
                     if x not in narrowed:
-                        n = new_slot(x, dtypes.float16)
+                        n = _new_slot(program, x, dtypes.float16)
                         out.append(Step("kernel", [x], [n], s.op, NARROW_HALF))
                         narrowed[x] = n
                     s.ins[i] = narrowed[x]
@@ -162,9 +156,72 @@ def widen_storage(steps: list[Step], program: Program, results: list[int]) -> li
         if _cast(s):  # float32 to float16, kept in float32: the rounding itself
             out.append(Step("kernel", s.ins, s.outs, s.op, ROUND_HALF))
             continue
-        raw = {o: new_slot(o, dtypes.float32) for o in made}
+        raw = {o: _new_slot(program, o, dtypes.float32) for o in made}
         s.outs = [raw.get(o, o) for o in s.outs]
         s.defn = wide_form(s.op.defn, [specs[x] for x in s.ins], [specs[o] for o in s.outs])
         out.append(s)
         out.extend(Step("kernel", [raw[o]], [o], s.op, ROUND_HALF) for o in made)
-    return out
+    return _widen_once(out, program)
+
+
+def _widen_once(steps: list[Step], program: Program) -> list[Step]:
+    """``steps`` where a float16 value that stays float16 (a variable, a host input) and that
+    several float32-register steps read, itself or through views, before anything may write
+    it, is widened once by a ``widen_half`` step before the first of them: they read that
+    float32 copy (the views made again on it) instead of each widening its own."""
+    specs = program.specs
+    viewed: dict[int, Step] = {}  # a view's output -> its step
+    base: dict[int, int] = {}  # a value -> the value it views, followed to the end
+    reads: dict[int, list[tuple[int, Step, int]]] = {}  # base -> (position, reader, input)
+    written: dict[int, int] = {}  # base -> the position of the first step that may write it
+    for pos, s in enumerate(steps):
+        if _view(s):
+            viewed[s.outs[0]] = s
+            base[s.outs[0]] = base.get(s.ins[0], s.ins[0])
+            continue
+        if s.kind != "kernel" or s.aliases_input:  # may write what it reads
+            for x in s.ins:
+                written.setdefault(base.get(x, x), pos)
+            continue
+        if _opts_in(s):
+            for i, x in enumerate(s.ins):
+                if specs[x].dtype is dtypes.float16:
+                    reads.setdefault(base.get(x, x), []).append((pos, s, i))
+    before: dict[int, list[Step]] = {}  # position -> steps to insert before it
+    for root, found in reads.items():
+        found = [r for r in found if r[0] < written.get(root, len(steps))]
+        if len({id(s) for _, s, _ in found}) < 2:
+            continue
+        first = min(pos for pos, _, _ in found)
+        wide = {root: _new_slot(program, root, dtypes.float32)}
+        made = before.setdefault(first, [])
+        made.append(Step("kernel", [root], [wide[root]], found[0][1].op, WIDEN_HALF))
+        for _, s, i in found:
+            s.ins[i] = _copy_of(s.ins[i], wide, viewed, made, program)
+        for _, s, _ in found:
+            s.defn = wide_form(s.op.defn, [specs[x] for x in s.ins], [specs[o] for o in s.outs])
+    if not before:
+        return steps
+    return [t for pos, s in enumerate(steps) for t in (*before.get(pos, ()), s)]
+
+
+def _copy_of(x: int, wide: dict[int, int], viewed: dict[int, Step], made: list[Step],
+             program: Program) -> int:
+    """The float32 copy of ``x``: in ``wide``, or the view of a copy that is, made (its step
+    goes to ``made``)."""
+    if x not in wide:
+        v = viewed[x]
+        src = _copy_of(v.ins[0], wide, viewed, made, program)
+        if v.kind == "bind":  # passed into a subgraph by value: the copy itself
+            wide[x] = src
+        else:
+            wide[x] = _new_slot(program, x, dtypes.float32)
+            made.append(Step("kernel", [src], [wide[x]], v.op, v.defn, dict(v.attrs)))
+    return wide[x]
+
+
+def _new_slot(program: Program, x: int, dtype: dtypes.dtype) -> int:
+    """A new slot of ``x``'s shape and ``dtype``."""
+    program.num_slots += 1
+    program.specs[program.num_slots - 1] = TensorSpec(program.specs[x].shape, dtype)
+    return program.num_slots - 1

@@ -1,10 +1,11 @@
-"""The two kernels of float16 kept in float32 storage (``xlgraph.lower.wide_half``).
+"""The kernels of float16 kept in float32 storage (``xlgraph.lower.wide_half``).
 
 ``ROUND_HALF`` rounds float32 values to the nearest float16 (ties to even, past the range to
 infinity) and keeps them as float32: ``x.astype(float16).astype(float32)``, in one pass (a
 compiled loop of the numba backend, which fuses into segments). ``NARROW_HALF`` gives the
-float16 array of float32 values that are float16 already (an exact conversion). Neither is an
-op of the library: the lowering puts them into plans, never graphs.
+float16 array of float32 values that are float16 already (an exact conversion), ``WIDEN_HALF``
+the float32 copy of a float16 array (exact) that several steps read. None is an op of the
+library: the lowering puts them into plans, never graphs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from xlgraph.core.op import OpDef
 from xlgraph.core.tensor import TensorSpec
 from xlgraph.ops import half
 
-__all__ = ["ROUND_HALF", "NARROW_HALF", "to_half_precision", "round_loop", "load", "store", "real"]
+__all__ = ["ROUND_HALF", "NARROW_HALF", "WIDEN_HALF", "to_half_precision", "round_loop", "load",
+           "store", "real"]
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
@@ -108,3 +110,5 @@ ROUND_HALF = OpDef("round_half", _as("float32"), _round, kernel_out=_round_out,
                    elementwise=True, loop=_round_form)
 NARROW_HALF = OpDef("narrow_half", _as("float16"), _narrow, kernel_out=_narrow_out,
                     elementwise=True)
+WIDEN_HALF = OpDef("widen_half", _as("float32"), half.widen,
+                   kernel_out=lambda x, out: half.convert(x, _F32, out), elementwise=True)
