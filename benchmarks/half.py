@@ -16,9 +16,11 @@ float32, and times both in interleaved rounds:
 
 Prints one JSON object: per case ``us_per_step`` (median over rounds) and ``us_per_step_best``
 (fastest round) of ``float32`` and ``float16``, and ``float16/float32``; the machine (CPU
-flags included) and the load average before and after.
+flags included) and the load average before and after. ``--cpu`` times the main thread's CPU
+instead of wall time (on a loaded machine the wall time is mostly other processes' turns).
 
-Run: ``PYTHONPATH=. python benchmarks/half.py [--quick] [--cases NAME ...] [--threads 1]``.
+Run: ``PYTHONPATH=. python benchmarks/half.py [--quick] [--cases NAME ...] [--threads 1]
+[--cpu]``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -161,11 +164,12 @@ def losses(case: str, steps: int = 3, tiny: bool = True) -> dict[str, list[float
     return out
 
 
-def time_case(case: str, quick: bool, tiny: bool = False) -> dict[str, Any]:
-    """Both programs of ``case`` in interleaved rounds."""
+def time_case(case: str, quick: bool, tiny: bool = False, cpu: bool = False) -> dict[str, Any]:
+    """Both programs of ``case`` in interleaved rounds (``cpu``: this thread's CPU time)."""
     steps = {dtype: MAKERS[case](dtype, tiny=tiny)[0] for dtype in DTYPES}
     calls = 1 if case == "transformer" and not tiny else (5 if quick else 20)
-    times = interleaved(steps, calls, rounds=3 if quick else 7, warmup=2)
+    times = interleaved(steps, calls, rounds=3 if quick else 7, warmup=2,
+                        timer=time.thread_time if cpu else time.perf_counter)
     us = {k: v["median"] for k, v in times.items()}
     return {"us_per_step": us, "us_per_step_best": {k: v["min"] for k, v in times.items()},
             "float16/float32": round(us["float16"] / us["float32"], 3)}
@@ -178,6 +182,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES,
                         help="the cases to time")
     parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads")
+    parser.add_argument("--cpu", action="store_true",
+                        help="time the main thread's CPU (time.thread_time) instead of wall time "
+                             "(work on other threads is not counted)")
     parser.add_argument("--tiny", action="store_true",
                         help="the transformer case on the tests' tiny decoder (not a figure)")
     return parser.parse_args(argv)
@@ -186,10 +193,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     result: dict[str, Any] = {"benchmark": "half", "machine": machine(), "threads": args.threads,
-                              "best": {}}
+                              "timer": "thread_time" if args.cpu else "wall", "best": {}}
     with with_threads(args.threads):
         for case in args.cases:
-            result["best"][case] = time_case(case, args.quick, args.tiny)
+            result["best"][case] = time_case(case, args.quick, args.tiny, args.cpu)
             print(json.dumps({case: result["best"][case]}), file=sys.stderr, flush=True)
     result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, indent=1))

@@ -19,7 +19,8 @@ def time_per_call(fn: Callable[[int], Any], calls: int, repeats: int = 7,
 
 
 def interleaved(fns: dict[str, Callable[[int], Any]], calls: int, rounds: int = 7,
-                warmup: int = 3) -> dict[str, dict[str, float]]:
+                warmup: int = 3, timer: Callable[[], float] = time.perf_counter,
+                ) -> dict[str, dict[str, float]]:
     """Time several step functions in interleaved rounds (one loop of ``calls`` each per round),
     so that load from other processes hits them alike. Each round runs them in another
     (seeded, shuffled) order, so that none always follows the same one: the loop right after
@@ -29,7 +30,8 @@ def interleaved(fns: dict[str, Callable[[int], Any]], calls: int, rounds: int = 
     A step function may carry two attributes: ``finish()``, called once at the end of each
     timed loop and timed with it (an asynchronous contender waits there for its queued work),
     and ``steps`` (default 1), the training steps one call runs (a device loop): times are
-    per step, not per call.
+    per step, not per call. ``timer``: wall time, or ``time.thread_time`` for the CPU time of
+    this thread (what the machine's load moves least).
     """
     def finish(fn: Callable[[int], Any]) -> None:
         done = getattr(fn, "finish", None)
@@ -46,12 +48,12 @@ def interleaved(fns: dict[str, Callable[[int], Any]], calls: int, rounds: int = 
         order.shuffle(names)
         for name in names:
             fn = fns[name]
-            start = time.perf_counter()
+            start = timer()
             for i in range(calls):
                 fn(i)
             finish(fn)
             steps = calls * getattr(fn, "steps", 1)
-            loops[name].append((time.perf_counter() - start) / steps * 1e6)
+            loops[name].append((timer() - start) / steps * 1e6)
     return {name: {"median": round(statistics.median(v), 1), "min": round(min(v), 1)}
             for name, v in loops.items()}
 

@@ -3,6 +3,7 @@ trains, and ``--quick`` prints the figures it promises (correctness only, not ti
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import half  # noqa: E402
+from harness import interleaved  # noqa: E402
 
 
 @pytest.mark.parametrize("case", half.CASES)
@@ -25,9 +27,9 @@ def test_float16_program_follows_the_float32_one(case: str) -> None:
 
 
 def test_quick_prints_each_case_in_both_dtypes(capsys: pytest.CaptureFixture[str]) -> None:
-    result = half.main(["--quick", "--tiny", "--cases", "transformer"])
+    result = half.main(["--quick", "--tiny", "--cases", "transformer", "--cpu"])
     printed = json.loads(capsys.readouterr().out)
-    assert printed["best"] == result["best"]
+    assert printed["best"] == result["best"] and printed["timer"] == "thread_time"
     for case in ("transformer",):
         times = printed["best"][case]["us_per_step"]
         assert set(times) == {"float32", "float16"} and min(times.values()) > 0
@@ -39,5 +41,13 @@ def test_quick_prints_each_case_in_both_dtypes(capsys: pytest.CaptureFixture[str
 def test_flags() -> None:
     opts = half.parse_args(["--cases", "poptorch_cnn", "--threads", "2"])
     assert opts.cases == ["poptorch_cnn"] and opts.threads == 2 and not opts.quick
+    assert not opts.cpu  # wall time unless asked
     with pytest.raises(SystemExit):
         half.parse_args(["--cases", "no_such_case"])
+
+
+def test_interleaved_times_with_the_given_clock() -> None:
+    ticks = itertools.count()
+    times = interleaved({"a": lambda i: i, "b": lambda i: i}, calls=4, rounds=3, warmup=0,
+                        timer=lambda: float(next(ticks)))
+    assert times == {n: {"median": 250000.0, "min": 250000.0} for n in "ab"}  # 1 tick / 4 calls
