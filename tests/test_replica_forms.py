@@ -107,3 +107,40 @@ def _into_buffers(form, args, attrs, like) -> list[np.ndarray]:
     else:
         form.kernel_out(*args, out=out, **attrs, **(extra if form.scratch else {}))
     return outs
+
+
+def _fed_directly(name: str, index: int) -> bool:
+    """Whether the sample's op reads its streams and constants (no op built before it)."""
+    defn = REGISTRY[name]
+    arrays, (_, streams, _, op) = _built(defn, defn.samples(np.random.default_rng(0))[index])
+    return _inputs(op, streams, arrays) is not None
+
+
+LOOPED = [(name, i) for name, d in sorted(REGISTRY.items())
+          if d.replica == "local" and d.replicated is None and not d.elementwise
+          and d.kind == "kernel" and not d.view and d.samples is not None
+          for i in range(len(d.samples(np.random.default_rng(0)))) if _fed_directly(name, i)]
+
+
+@pytest.mark.parametrize(("name", "index"), LOOPED)
+def test_one_local_replica_gets_the_kernels_bits_in_arrays_of_its_own(name: str,
+                                                                      index: int) -> None:
+    """An instance of one replica (``xlgraph-run``, one replica per instance) runs the plain
+    kernel once: its results are the kernel's bits, writable, and share no memory with the
+    inputs, so a later in-place op cannot write through to them."""
+    op, per = _per_replica(name, index)
+    defn, values = op.defn, per[0]
+    ins, outs = [t.spec for t in op.inputs], [t.spec for t in op.outputs]
+    want = _results(defn.kernel(*(np.array(a) for a in values), **op.attrs))
+    args = [np.array(a)[None] for a in values]
+    form = replica_defn(defn, [True] * len(ins), [True] * len(outs), ins, outs,
+                        ReplicaContext(1, 2))
+    got = _results(form.kernel(*args, **op.attrs))
+    for k, (out, expected) in enumerate(zip(got, want)):
+        expected = np.asarray(expected)
+        assert out.shape == (1, *expected.shape) and out.dtype == expected.dtype, (name, k)
+        assert out[0].tobytes() == expected.tobytes(), (name, k)
+        if k == 0 and defn.inplace_of is not None:
+            continue  # written in place: it is that input
+        assert out.flags.writeable, (name, k)
+        assert not any(np.may_share_memory(out, a) for a in args), (name, k)

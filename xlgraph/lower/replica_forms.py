@@ -85,11 +85,14 @@ def _loop(defn: OpDef, arrays: tuple[np.ndarray, ...], vary: list[bool], local: 
 
 def _joined(values: tuple[Any, ...], arrays: tuple[np.ndarray, ...]) -> np.ndarray:
     """The replicas' results stacked on a new leading axis. One replica's result (an instance
-    of one replica in an ``xlgraph-run`` job) gets the axis as a view instead of a copy,
-    unless it shares memory with an input (a kernel may return a view of one)."""
+    of one replica in an ``xlgraph-run`` job) gets the axis as a view instead of a copy when
+    it is a fresh writable array of its own, not an input or a view of one (or of a cached
+    constant)."""
     if len(values) == 1:
         x = np.asarray(values[0])
-        if not any(isinstance(a, np.ndarray) and np.may_share_memory(x, a) for a in arrays):
+        if (x.flags.owndata and x.flags.writeable
+                and not any(isinstance(a, np.ndarray) and np.may_share_memory(x, a)
+                            for a in arrays)):
             return x[None]
     return np.stack([np.asarray(x) for x in values])
 
