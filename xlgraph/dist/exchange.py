@@ -175,12 +175,9 @@ class MpiExchange:
             self._wait(made, f"{what} (its communicator)")
         request = self._buckets.Iallgather(local, out)
         if self._progress is None:
-            done = [False]
 
             def wait() -> np.ndarray:
-                if not done[0]:
-                    self._wait(request, what)
-                    done[0] = True
+                self._wait(request, what)
                 return out
 
             return wait
@@ -207,8 +204,6 @@ class MpiExchange:
     def _wait(self, request: Any, what: str) -> None:
         """Until MPI ``request`` completes: spin, then sleep between polls; stop at a failure
         notice or the deadline."""
-        if request.Test():
-            return
         start = time.monotonic()
         deadline, check, pause = start + self.timeout, start, MIN_PAUSE
         while not request.Test():

@@ -22,13 +22,13 @@ The exchange proceeds (a progress thread of ``xlgraph.dist``) while the steps in
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from xlgraph.cost import nbytes
 from xlgraph.lower.program import Program, Step, walk
 from xlgraph.lower.replica_forms import replica_defn
 from xlgraph.op import OpDef
@@ -41,10 +41,6 @@ BUCKET_MB = "XLGRAPH_BUCKET_MB"  # the bucket size in MiB; 0 turns bucketing off
 DEFAULT_MB = 25
 FIRST_BUCKET_BYTES = 1 << 20
 _ALIGN = 64  # each input starts at a multiple of this many bytes in the bucket
-
-
-def nbytes(spec: TensorSpec) -> int:
-    return math.prod(spec.shape) * spec.dtype.as_numpy().itemsize
 
 
 class Bucket:

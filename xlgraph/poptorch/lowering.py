@@ -295,8 +295,6 @@ def _trace_attributes_on_host(model: torch.nn.Module, program: Any, flat_args: l
                if s.kind == OutputKind.BUFFER_MUTATION and s.target in attributes]
     if not changed:
         return
-    from torch.export.graph_signature import InputKind
-
     stored = {**program.state_dict, **program.constants}
     user = iter(flat_args)
     values = [next(user) if s.kind == InputKind.USER_INPUT else stored[s.target]

@@ -128,19 +128,19 @@ class WeightSync:
         if not self.host_stale:
             return
         self.upload_changed()
-        with torch.no_grad():
-            for k, t in self.tensors.items():
-                t.copy_(torch.from_numpy(self.session.get_tensor_data(self.variables[k])))
-                self._mark(k, t)
+        self._read_back(self.tensors.items())
         self.host_stale = False
         self.host_weights_version = next(_VERSIONS)
 
     def download_buffers(self, keys: Iterable[str]) -> None:
         """Copy the session's values of ``keys`` (buffers an inference ``forward`` updates)
         into their torch tensors, in place, sending no host edit to the device."""
+        self._read_back((k, self._current(k)) for k in keys)
+
+    def _read_back(self, pairs: Iterable[tuple[str, Any]]) -> None:
+        """Copy the session's value of each ``(key, tensor)`` into the tensor, in place."""
         with torch.no_grad():
-            for k in keys:
-                t = self._current(k)
+            for k, t in pairs:
                 t.copy_(torch.from_numpy(self.session.get_tensor_data(self.variables[k])))
                 self._mark(k, t)
 
