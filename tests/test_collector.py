@@ -69,7 +69,10 @@ def test_nothing_settles_while_the_process_keeps_objects_frozen(collector_on):
     try:
         frozen = gc.get_freeze_count()
         made = _make(collector.SETTLE_MIN_OBJECTS + 1000)
-        assert gc.get_freeze_count() == frozen  # the process's frozen objects stay frozen
+        # The process's frozen objects stay frozen: a settle would unfreeze them all (count 0)
+        # or freeze the new ones too (count up). Frozen objects that other threads drop
+        # meanwhile leave the count, so it may only fall by those.
+        assert 0 < gc.get_freeze_count() <= frozen
         assert _generation_of(made[-1]) < 2
     finally:
         gc.unfreeze()
