@@ -1,5 +1,6 @@
 import os
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -46,3 +47,13 @@ def popart_records(monkeypatch):
     yield records
     log.removeHandler(handler)
     log.setLevel(level)
+
+
+@pytest.fixture
+def no_compiles_running() -> None:
+    """Wait for the kernel threads that earlier tests' Sessions left compiling in the background:
+    a test that measures process-wide state (tracemalloc's count of every thread's allocations,
+    the BLAS libraries loaded) must not see a compile that is not its own."""
+    for thread in threading.enumerate():
+        if thread.name == "xlgraph-kernels":
+            thread.join()

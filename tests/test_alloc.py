@@ -26,6 +26,9 @@ BATCH = 128
 BOUND = 2 * BATCH * HIDDEN * 4  # bytes: two float32 hidden activations
 
 
+# tracemalloc counts every thread's allocations: no earlier test's compile may run meanwhile
+pytestmark = pytest.mark.usefixtures("no_compiles_running")
+
 BACKENDS = ["numpy"] + (["numba"] if importlib.util.find_spec("numba") else [])
 
 

@@ -14,6 +14,9 @@ from xlgraph.runtime import threads
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from models import build_mlp, mnist_batches  # noqa: E402
 
+# the tests read every BLAS library's threads: no earlier test's compile may load one meanwhile
+pytestmark = pytest.mark.usefixtures("no_compiles_running")
+
 
 def test_blas_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     big = threads.PARALLEL_MIN_FLOPS

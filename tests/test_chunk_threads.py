@@ -166,6 +166,7 @@ def test_chunk_threads_give_blas_one_thread(monkeypatch: pytest.MonkeyPatch) -> 
     assert applied == [1, None]
 
 
+@pytest.mark.usefixtures("no_compiles_running")  # reads every BLAS library's threads
 def test_chunked_session_limits_raised_blas_threads_again_before_a_run() -> None:
     """Raising BLAS threads while a Session runs chunk threads would set two thread pools on
     the same cores; the Session applies its one-thread limit again before the next run, and

@@ -81,7 +81,7 @@ def test_a_killed_worker_raises_instead_of_hanging():
             assert batch.tolist() == [float(i)] * 2
             if i == 0:
                 os.kill(accessor.worker_pid, signal.SIGKILL)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 120  # raised, not waited for ever (however loaded)
     assert accessor.worker_pid is None
     # iterating again starts a new worker at the beginning of the dataset
     assert next(iter(accessor)).tolist() == [0.0, 0.0]

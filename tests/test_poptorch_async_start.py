@@ -59,7 +59,7 @@ def test_the_constructor_starts_the_worker_and_preloads(early_preload):
         indices = loader._accessor._worker._data_buffers.indices_mem
         assert indices.shape == (3,) and indices[0] == 1  # the first batch is in
         want = 3 if early_preload else 1
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 120  # a loaded machine may take seconds to get there
         while _filled(loader) < want and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.2)  # time enough to load more, were it allowed to

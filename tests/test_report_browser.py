@@ -139,7 +139,7 @@ def test_the_report_page_in_a_browser(browser, pages):
     tile = browser.find_element(By.CSS_SELECTOR, "#tile-map .scatterlayer .point")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", tile)
     ActionChains(browser).move_to_element(tile).perform()
-    hover = WebDriverWait(browser, 10).until(lambda b: b.execute_script(
+    hover = WebDriverWait(browser, 60).until(lambda b: b.execute_script(
         "return document.querySelector('#tile-map .hoverlayer').textContent"))
     assert f"tile 0: {int(report.peak[0]):,} B at peak" in hover, hover
 
@@ -164,7 +164,7 @@ def test_the_report_page_in_a_browser(browser, pages):
         "return (document.getElementById('liveness').layout.shapes || [])"
         ".map(s => [s.x0, s.x1]);")
     assert shapes == [[p - 0.5, p + 0.5] for p in positions]
-    drawn = WebDriverWait(browser, 10).until(  # on the chart, not only in its layout
+    drawn = WebDriverWait(browser, 60).until(  # on the chart, not only in its layout
         lambda b: len(b.find_elements(By.CSS_SELECTOR, "#liveness .shapelayer path"))
         >= len(positions))
     assert drawn
