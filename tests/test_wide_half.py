@@ -304,3 +304,23 @@ def test_values_read_by_several_steps_are_widened_once(backend: str,
     widened = [line.split("  # ")[0] for line in source.splitlines() if "widen_half(" in line]
     # x, w and a (float16 for its host transfer, read by two products), once each
     assert len(widened) == 3 and any("(w0," in line for line in widened)
+
+
+def test_ops_declare_their_float16_storage_on_their_records() -> None:
+    """``OpDef.half_view``, ``half_exact`` and ``half_registers`` are set where each op is
+    defined: a half view is a plain view of one input, an exact op computes in float32
+    registers, and an op that opts in through its own kernel is not also flagged."""
+    from xlgraph.op import REGISTRY
+
+    views = {n for n, d in REGISTRY.items() if d.half_view}
+    assert {"reshape", "transpose", "slice", "identity", "detach", "expand"} <= views
+    for name in views:
+        d = REGISTRY[name]
+        assert d.view and d.inplace_of is None and not d.side_effect, name
+    exact = {n: d for n, d in REGISTRY.items() if d.half_exact is not None}
+    assert {"relu", "relu_grad", "max_pool", "max_pool_grad"} <= set(exact)
+    assert all(d.widen_half for d in exact.values())
+    pool = {"kernel": (2, 2), "dilation": (1, 1)}
+    assert exact["max_pool_grad"].half_exact({**pool, "stride": (2, 2)})
+    assert not exact["max_pool_grad"].half_exact({**pool, "stride": (1, 1)})  # windows overlap
+    assert REGISTRY["matmul"].half_registers and not REGISTRY["matmul"].widen_half

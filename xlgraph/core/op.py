@@ -91,6 +91,15 @@ class OpDef:
         widen_half: float16 inputs are computed in float32 and each float16 result is rounded
             once on store, as the IPU's AMP units do (``xlgraph.ops.half``); for ops whose
             kernels do arithmetic (the ``unary``, ``binary``, ``reduction`` families set it).
+        half_exact: ``half_exact(attrs)`` -> whether each result is one of the inputs' elements
+            or a zero (a NaN quieted at most) for these attributes: on float16 values held in
+            float32 the result is a float16 value already, so wide storage
+            (``xlgraph.lower.wide_half``) leaves out its rounding step; None: never.
+        half_registers: the kernel itself computes float16 operands in float32 registers and
+            rounds on store (``matmul``), so wide storage may hand it float16 values held in
+            float32 without ``widen_half``.
+        half_view: a view whose elements are its one input's whatever their dtype, so a
+            float16 value held in float32 by wide storage stays so through it.
     """
 
     name: str
@@ -116,6 +125,9 @@ class OpDef:
     replica: str = "local"
     all_reduce: bool = False
     widen_half: bool = False
+    half_exact: Callable[[dict[str, Any]], bool] | None = None
+    half_registers: bool = False
+    half_view: bool = False
 
     @property
     def differentiable(self) -> bool:

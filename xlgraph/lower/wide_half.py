@@ -6,25 +6,24 @@ and the widening cancel out but for the rounding: this pass keeps such a value a
 holding exactly the float16 value (the producer's float32 result, rounded to float16 precision
 by a ``round_half`` step that fuses into compiled segments like any float32 loop), and its
 consumers read it as float32: a chain of these ops plans, fuses and runs like the float32 step,
-plus one rounding per result (none after ops whose results are elements of their inputs:
-``relu``, ``max_pool``, ...). Every result keeps its bits: a consumer computes on the very float32
-values it widened before, and a value narrowed from the store is the float16 it was.
+plus one rounding per result (none after ops whose results are elements of their inputs,
+``OpDef.half_exact``: ``relu``, ``max_pool``, ...). Every result keeps its bits: a consumer
+computes on the very float32 values it widened before, and a value narrowed from the store is
+the float16 it was.
 
 A value stays float16 where something needs its bits or its buffer: variables and constants,
 values written in place or sharing a buffer with one that is (``passes.written_alias_slots``),
 results of functions, anything a nested body, loop carry, branch, call, bind or host transfer
-touches, outputs of ops that do not opt in. A kernel of another op reading a wide value reads a
-``narrow_half`` copy made just before it (exact). Views (``reshape``, ``transpose``, ``slice``,
-...) of a wide value are wide; ``cast`` reads one as it is (to float32: an ``identity`` view of
-it), and a ``cast`` of float32 to float16 becomes the rounding step. The lowering skips the pass
-under ``enableFloatingPointChecks`` (numpy's float16 casts there raise on overflow) and for
-replicated programs.
+touches, outputs of ops that do not opt in (``widen_half``, or ``half_registers`` for kernels
+that do it themselves: ``matmul``). A kernel of another op reading a wide value reads a
+``narrow_half`` copy made just before it (exact). Views (``OpDef.half_view``: ``reshape``,
+``transpose``, ``slice``, ...) of a wide value are wide; ``cast`` reads one as it is (to
+float32: an ``identity`` view of it), and a ``cast`` of float32 to float16 becomes the rounding
+step. The lowering skips the pass under ``enableFloatingPointChecks`` (numpy's float16 casts
+there raise on overflow) and for replicated programs.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 from xlgraph import dtypes
 from xlgraph.lower.passes import written_alias_slots
@@ -36,39 +35,19 @@ from xlgraph.tensor import TensorSpec
 
 __all__ = ["widen_storage"]
 
-# Ops that compute float16 in float32 registers inside their own kernels, without the flag:
-# ``matmul`` (``xlgraph.ops.matmul_kernel``), which multiplies float32 operands as numpy does.
-_REGISTER_KERNELS = frozenset({"matmul"})
-# Views whose result is the input's elements in another shape, whatever their dtype.
-_VIEWS = frozenset({"reshape", "transpose", "slice", "identity", "detach", "expand"})
-
-
-def _windows_apart(attrs: dict[str, Any]) -> bool:
-    """No two pooling windows share an element: each input gets one gradient at most."""
-    return all(s >= (k - 1) * d + 1
-               for k, s, d in zip(attrs["kernel"], attrs["stride"], attrs["dilation"]))
-
-
-# Ops whose every result is one of their inputs' elements or a zero (a NaN quieted at most),
-# given these attributes: on float16 values the float32 result is a float16 value already and
-# its rounding step would change no bit, so wide storage leaves it out (one pass less).
-# ``max_pool_grad`` adds the gradients of overlapping windows: exact only without overlap.
-_EXACT: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "relu": lambda _: True, "relu_grad": lambda _: True, "max_pool": lambda _: True,
-    "max_pool_grad": _windows_apart}
-
-
-def _exact(s: Step) -> bool:
-    rule = _EXACT.get(s.defn.name)
-    return rule is not None and rule(s.attrs)
-
 
 def _opts_in(s: Step) -> bool:
     """A kernel step of an op that computes float16 in float32 registers. (One that writes an
     input in place reads the others: the written one and its output are never wide.)"""
     d = None if s.op is None else s.op.defn
     return (s.kind == "kernel" and d is not None and d.replica == "local" and not d.view
-            and (d.widen_half or d.name in _REGISTER_KERNELS))
+            and (d.widen_half or d.half_registers))
+
+
+def _exact(s: Step) -> bool:
+    """Whether step ``s``'s results are float16 values already (``OpDef.half_exact``)."""
+    rule = s.defn.half_exact
+    return rule is not None and rule(s.attrs)
 
 
 def _view(s: Step) -> bool:
@@ -77,7 +56,7 @@ def _view(s: Step) -> bool:
         return True
     d = s.defn
     return (s.kind == "kernel" and d.view and d.inplace_of is None and not d.side_effect
-            and d.name in _VIEWS and len(s.ins) == 1)
+            and d.half_view and len(s.ins) == 1)
 
 
 def _cast(s: Step) -> bool:

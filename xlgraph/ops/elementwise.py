@@ -26,7 +26,7 @@ from xlgraph.op import (
 )
 from xlgraph.ops import loops
 from xlgraph.ops.families import binary, inplace, unary
-from xlgraph.ops.half import convert
+from xlgraph.ops.half import always_exact, convert
 from xlgraph.ops.replicas import unchanged
 from xlgraph.tensor import Tensor, TensorSpec
 
@@ -105,11 +105,11 @@ def _grad_samples(domain: tuple[float, float]):
 
 _RELU_GRAD = OpDef("relu_grad", same_spec, _relu_grad, elementwise=True,
                    samples=_grad_samples((-2.0, 2.0)), kernel_out=_relu_grad_out,
-                   widen_half=True)
+                   widen_half=True, half_exact=always_exact)
 relu_grad = register(_RELU_GRAD)(lambda dy, y: apply1(_RELU_GRAD, [dy, y]))
 relu = unary("relu", _relu, grad=lambda g, dy: (relu_grad(dy, g.y(0)),),
              samples=lambda rng: [Sample((rng.uniform(-2, 2, (3, 4)) + 0.05,))],
-             kernel_out=_relu_out)
+             kernel_out=_relu_out, half_exact=always_exact)
 relu_ = inplace("relu")
 
 

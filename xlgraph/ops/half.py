@@ -33,7 +33,7 @@ from xlgraph.core.tensor import TensorSpec
 from xlgraph.ops.loops import Composite
 
 __all__ = ["half_form", "wide_form", "widen", "narrow_into", "use_converters", "convert",
-           "fast_round"]
+           "fast_round", "always_exact"]
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Contiguous converters ``(source, destination)`` over 1-d uint16/float32 views, or None: numpy.
@@ -139,6 +139,12 @@ def convert(a: np.ndarray, dtype: Any, out: np.ndarray | None = None) -> np.ndar
         narrow_into(out, a)
         return out
     return a.astype(dtype, order="C")
+
+
+def always_exact(attrs: dict[str, Any]) -> bool:  # noqa: ARG001 - ``OpDef.half_exact``
+    """``OpDef.half_exact`` of an op whose results are its inputs' elements whatever its
+    attributes (``relu``, ``max_pool``)."""
+    return True
 
 
 def _is_half(spec: TensorSpec) -> bool:

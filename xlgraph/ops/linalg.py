@@ -64,7 +64,8 @@ def matmul_cost(ins: list[TensorSpec], outs: list[TensorSpec], **_: Any) -> Cost
 
 
 _MATMUL = OpDef("matmul", _matmul_infer, matmul_out, _matmul_grad, kernel_out=matmul_out,
-                samples=_matmul_samples, cost=matmul_cost, replicated=matmul_rule)
+                samples=_matmul_samples, cost=matmul_cost, replicated=matmul_rule,
+                half_registers=True)
 
 
 @register(_MATMUL)

@@ -67,7 +67,7 @@ def _reshape_samples(rng: np.random.Generator) -> list[Sample]:
 
 _RESHAPE = OpDef("reshape", _reshape_infer, _reshape, lambda g, dy: (reshape(dy, g.x(0).shape),),
                  view=True, samples=_reshape_samples, layout=same_layout,
-                 replicated=_reshape_replicated)
+                 replicated=_reshape_replicated, half_view=True)
 _RESHAPE_ = OpDef("reshape_", _reshape_infer, _reshape, inplace_of=0, view=True,
                   samples=_reshape_samples, layout=same_layout,
                  replicated=_reshape_replicated)
@@ -131,7 +131,7 @@ def _transpose_samples(rng: np.random.Generator) -> list[Sample]:
 
 _TRANSPOSE = OpDef("transpose", _transpose_infer, _transpose, _transpose_grad, view=True,
                    samples=_transpose_samples, layout=permuted_layout,
-                   replicated=_transpose_replicated)
+                   replicated=_transpose_replicated, half_view=True)
 _TRANSPOSE_ = OpDef("transpose_", _transpose_infer, _transpose, inplace_of=0, view=True,
                     samples=_transpose_samples, layout=permuted_layout,
                    replicated=_transpose_replicated)
@@ -214,7 +214,7 @@ _SLICE_GRAD = OpDef(
 _SLICE = OpDef("slice", _slice_infer, _slice,
                lambda g, dy: (slice_grad(dy, g.x(0).shape, g.attrs["index"]),), view=True,
                samples=_slice_samples, layout=index_layout,
-               replicated=_slice_replicated)
+               replicated=_slice_replicated, half_view=True)
 _SLICE_ = OpDef("slice_", _slice_infer, _slice, inplace_of=0, view=True, samples=_slice_samples,
                 layout=index_layout, replicated=_slice_replicated)
 
@@ -331,10 +331,10 @@ def _identity(x: np.ndarray) -> np.ndarray:
 
 _IDENTITY = OpDef("identity", same_spec, _identity, lambda g, dy: (dy,), view=True,
                   samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout,
-                  replicated=unchanged(_identity))
+                  replicated=unchanged(_identity), half_view=True)
 _DETACH = OpDef("detach", same_spec, _identity, view=True,
                 samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout,
-                  replicated=unchanged(_identity))
+                replicated=unchanged(_identity), half_view=True)
 _DETACH_ = OpDef("detach_", same_spec, _identity, inplace_of=0, view=True,
                  samples=lambda rng: [Sample((rng.normal(size=(3, 4)),))], layout=same_layout,
                   replicated=unchanged(_identity))
@@ -380,7 +380,7 @@ def _expand_replicated(ctx: Any, x: np.ndarray, shape: tuple[int, ...]) -> np.nd
 
 _EXPAND = OpDef("expand", _expand_infer, _expand, lambda g, dy: (dy,), view=True,
                 samples=lambda rng: [Sample((rng.normal(size=(3, 1)),), {"shape": (2, 3, 4)})],
-                layout=broadcast_layout, replicated=_expand_replicated)
+                layout=broadcast_layout, replicated=_expand_replicated, half_view=True)
 
 
 @register(_EXPAND)

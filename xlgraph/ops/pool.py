@@ -19,6 +19,7 @@ import numpy as np
 from xlgraph.cost import Cost, CostFn, nelms, traffic
 from xlgraph.errors import DTypeError, ShapeError
 from xlgraph.op import OpDef, Sample, apply1, register, same_dtype
+from xlgraph.ops.half import always_exact
 from xlgraph.ops.replicas import batch_rule
 from xlgraph.ops.window import (
     Ints,
@@ -270,16 +271,24 @@ def _window_cost(pooled: int) -> CostFn:
     return cost
 
 
+
+def _windows_apart(attrs: dict[str, Any]) -> bool:
+    """No two pooling windows share an element: each input gets one gradient at most, so
+    ``max_pool_grad``'s results are its gradient's elements (``OpDef.half_exact``)."""
+    return all(s >= (k - 1) * d + 1
+               for k, s, d in zip(attrs["kernel"], attrs["stride"], attrs["dilation"]))
+
+
 _MAX_POOL = OpDef("max_pool", _pool_infer, _max_pool,
                   lambda g, dy: (max_pool_grad(dy, g.x(0), g.y(0), **g.attrs),),
                   kernel_out=_max_pool_out, samples=_pool_samples, cost=_window_cost(1),
                   threaded=True, replicated=batch_rule(_max_pool), loop=max_pool_loop,
-                  widen_half=True)
+                  widen_half=True, half_exact=always_exact)
 _MAX_POOL_GRAD = OpDef("max_pool_grad", _max_grad_infer, _max_pool_grad,
                        kernel_out=_max_pool_grad_out, samples=_max_grad_samples,
                        cost=_window_cost(0), threaded=True,
                        replicated=batch_rule(_max_pool_grad, (0, 1, 2)), loop=max_pool_grad_loop,
-                       widen_half=True)
+                       widen_half=True, half_exact=_windows_apart)
 _AVERAGE_POOL = OpDef("average_pool", _average_infer, _average_pool,
                       lambda g, dy: (average_pool_grad(dy, size=g.x(0).shape[2:], **g.attrs),),
                       kernel_out=_average_pool_out, samples=_pool_samples, cost=_window_cost(1),
