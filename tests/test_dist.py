@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,9 @@ from xlgraph.dist.run import mpiexec_command
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "tests" / "programs" / "dist_train.py"
+# The jobs' collectives wait the default 60 s, so that no instance a loaded machine delays times
+# out; a failed instance must end the job through its failure, never by the others' timeouts:
+WAITED_OUT = "(XLGRAPH_DIST_TIMEOUT)"  # in the error of an instance whose wait timed out
 
 
 def test_popdist_queries_read_the_launcher_environment(monkeypatch):
@@ -66,12 +68,11 @@ def console_script(name: str = "xlgraph-run", module: str = "xlgraph.dist.run") 
 
 
 
-def _run(cmd: list[str], timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run ``cmd``; a job that hangs fails the test (one takes about 10 s on a loaded machine)."""
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PYTHONPATH=path)
-    start = time.monotonic()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    return done, time.monotonic() - start
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +82,16 @@ def mpi():
 
 def _job(instances: int, *args: str) -> list[str]:
     return [*console_script(), "--num-instances", str(instances), "--num-replicas", "2",
-            "--timeout", "3", sys.executable, str(PROGRAM), *args]
+            sys.executable, str(PROGRAM), *args]
 
 
 def test_two_instances_train_like_one_process(mpi, tmp_path):
     """Equal up to float32 rounding: one process of 2 replicas sums each weight gradient over
     both replicas in one product (``xlgraph.lower.replicas``), each instance computes its own
     and the all-reduce adds the two (measured: 6e-8 apart after 6 steps)."""
-    one, _ = _run([sys.executable, str(PROGRAM), str(tmp_path / "one"), "--replicas", "2"])
+    one = _run([sys.executable, str(PROGRAM), str(tmp_path / "one"), "--replicas", "2"])
     assert one.returncode == 0, one.stderr
-    two, _ = _run(_job(2, str(tmp_path / "two")))
+    two = _run(_job(2, str(tmp_path / "two")))
     assert two.returncode == 0, two.stderr
     single = np.load(tmp_path / "one.0.npz")
     for instance in (0, 1):
@@ -103,27 +104,27 @@ def test_two_instances_train_like_one_process(mpi, tmp_path):
 
 
 def test_an_instance_that_raises_stops_the_others_with_its_error(mpi, tmp_path):
-    done, elapsed = _run(_job(2, str(tmp_path / "x"), "--fail", "soft"))
+    done = _run(_job(2, str(tmp_path / "x"), "--fail", "soft"))
     assert done.returncode != 0
     assert "RuntimeError: instance 1 fails on purpose" in done.stderr
     assert "instance 0: stopped in the all-reduce mean of float32" in done.stderr
     assert "because instance 1 failed" in done.stderr
-    assert elapsed < 60
+    assert WAITED_OUT not in done.stderr
 
 
 def test_an_instance_that_vanishes_ends_the_job(mpi, tmp_path):
-    done, elapsed = _run(_job(2, str(tmp_path / "x"), "--fail", "hard"))
+    done = _run(_job(2, str(tmp_path / "x"), "--fail", "hard"))
     assert done.returncode != 0
     assert "xlgraph-run: instance 1 ended with exit status 3; stopping the job" in done.stderr
-    assert elapsed < 60
+    assert WAITED_OUT not in done.stderr
 
 
 MISMATCH = ROOT / "tests" / "programs" / "dist_mismatch.py"
 
 
-def _mismatch(mode: str) -> tuple[subprocess.CompletedProcess, float]:
-    return _run([*console_script(), "--num-instances", "2", "--num-replicas", "2", "--timeout", "5",
-                 sys.executable, str(MISMATCH), mode], timeout=60)
+def _mismatch(mode: str) -> subprocess.CompletedProcess:
+    return _run([*console_script(), "--num-instances", "2", "--num-replicas", "2",
+                 sys.executable, str(MISMATCH), mode])
 
 
 @pytest.mark.parametrize("mode, mine, theirs", [
@@ -134,14 +135,14 @@ def _mismatch(mode: str) -> tuple[subprocess.CompletedProcess, float]:
 ])
 def test_collectives_that_disagree_raise_in_every_instance(mpi, mode, mine, theirs):
     """Before the headers, the dtype and op cases combined garbage and exited 0."""
-    done, elapsed = _mismatch(mode)
+    done = _mismatch(mode)
     assert done.returncode != 0
     seq = 2 if mode == "sequence" else 1
     for rank, (a, b) in ((0, (mine, theirs)), (1, (theirs, mine))):
         assert (f"instance {rank}: the instances disagree on collective #{seq}: this instance "
                 f"runs '#{seq}: {a}', instance {1 - rank} runs '#{seq}: {b}'") in done.stderr
     assert "nothing was combined" in done.stderr
-    assert elapsed < 30
+    assert WAITED_OUT not in done.stderr
 
 
 @pytest.mark.parametrize("mode, expected", [
@@ -154,15 +155,15 @@ def test_collectives_that_disagree_raise_in_every_instance(mpi, mode, mine, thei
                "xlgraph-run: instance 1 ended with exit status 1"]),
 ])
 def test_every_failure_ends_the_job_with_its_error(mpi, mode, expected):
-    done, elapsed = _mismatch(mode)
+    done = _mismatch(mode)
     assert done.returncode != 0
     for line in expected:
         assert line in done.stderr
-    assert elapsed < 30
+    assert WAITED_OUT not in done.stderr
 
 
 def test_instances_that_agree_exit_zero(mpi):
-    done, _ = _mismatch("same")
+    done = _mismatch("same")
     assert done.returncode == 0, done.stderr
     for rank in (0, 1):  # the instances' lines may interleave
         assert done.stdout.count(f"instance {rank}: [3.0, 3.0, 3.0, 3.0]") == 1
@@ -197,6 +198,6 @@ def test_popdist_stand_in_answers_as_inside_poprun(monkeypatch):
 def test_the_popxl_runner_provides_popdist(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text("import popdist\nprint(popdist.isPopdistEnvSet(), popdist.__name__)\n")
-    done, _ = _run([sys.executable, "-m", "xlgraph.popxl_compat", str(script)])
+    done = _run([sys.executable, "-m", "xlgraph.popxl_compat", str(script)])
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "xlgraph.dist"]
