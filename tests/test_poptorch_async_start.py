@@ -88,7 +88,8 @@ def test_a_worker_failing_first_fails_the_constructor_after_its_traceback(capfd)
     err = capfd.readouterr().err
     assert "Traceback (most recent call last)" in err
     assert "AssertionError: item 0 may not be read" in err
-    assert set(multiprocessing.active_children()) == before  # the worker was stopped
+    # the worker was stopped (an earlier test's leftover child may end meanwhile)
+    assert set(multiprocessing.active_children()) <= before
 
 
 class Exiting(torch.utils.data.IterableDataset):
