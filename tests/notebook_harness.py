@@ -42,10 +42,13 @@ def runner(*args: str) -> subprocess.CompletedProcess[str]:
 
 def execute(notebook: Any, kernel_name: str, cwd: Path, timeout: int = 300) -> Any:
     """Run every cell of ``notebook`` (an nbformat node) in ``cwd``; return it, outputs
-    filled in. A cell that raises fails the run (nbclient's ``CellExecutionError``)."""
+    filled in. A cell that raises fails the run (nbclient's ``CellExecutionError``). The
+    kernel's start and each cell's last outputs get ``timeout`` too: nbclient's defaults (60 s
+    and 4 s, after which it goes on without the outputs) are short for a loaded machine."""
     import nbclient
 
     client = nbclient.NotebookClient(notebook, kernel_name=kernel_name, timeout=timeout,
+                                     startup_timeout=timeout, iopub_timeout=timeout,
                                      resources={"metadata": {"path": str(cwd)}})
     client.execute()
     return notebook
