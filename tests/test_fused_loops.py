@@ -142,6 +142,34 @@ def test_adam_loops_and_kernel_outs_give_the_kernels_bits(backend, dtype: type) 
         assert t.tobytes() == kernel(want, want, f).tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_step_gives_the_four_kernels_bits(backend, dtype: type) -> None:  # noqa: ANN001
+    """``adam_step`` (one Adam chain, ``lower.adam_chains``) against the numpy kernels of the
+    moving averages, the updater and ``scaled_add_`` run in turn, with and without weight
+    decay, into spare arrays and in place."""
+    from xlgraph.ops import adam_loops, elementwise, optim_updates, var_updates
+
+    rng = np.random.default_rng(8)
+    g, m, w = rng.normal(size=(3, 17, 11)) * 10.0 ** rng.integers(-8, 3, (3, 17, 11))
+    g, m, w = g.astype(dtype), m.astype(dtype), w.astype(dtype)
+    v = rng.uniform(1e-9, 2, m.shape).astype(dtype)
+    f1, f2, step, wd, b1, b2, eps = (np.array(x, dtype)
+                                     for x in (0.9, 0.999, 3.0, 0.01, 0.9, 0.999, 1e-8))
+    fn = backend.jitted(adam_loops.adam_step)
+    for decay, in_place in ((True, False), (False, False), (True, True)):
+        m2, v2 = var_updates._moving_average(m.copy(), g, f1), \
+            var_updates._moving_average_square(v.copy(), g, f2)
+        ins = (m2, v2, w, step, wd, b1, b2, eps) if decay else (m2, v2, step, b1, b2, eps)
+        term = optim_updates._updater(*ins, mode="adam", decay=decay, bias=True)
+        want = elementwise._scaled_add_inplace(w.copy(), term, 1.0, -1e-3)
+        state = [m.copy(), v.copy(), w.copy()]
+        outs = state if in_place else [np.empty_like(x) for x in state]
+        fn(g, *state, f1, f2, step, wd if decay else eps, b1, b2, eps, *outs,
+           dtype(1.0), dtype(-1e-3), int(decay))
+        for got, expected in zip(outs, (m2, v2, want)):
+            assert got.tobytes() == expected.tobytes(), (decay, in_place)
+
+
 def test_the_decoder_step_runs_the_loop_forms() -> None:
     """The tiny decoder's training step on the compiled backend: LayerNorm, its gradient, the
     softmaxes and every Adam term run as compiled loops (the lowering knows the layouts of the
@@ -154,6 +182,10 @@ def test_the_decoder_step_runs_the_loop_forms() -> None:
     ir, _, _, _ = gm.build_train(gm.TINY, 2)
     src = popxl.Session(ir, backend="numba", compile_in_background=False,
                         fuse_steps=False).source
-    for op in ("layer_norm", "layer_norm_grad", "adam_updater", "softmax", "softmax_grad",
-               "gather_grad", "accumulate_moving_average_", "accumulate_moving_average_square_"):
-        assert f"j_{op}(" in src and f"o_{op}(" not in src, op
+    for op in ("layer_norm", "layer_norm_grad", "softmax", "softmax_grad", "gather_grad",
+               "adam_step"):
+        assert f"j_{op}(" in src, op
+    for op in ("layer_norm", "layer_norm_grad", "softmax", "softmax_grad", "gather_grad",
+               "adam_updater", "accumulate_moving_average_", "accumulate_moving_average_square_"):
+        assert f"o_{op}(" not in src, op
+    assert src.count("j_adam_step") == len(gm.initial_weights(gm.TINY))  # one per weight

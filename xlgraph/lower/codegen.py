@@ -21,8 +21,9 @@ plain identifiers are passed as a bound dict. No line of the source may hold a c
 not printable (checked before it is compiled), so a name can never end a line and start code.
 
 The writer is built in layers, one module each: ``codegen_writer.py`` (names and lines),
-``codegen_statements.py`` (straight-line steps), ``codegen_loops.py`` (loops and branches) and
-this module (function bodies, the ``step`` function, compiling it).
+``codegen_statements.py`` (straight-line steps), ``codegen_chains.py`` (an Adam update's steps
+as one compiled loop), ``codegen_loops.py`` (loops and branches) and this module (function
+bodies, the ``step`` function, compiling it).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class _Writer(Loops):
         for p in fn.params:
             self.names[p] = f"s{p}"
         self.emit(0, f"def {fn.name}({', '.join(f's{p}' for p in fn.params)}):")
+        self.body_chains(fn.steps)
         for s in fn.steps:
             self.step(s, 1)
         results, seen, params = [], {}, set(fn.params)
@@ -118,6 +120,7 @@ class _Writer(Loops):
             self.emit(1, f"{''.join(f'n{v}, ' for v in sorted(self.swaps.values()))}= N")
         for counter in self.counters:
             self.emit(1, f"{counter} = 0")
+        self.body_chains(self.program.steps)
         for s in self.program.steps:
             self.step(s, 1)
         self.emit(1, "return None")

@@ -4,14 +4,14 @@ each step to its statement (``codegen_statements.py``) or block.
 
 from __future__ import annotations
 
-from xlgraph.lower.codegen_statements import Statements
+from xlgraph.lower.codegen_chains import Chains
 from xlgraph.lower.program import Step
 
 __all__ = ["Loops"]
 
 
-class Loops(Statements):
-    """``Statements`` plus ``for`` loops and ``if``/``else`` branches, nested to any depth."""
+class Loops(Chains):
+    """``Chains`` plus ``for`` loops and ``if``/``else`` branches, nested to any depth."""
 
     def step(self, s: Step, indent: int) -> None:
         k = s.kind
@@ -28,6 +28,7 @@ class Loops(Statements):
     def loop(self, s: Step, indent: int) -> None:
         var = self.loop_vars.get(s, "_")
         self.emit(indent, f"for {var} in range({s.count}):", s.op)
+        self.body_chains(s.body)
         for inner in s.body:
             self.step(inner, indent + 1)
         if s.carried:
@@ -40,6 +41,7 @@ class Loops(Statements):
 
     def branch(self, body: list[Step], results: list[tuple[int, int]], indent: int) -> None:
         """One arm of a ``cond``: its steps, then a fresh copy of each result in the output."""
+        self.body_chains(body)
         for inner in body:
             self.step(inner, indent)
         for dst, src in results:

@@ -89,19 +89,13 @@ class Statements(Writer):
 
     def compiled_loop(self, s: Step, args: list[str], indent: int) -> bool:
         """Emit a call of the backend's compiled loop form of ``s`` instead of its
-        ``kernel_out``, when there is one, every input is C-contiguous (a view made dense
-        counts where it has one axis: ``dense`` gives it C-contiguous) and no two inputs are
-        different views of one buffer (numpy buffers overlapping operands; a loop would not)."""
+        ``kernel_out``, when there is one and ``loop_ready(s)``."""
         d, plan, specs = s.defn, self.plan, self.program.specs
         per = getattr(d.kernel, "per_replica", None)
         if per is not None:
             return self.per_replica_loop(s, per, args, indent)
-        roots = {plan.root[x]: x for x in s.ins}
         dense = plan.densify.get(s, ())
-        if (d.loop is None or any(len(specs[s.ins[i]].shape) > 1 for i in dense)
-                or s in plan.copies
-                or any(plan.layout[x] != "C" for i, x in enumerate(s.ins) if i not in dense)
-                or len(roots) != len(set(s.ins))):
+        if not self.loop_ready(s):
             return False
         ins = [specs[x] for x in s.ins]
         if self.backend is None:  # count it: a backend may compile it later
@@ -111,27 +105,51 @@ class Statements(Writer):
         if found is None:
             return False
         self.loops += 1
-        fn, extra = found
-        consts = self.loop_consts(d.name, extra)
-        src = s.alias_source
-        if src is not None and s in self.swaps:  # the result goes to the spare array
-            self.names[src] = f"n{src}"
-        outs = [self.names[src]] if src is not None else [f"b{plan.buffer_of[o]}"
-                                                           for o in s.outs]
-        fixed = [self.fixed.get(name) for name in (*args, *outs)]
-        direct = None if any(a is None for a in fixed) else self.backend.direct(
-            fn, [*fixed, *extra])
-        name = self.bind_global(f"j_{d.name}", fn if direct is None else direct)
-        call = f"{name}({', '.join([*args, *outs, *consts])})"
-        if self.fuse and hasattr(fn, "overloads") and not dense:  # compiled, plain arguments
-            self.share_with_segments(name, fn, consts)
-            raises = getattr(fn, "py_func", None) in RAISING
-            self.segments.add(FusedCall(indent, call, call, s.op, raises))
-        else:
-            self.emit(indent, call, s.op)
+        outs = self.loop_outs(s)
+        self.loop_call(d.name, found, [*args, *outs], s.op, indent, plain=not dense)
         for o, name in zip(s.outs, outs):
             self.set_name(o, name, indent)
         return True
+
+    def loop_outs(self, s: Step) -> list[str]:
+        """The names a loop form of ``s`` writes: a modified input's array, or its spare
+        (then the input's name from here on), or pool buffers."""
+        src = s.alias_source
+        if src is not None and s in self.swaps:  # the result goes to the spare array
+            self.names[src] = f"n{src}"
+        return [self.names[src]] if src is not None else [f"b{self.plan.buffer_of[o]}"
+                                                          for o in s.outs]
+
+    def loop_call(self, prefix: str, found: tuple[Any, tuple], arrays: list[str], op: Any,
+                  indent: int, plain: bool = True, note: str | None = None) -> None:
+        """Emit the call of compiled loop ``found`` (``(fn, extra)``) on ``arrays``: bound to
+        its machine code's entry point where every array is fixed, and queued for a segment
+        when it is compiled and its arguments are ``plain`` names."""
+        fn, extra = found
+        consts = self.loop_consts(prefix, extra)
+        fixed = [self.fixed.get(name) for name in arrays]
+        direct = None if any(a is None for a in fixed) else self.backend.direct(
+            fn, [*fixed, *extra])
+        name = self.bind_global(f"j_{prefix}", fn if direct is None else direct)
+        call = f"{name}({', '.join([*arrays, *consts])})"
+        if self.fuse and hasattr(fn, "overloads") and plain:  # compiled, plain arguments
+            self.share_with_segments(name, fn, consts)
+            raises = getattr(fn, "py_func", None) in RAISING
+            self.segments.add(FusedCall(indent, call, call, op, raises, note=note))
+        else:
+            self.emit(indent, call, op, note=note)
+
+    def loop_ready(self, s: Step) -> bool:
+        """Whether ``s`` (run through ``kernel_out``, not per replica) may call its loop form:
+        it has one, no input is always copied, every input is C-contiguous (a view made dense
+        counts where it has one axis: ``dense`` gives it C-contiguous) and no two inputs are
+        different views of one buffer (numpy buffers overlapping operands; a loop would not)."""
+        plan, specs = self.plan, self.program.specs
+        dense = plan.densify.get(s, ())
+        return not (s.defn.loop is None or any(len(specs[s.ins[i]].shape) > 1 for i in dense)
+                    or s in plan.copies
+                    or any(plan.layout[x] != "C" for i, x in enumerate(s.ins) if i not in dense)
+                    or len({plan.root[x] for x in s.ins}) != len(set(s.ins)))
 
     def loop_consts(self, name: str, extra: tuple) -> list[str]:
         """The text of a loop form's extra arguments (ints as literals, others as globals)."""

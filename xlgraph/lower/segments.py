@@ -87,6 +87,7 @@ class FusedCall:
     op: Op
     raises: bool
     alone: bool = False  # worth a segment of its own (a loop over replicas)
+    note: str | None = None  # the line's comment, if not ``op``'s (a loop of several ops)
 
 
 class Segments:
@@ -163,10 +164,10 @@ class Segments:
         call = self._compile(calls) if worth and len(calls) <= self.budget else None
         if call is None:
             for f in calls:
-                self._emit(f.indent, f.plain, f.op)
+                self._emit(f.indent, f.plain, f.op, note=f.note)
             return
         op = next((f.op for f in calls if f.raises), calls[0].op)
-        note = " | ".join(annotate.op_comment(f.op) for f in calls)
+        note = " | ".join(f.note or annotate.op_comment(f.op) for f in calls)
         self._emit(calls[0].indent, call, op, note=f"fused: {note}")
 
     def _compile(self, calls: list[FusedCall]) -> str | None:

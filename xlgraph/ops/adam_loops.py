@@ -20,7 +20,7 @@ from xlgraph.ops.half_round import load, real, store
 from xlgraph.ops.loops import bits, float_only
 from xlgraph.tensor import TensorSpec
 
-__all__ = ["moving_average_loop", "adam_loop"]
+__all__ = ["moving_average_loop", "adam_loop", "adam_step", "adam_step_loop", "corrections"]
 
 
 @bits
@@ -44,14 +44,20 @@ def moving_average_square(t, x, f, out):  # noqa: ANN001, ANN201
         store(outs, i, load(ts, i) * keep + (xi * xi) * take)
 
 
+def corrections(out, step, b1, b2, eps):  # noqa: ANN001, ANN201
+    """The update term's constants in ``out``'s arithmetic dtype: ``c = 1 - beta**step`` of
+    both betas and epsilon (numba compiles it inline, ``backends.numba_backend``)."""
+    t = np.float64(load(step.reshape(-1), 0))
+    c1 = real(out, 1.0 - np.float64(load(b1.reshape(-1), 0)) ** t)
+    c2 = real(out, 1.0 - np.float64(load(b2.reshape(-1), 0)) ** t)
+    return c1, c2, real(out, load(eps.reshape(-1), 0))
+
+
 @bits
 def adam_term(m, v, step, b1, b2, eps, out):  # noqa: ANN001, ANN201
     """``(m / c1) / (sqrt(v / c2) + eps)`` with ``c = 1 - beta**step``."""
     ms, vs, outs = m.reshape(-1), v.reshape(-1), out.reshape(-1)
-    t = np.float64(load(step.reshape(-1), 0))
-    c1 = real(out, 1.0 - np.float64(load(b1.reshape(-1), 0)) ** t)
-    c2 = real(out, 1.0 - np.float64(load(b2.reshape(-1), 0)) ** t)
-    e = real(out, load(eps.reshape(-1), 0))
+    c1, c2, e = corrections(out, step, b1, b2, eps)
     for i in range(ms.size):
         store(outs, i, (load(ms, i) / c1) / (np.sqrt(load(vs, i) / c2) + e))
 
@@ -60,14 +66,36 @@ def adam_term(m, v, step, b1, b2, eps, out):  # noqa: ANN001, ANN201
 def adam_term_decay(m, v, w, step, wd, b1, b2, eps, out):  # noqa: ANN001, ANN201
     """``adam_term`` plus ``wd w`` (decoupled weight decay, AdamW)."""
     ms, vs, ws, outs = m.reshape(-1), v.reshape(-1), w.reshape(-1), out.reshape(-1)
-    t = np.float64(load(step.reshape(-1), 0))
-    c1 = real(out, 1.0 - np.float64(load(b1.reshape(-1), 0)) ** t)
-    c2 = real(out, 1.0 - np.float64(load(b2.reshape(-1), 0)) ** t)
-    e = real(out, load(eps.reshape(-1), 0))
+    c1, c2, e = corrections(out, step, b1, b2, eps)
     decay = real(out, load(wd.reshape(-1), 0))
     for i in range(ms.size):
         store(outs, i, (load(ms, i) / c1) / (np.sqrt(load(vs, i) / c2) + e)
               + decay * load(ws, i))
+
+
+def adam_step(g, m, v, w, f1, f2, step, wd, b1, b2, eps,  # noqa: ANN001, ANN201, PLR0913
+              m_out, v_out, w_out, a, b, decay):
+    """One Adam(W) step of a variable in one pass (``lower.adam_chains``): per element the
+    operations of ``moving_average`` (``m``), ``moving_average_square`` (``v``), ``adam_term``
+    (``adam_term_decay`` with ``decay``: ``wd`` is read only then) and ``loops.scaled_add``
+    (``w_out = w a + term b``) in their order and dtype, so the four loops' bits; the update
+    term is never stored. ``m_out``, ``v_out``, ``w_out`` are the arrays or spares of them."""
+    gs, ms, vs, ws = g.reshape(-1), m.reshape(-1), v.reshape(-1), w.reshape(-1)
+    mo, vo, wo = m_out.reshape(-1), v_out.reshape(-1), w_out.reshape(-1)
+    f = np.float64(load(f1.reshape(-1), 0))
+    keep1, take1 = real(m_out, f), real(m_out, 1.0 - f)
+    f = np.float64(load(f2.reshape(-1), 0))
+    keep2, take2 = real(v_out, f), real(v_out, 1.0 - f)
+    c1, c2, e = corrections(w_out, step, b1, b2, eps)
+    k = real(w_out, load(wd.reshape(-1), 0))
+    for i in range(gs.size):
+        gi = load(gs, i)
+        store(mo, i, load(ms, i) * keep1 + gi * take1)
+        store(vo, i, load(vs, i) * keep2 + (gi * gi) * take2)
+        term = (load(mo, i) / c1) / (np.sqrt(load(vo, i) / c2) + e)
+        if decay:
+            term = term + k * load(ws, i)
+        store(wo, i, load(ws, i) * a + term * b)
 
 
 def _same(specs: list[TensorSpec]) -> bool:
@@ -93,3 +121,11 @@ def adam_loop(ins: list[TensorSpec], mode: str, decay: bool, bias: bool) -> Any:
     if mode == "adamax" or not bias or not _same(ins[:arrays]):
         return None
     return float_only(ins[0], adam_term_decay if decay else adam_term)
+
+
+def adam_step_loop(ins: list[TensorSpec], a: float, b: float, decay: bool) -> Any:
+    """The loop form of one Adam chain (``lower.adam_chains``) on ``ins`` = the gradient,
+    moments and weight: ``adam_step`` where all four have one shape and float dtype."""
+    if not _same(ins[:4]):
+        return None
+    return float_only(ins[0], adam_step, (a, b), (int(decay),))

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from xlgraph.ops import loops
+from xlgraph.ops import adam_loops, loops
 from xlgraph.ops.blas import GEMM_DTYPES, gemm_address, matmul_into
 from xlgraph.ops.loops import Composite
 from xlgraph.tensor import TensorSpec
@@ -40,9 +40,10 @@ def available() -> bool:
 @functools.cache
 def _register_helpers() -> None:
     """Teach numba the loops' helpers (once per process, before the first compile):
-    ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32``, ``row_stats`` and
-    ``row_max`` as themselves, ``xlgraph.ops.blas.gemm`` as a call of numpy's BLAS
-    (``numba_blas``); and install the compiled float16 conversions (``numba_half``)."""
+    ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32``, ``row_stats``,
+    ``row_max`` and ``adam_loops.corrections`` as themselves, ``xlgraph.ops.blas.gemm`` as a
+    call of numpy's BLAS (``numba_blas``); and install the compiled float16 conversions
+    (``numba_half``)."""
     from llvmlite import ir
     from numba.extending import intrinsic, overload
 
@@ -63,6 +64,8 @@ def _register_helpers() -> None:
     overload(loops.exp32)(lambda t: loops.exp32)
     overload(loops.row_stats)(lambda xr, eps, one, width: loops.row_stats)
     overload(loops.row_max)(lambda xr: loops.row_max)
+    overload(adam_loops.corrections, inline="always")(
+        lambda out, step, b1, b2, eps: adam_loops.corrections)
     from xlgraph.lower.backends import numba_blas, numba_half  # noqa: F401 - numba_blas: gemm
 
     numba_half.install()  # float16 <-> float32 conversions for the float32-register ops

@@ -1,0 +1,76 @@
+"""The generated step's Adam chains (``adam_chains.py``): one compiled loop per Adam update.
+
+With a backend that compiles, the first four loop steps of a chain write no line; the chain's
+``scaled_add_`` writes one call of ``adam_loops.adam_step`` on the gradient, the moments, the
+weight, the step count and the factors (``j_adam_step(...)``, its comment naming the four
+ops), writing the moments and the weight (or their spare arrays) as those steps would. The
+step count's ``add_`` keeps its line, before that call. A chain whose loop the backend does
+not compile runs as four steps, as any other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xlgraph.lower import adam_chains, annotate
+from xlgraph.lower.codegen_statements import Statements
+from xlgraph.lower.program import Step
+from xlgraph.ops.adam_loops import adam_step_loop
+
+__all__ = ["Chains"]
+
+
+class Chains(Statements):
+    """``Statements`` plus the Adam chains of each body."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.chains: dict[Step, adam_chains.Chain] = {}
+        self.held: dict[Step, list[str]] = {}  # a waiting chain step -> its arguments' names
+        self.chain_loops: dict[adam_chains.Chain, tuple[Any, tuple]] = {}  # compiled loops
+
+    def body_chains(self, steps: list[Step]) -> None:
+        """Find the chains of ``steps``, a body written with ``self.plan``."""
+        if self.backend is not None:
+            self.chains.update(adam_chains.find(steps, self.plan, self.loop_ready_here))
+
+    def loop_ready_here(self, s: Step) -> bool:
+        return (s in self.plan.use_out and not self.plan.densify.get(s)
+                and getattr(s.defn.kernel, "per_replica", None) is None and self.loop_ready(s))
+
+    def statement(self, s: Step, indent: int) -> None:
+        chain = self.chains.get(s)
+        if chain is None or not self.chain_step(s, chain, indent):
+            super().statement(s, indent)
+
+    def chain_step(self, s: Step, chain: adam_chains.Chain, indent: int) -> bool:
+        """Hold ``s``'s arguments until the chain's last step, which writes the chain's call;
+        False (and the chain's steps run one by one) where the backend does not compile it."""
+        if s is chain.first:
+            specs = self.program.specs
+            ins = [specs[x] for x in chain.arguments(*(x.ins for x in chain.loops))]
+            attrs = {**chain.update.attrs, "decay": chain.decay}
+            found = self.backend.kernel(adam_step_loop, ins, ins[1:4], attrs)
+            if found is None:
+                for x in chain.loops:
+                    del self.chains[x]
+                return False
+            self.chain_loops[chain] = found
+        args = [self.arg(s, i) for i in range(len(s.ins))]
+        if s is not chain.update:
+            self.held[s] = args
+            outs = self.loop_outs(s)
+            for o, name in zip(s.outs, outs):
+                self.set_name(o, name, indent)
+            return True
+        first, second, term = (self.held.pop(x) for x in (chain.first, chain.second,
+                                                             chain.term))
+        found = self.chain_loops.pop(chain)
+        outs = [self.names[chain.first.outs[0]], self.names[chain.second.outs[0]],
+                *self.loop_outs(s)]
+        arrays = [*chain.arguments(first, second, term, args), *outs]
+        note = " | ".join(annotate.op_comment(x.op) for x in chain.loops)
+        self.loops += len(chain.loops)
+        self.loop_call("adam_step", found, arrays, s.op, indent, note=note)
+        self.set_name(s.outs[0], outs[2], indent)
+        return True
