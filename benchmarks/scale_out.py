@@ -19,7 +19,15 @@ one instance gets one core's share of the machine and two instances two cores' s
 other processes load it. ``--unbucketed`` adds a job of two xlgraph instances whose all-reduces
 are exchanged one by one (``XLGRAPH_BUCKET_MB=0``).
 
-Run: ``PYTHONPATH=. python benchmarks/scale_out.py [--quick] [--threads 1] [--pin]``.
+``--ceiling`` adds the machine's own limit: two plain one-replica processes of each framework
+started together, with no collective and nothing shared. They wait for each other before their
+timed steps and keep stepping until both have timed theirs, so each is timed while the other
+runs. Their efficiency (the two processes' samples/s over twice a lone process's, in the same
+round) is what two busy cores give without any communication: memory bandwidth, caches and
+clock shared. ``best.transformer_b8.efficiency.ceiling`` is xlgraph's, ``torch_ceiling``
+torch's; an efficiency above its framework's ceiling cannot be reached by cutting the exchange.
+
+Run: ``PYTHONPATH=. python benchmarks/scale_out.py [--quick] [--threads 1] [--pin] [--ceiling]``.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +55,8 @@ from xlgraph.lower.buckets import BUCKET_MB  # noqa: E402
 
 BATCH, WARMUP = 8, 2
 PIN = "SCALE_OUT_PIN"  # "1": each process runs on CPU (its instance index) only
+# a ceiling job's processes: "INDEX COUNT DIRECTORY" (the directory holds their meeting files)
+ALONE = "SCALE_OUT_ALONE"
 HERE = Path(__file__).resolve()
 
 
@@ -53,6 +64,9 @@ def instance() -> tuple[int, int]:
     """(this process's index, processes in the job) under xlgraph-run or torchrun."""
     if "RANK" in os.environ:  # torchrun
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if ALONE in os.environ:  # a ceiling job: independent processes
+        index, count, _ = os.environ[ALONE].split(" ", 2)
+        return int(index), int(count)
     from xlgraph import dist
 
     return dist.getInstanceIndex(), dist.getNumInstances()
@@ -83,6 +97,16 @@ def torch_step(cfg: gm.Config, world: int) -> tuple[Callable[[np.ndarray], float
     return step, lambda: step.model.params[step.model.names.index("wte")].detach().numpy()
 
 
+def meet(name: str) -> Callable[[], bool]:
+    """For a ceiling job's process: mark ``name`` reached, and a test whether every process of
+    the job has (None outside a ceiling job: the collectives keep instances in step)."""
+    if ALONE not in os.environ:
+        return lambda: True
+    index, count, where = os.environ[ALONE].split(" ", 2)
+    Path(where, f"{name}.{index}").touch()
+    return lambda: all(Path(where, f"{name}.{i}").exists() for i in range(int(count)))
+
+
 def job(kind: str, steps: int, tiny: bool = False, check: bool = False) -> None:
     """One process of a job: ``steps`` steps on this instance's own batches; instance 0 prints
     JSON: the microseconds per step (after ``WARMUP`` untimed ones), or with ``check`` the
@@ -96,7 +120,7 @@ def job(kind: str, steps: int, tiny: bool = False, check: bool = False) -> None:
         import torch
 
         torch.set_num_threads(threads)
-        step, weights = torch_step(cfg, world)
+        step, weights = torch_step(cfg, 1 if ALONE in os.environ else world)
     else:
         step, weights = xlgraph_step(cfg)
     data = gm.token_batches(cfg, BATCH, count=4, seed=1 + rank)
@@ -106,12 +130,18 @@ def job(kind: str, steps: int, tiny: bool = False, check: bool = False) -> None:
     else:
         for i in range(WARMUP):
             step(data[i % len(data)])
+        ready = meet("ready")
+        while not ready():
+            time.sleep(1e-3)
         start, cpu = time.perf_counter(), time.process_time()
         for i in range(steps):
             step(data[i % len(data)])
         report = {"us_per_step": (time.perf_counter() - start) / steps * 1e6,
                   "cpu_us_per_step": (time.process_time() - cpu) / steps * 1e6}
-    if rank == 0:
+        done = meet("done")
+        while not done():  # the others are still timed: keep their machine as busy
+            step(data[0])
+    if rank == 0 or ALONE in os.environ:
         print(json.dumps(report), flush=True)
 
 
@@ -129,19 +159,41 @@ def command(kind: str, processes: int, steps: int, tiny: bool = False,
             "--num-replicas", str(processes), sys.executable, *own]
 
 
+def _environment(threads: int, extra_env: dict[str, str] | None) -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+                MKL_NUM_THREADS=str(threads),
+                PYTHONPATH=os.pathsep.join([str(HERE.parent.parent),
+                                            os.environ.get("PYTHONPATH", "")]), **(extra_env or {}))
+
+
+def _report(what: str, returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
+    if returncode != 0:
+        raise RuntimeError(f"{what} failed ({returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
 def run_job(kind: str, processes: int, steps: int, threads: int = 1, tiny: bool = False,
             check: bool = False, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run a job to its end; instance 0's JSON report. ``extra_env`` adds variables."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads),
-               PYTHONPATH=os.pathsep.join([str(HERE.parent.parent),
-                                           os.environ.get("PYTHONPATH", "")]), **(extra_env or {}))
-    done = subprocess.run(command(kind, processes, steps, tiny, check), env=env,
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{kind} x{processes} failed ({done.returncode}):\n"
-                           f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    done = subprocess.run(command(kind, processes, steps, tiny, check),
+                          env=_environment(threads, extra_env), capture_output=True, text=True)
+    return _report(f"{kind} x{processes}", done.returncode, done.stdout, done.stderr)
+
+
+def run_alone(kind: str, processes: int, steps: int, threads: int = 1, tiny: bool = False,
+              check: bool = False, extra_env: dict[str, str] | None = None,
+              ) -> list[dict[str, Any]]:
+    """A ceiling job: ``processes`` plain one-process jobs of ``kind`` started together (no
+    collective), timed over the same stretch; each process's report."""
+    with tempfile.TemporaryDirectory(prefix="scale_out_") as where:
+        children = [subprocess.Popen(command(kind, 1, steps, tiny, check), text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=_environment(threads, {
+                                         **(extra_env or {}), ALONE: f"{i} {processes} {where}"}))
+                    for i in range(processes)]
+        outputs = [child.communicate() for child in children]
+    return [_report(f"{kind} ceiling x{processes}", child.returncode, *out)
+            for child, out in zip(children, outputs)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pin", action="store_true", help="run instance i on CPU i only")
     parser.add_argument("--unbucketed", action="store_true",
                         help="also time two xlgraph instances without all-reduce buckets")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also time two independent processes of each framework (no "
+                             "collective): the machine's own weak-scaling limit")
     parser.add_argument("--job", nargs=2, metavar=("KIND", "STEPS"), help=argparse.SUPPRESS)
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
@@ -168,12 +223,21 @@ def main(argv: list[str] | None = None) -> None:
     jobs = [("xlgraph", 1, {}), ("xlgraph", 2, {}), ("torch_ddp", 1, {}), ("torch_ddp", 2, {})]
     if args.unbucketed:
         jobs.insert(2, ("xlgraph_unbucketed", 2, {BUCKET_MB: "0"}))
+    if args.ceiling:
+        jobs.insert(jobs.index(("torch_ddp", 1, {})), ("xlgraph_ceiling", 2, {}))
+        jobs.append(("torch_ceiling", 2, {}))
     runs: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     for _ in range(rounds):
         for kind, n, env in jobs:
-            report = run_job(kind.split("_")[0], n, steps, args.threads,
-                             extra_env={**env, PIN: "1" if args.pin else "0"})
+            env = {**env, PIN: "1" if args.pin else "0"}
+            if kind.endswith("_ceiling"):  # each process's samples/s add up
+                reports = run_alone(kind.split("_")[0], n, steps, args.threads, extra_env=env)
+                report = {"us_per_step": 1 / statistics.mean(1 / r["us_per_step"] for r in reports),
+                          "cpu_us_per_step": statistics.mean(r["cpu_us_per_step"]
+                                                             for r in reports)}
+            else:
+                report = run_job(kind.split("_")[0], n, steps, args.threads, extra_env=env)
             runs.setdefault(f"{kind} x{n}", []).append(round(report["us_per_step"], 1))
             cpu.setdefault(f"{kind} x{n}", []).append(round(report["cpu_us_per_step"], 1))
     result["us_per_step"] = runs
@@ -181,15 +245,17 @@ def main(argv: list[str] | None = None) -> None:
     median = {k: statistics.median(v) for k, v in runs.items()}
     samples = {k: BATCH * int(k[-1]) / (v * 1e-6) for k, v in median.items()}
     alone = {"xlgraph": "xlgraph x1", "xlgraph_unbucketed": "xlgraph x1",
-             "torch_ddp": "torch_ddp x1"}
+             "xlgraph_ceiling": "xlgraph x1", "torch_ddp": "torch_ddp x1",
+             "torch_ceiling": "torch_ddp x1"}
+    names = {"xlgraph_ceiling": "ceiling"}
     kinds = [kind for kind, n, _ in jobs if n == 2]
     result["best"]["transformer_b8"] = {
         "samples_per_s": {k: round(v, 2) for k, v in samples.items()},
-        "efficiency": {kind: round(samples[f"{kind} x2"] / (2 * samples[alone[kind]]), 3)
-                       for kind in kinds},
-        "cpu_efficiency": {kind: round(statistics.median(cpu[alone[kind]])
-                                       / statistics.median(cpu[f"{kind} x2"]), 3)
-                           for kind in kinds}}
+        "efficiency": {names.get(kind, kind): round(
+            samples[f"{kind} x2"] / (2 * samples[alone[kind]]), 3) for kind in kinds},
+        "cpu_efficiency": {names.get(kind, kind): round(
+            statistics.median(cpu[alone[kind]]) / statistics.median(cpu[f"{kind} x2"]), 3)
+            for kind in kinds}}
     result["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result, indent=1))
 

@@ -126,3 +126,20 @@ def test_torch_ddp_trains_as_xlgraph_instances() -> None:
     np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-7)
     assert not np.array_equal(ours, gm.initial_weights(CFG)["wte"].ravel())
 
+
+
+def one_replica_run(seed: int, steps: int = 2) -> list[float]:
+    """One process of one replica on the batches of ``seed``."""
+    ir, tok_s, loss_s, named = gm.build_train(CFG, scale_out.BATCH)
+    session = popxl.Session(ir)
+    gm.load(session, named, gm.initial_weights(CFG))
+    data = gm.token_batches(CFG, scale_out.BATCH, count=4, seed=seed)
+    with session:
+        return [float(session.run({tok_s: data[i]})[loss_s]) for i in range(steps)]
+
+
+def test_a_ceiling_job_runs_independent_lone_processes() -> None:
+    first, second = scale_out.run_alone("xlgraph", 2, 2, tiny=True, check=True)
+    assert first["losses"] == one_replica_run(1)  # each trains alone on its own batches
+    assert second["losses"] == one_replica_run(2)
+    assert first["wte"] != second["wte"]
