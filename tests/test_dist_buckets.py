@@ -5,6 +5,7 @@ backward pass ends."""
 
 from __future__ import annotations
 
+import collections
 import re
 import sys
 
@@ -83,7 +84,9 @@ class _Mirror:
         return lambda: out
 
 
-def _transformer_source(monkeypatch, mib: str) -> list[str]:
+def _transformer_session(monkeypatch, mib: str, replicas: int | str = "popdist"):
+    """The tests' decoder as an instance of a job of 2 instances of one replica each (or as an
+    Ir of ``replicas`` replicas); its Session, numpy's backend."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpt_model as gm
 
@@ -94,8 +97,12 @@ def _transformer_source(monkeypatch, mib: str) -> list[str]:
     monkeypatch.setenv("XLGRAPH_NUM_REPLICAS", "2")
     monkeypatch.setenv(BUCKET_MB, mib)
     monkeypatch.setattr(session, "_exchange", lambda ir: _Mirror())
-    ir, *_ = gm.build_train(gm.TINY, 2, replicas="popdist")
-    return xlgraph.Session(ir, backend="numpy").source.splitlines()
+    ir, *_ = gm.build_train(gm.TINY, 2, replicas=replicas)
+    return xlgraph.Session(ir, backend="numpy")
+
+
+def _transformer_source(monkeypatch, mib: str) -> list[str]:
+    return _transformer_session(monkeypatch, mib).source.splitlines()
 
 
 REDUCE = r"[ko]_replicated_all_reduce\d*\("  # a call of the kernel, or its form with out=
@@ -117,6 +124,27 @@ def test_a_training_step_starts_its_buckets_during_the_backward_pass(monkeypatch
     lines = _transformer_source(monkeypatch, "25")
     starts = _lines(lines, r"k_all_reduce_bucket\d*\(")
     assert len(starts) == 1 and starts[0] + 1 == _lines(lines, REDUCE)[0]
+
+
+def test_an_instance_of_one_replica_runs_the_one_replica_step(monkeypatch):
+    """Without a replica axis: the same kernel calls as the Ir of one replica, plus the
+    exchange; variables in their own shapes on the device."""
+    calls = r"\b([kol]_\w+?)\d*\("
+
+    def kernels(session) -> collections.Counter:
+        return collections.Counter(re.findall(calls, "\n".join(
+            line for line in session.source.splitlines() if not line.startswith("#"))))
+
+    instance = _transformer_session(monkeypatch, "25")
+    alone = _transformer_session(monkeypatch, "25", replicas=1)
+    extra = kernels(instance) - kernels(alone)
+    assert not kernels(alone) - kernels(instance)
+    assert extra == {"o_replicated_all_reduce": 36, "k_all_reduce_bucket": 1}
+    assert [a.shape for a in instance.executable.arrays] == [
+        v.shape for v in instance.executable.variables]
+    with instance:
+        wte = next(v for v in instance.executable.variables if v.name == "wte")
+        assert instance.get_tensor_data(wte).shape == wte.shape
 
 
 @pytest.mark.parametrize("replicas", [2, 8, 16])

@@ -30,7 +30,7 @@ import numpy as np
 
 from xlgraph.cost import nbytes
 from xlgraph.lower.program import Program, Step, walk
-from xlgraph.lower.replica_forms import replica_defn
+from xlgraph.lower.replica_forms import one_replica_defn, replica_defn
 from xlgraph.op import OpDef
 from xlgraph.ops.replicas import ReplicaContext
 from xlgraph.tensor import TensorSpec
@@ -106,20 +106,23 @@ def bucket_bytes() -> int:
 
 
 def bucketer(program: Program, ctx: ReplicaContext | None, varying: set[int],
-             cap: int | None = None) -> Callable[[list[Step]], list[Step]] | None:
+             cap: int | None = None, axis: bool = True,
+             ) -> Callable[[list[Step]], list[Step]] | None:
     """The rewrite of one body of ``program`` (see the module), or None where nothing is
     bucketed (one instance, or a cap of 0); ``cap`` in bytes (default: ``XLGRAPH_BUCKET_MB``).
-    Loop and branch bodies inside a body are rewritten with it."""
+    ``axis``: whether the ``varying`` slots carry the replica axis (not in the plan of an
+    instance of one replica, ``replicas.one_replica``). Loop and branch bodies inside a body
+    are rewritten with it."""
     if ctx is None or ctx.exchange is None or not hasattr(ctx.exchange, "start"):
         return None
     cap = bucket_bytes() if cap is None else cap
-    return _Rewrite(program, ctx, varying, cap).body if cap > 0 else None
+    return _Rewrite(program, ctx, varying, cap, axis).body if cap > 0 else None
 
 
 class _Rewrite:
     def __init__(self, program: Program, ctx: ReplicaContext, varying: set[int],
-                 cap: int) -> None:
-        self.ctx, self.varying, self.cap = ctx, varying, cap
+                 cap: int, axis: bool) -> None:
+        self.ctx, self.varying, self.cap, self.axis = ctx, varying, cap, axis
         self.specs = program.specs
         self.parent: dict[int, int] = {}
         for body in [program.steps, *(fn.steps for fn in program.functions)]:
@@ -135,7 +138,14 @@ class _Rewrite:
     def one(self, slot: int) -> TensorSpec:
         """One replica's spec of ``slot``."""
         spec = self.specs[slot]
-        return TensorSpec(spec.shape[1:], spec.dtype) if slot in self.varying else spec
+        varies = self.axis and slot in self.varying
+        return TensorSpec(spec.shape[1:], spec.dtype) if varies else spec
+
+    def local(self, slot: int) -> TensorSpec:
+        """The spec of varying ``slot`` with the replica axis (of length 1 where the plan
+        leaves it out)."""
+        spec = self.specs[slot]
+        return spec if self.axis else TensorSpec((1, *spec.shape), spec.dtype)
 
     def written(self, s: Step) -> set[int]:
         """The storage roots ``s`` may write (a loop, branch or call: every slot it names)."""
@@ -171,7 +181,7 @@ class _Rewrite:
         starts: dict[int, list[Step]] = {}
         for k, b in enumerate(buckets):  # in the order they begin (inputs ready)
             bucket = Bucket(self.ctx.exchange, self.ctx.total // self.ctx.local,
-                            [self.specs[steps[j].ins[0]] for j in b],
+                            [self.local(steps[j].ins[0]) for j in b],
                             f"all-reduce bucket {k + 1} of {len(buckets)}",
                             agree if k == 0 else None)
             for i, j in enumerate(b):
@@ -213,7 +223,10 @@ class _Rewrite:
         steps that read it can run compiled and fused as in a one-process plan."""
         one, varies = self.one(s.ins[0]), s.outs[0] in self.varying
         ctx = dataclasses.replace(self.ctx, exchange=member)
-        defn = replica_defn(s.op.defn, [True], [varies], [one], [self.one(s.outs[0])], ctx)
+        defn = replica_defn(s.op.defn, [True], [varies or not self.axis], [one],
+                            [self.one(s.outs[0])], ctx)
+        if not self.axis:
+            defn = one_replica_defn(s.op.defn, defn)
         if (s.op.defn.inplace_of is not None or varies
                 or s.attrs["op"] not in ("add", "mean") or one.dtype.as_numpy().kind != "f"):
             return defn

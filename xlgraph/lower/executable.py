@@ -34,7 +34,7 @@ from xlgraph.lower.numerics import NumericsInterpreter
 from xlgraph.lower.passes import fold_constants, remove_dead, written_alias_slots
 from xlgraph.lower.plan import Plan, Pool, plan_body, swap_writes
 from xlgraph.lower.program import Function, Program, Step, walk
-from xlgraph.lower.replicas import ReplicaContext, replicate
+from xlgraph.lower.replicas import ReplicaContext, one_replica, replicate
 from xlgraph.lower.transfers import check_host_transfers
 from xlgraph.lower.undo import logged_writes, replay
 from xlgraph.lower.wide_half import widen_storage
@@ -59,6 +59,7 @@ class Executable(Protocol):
     changed_variables: set[Variable]
     state: object  # rebound, in one assignment, exactly when a run commits its results
     held_once: set[Variable]  # replicated Irs: variables without the replica axis
+    one_replica: set[Variable]  # an instance of one replica: the others without it too
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None: ...
 
@@ -78,13 +79,6 @@ def replica_context(ir: Ir, exchange: Exchange | None = None) -> ReplicaContext 
         return None
     return ReplicaContext(ir.instance_replication_factor, ir.replication_factor,
                           ir.replica_offset, exchange)
-
-
-def _with_replica_axis(arrays: list[np.ndarray | None], transfers: int) -> list[Any]:
-    """Host arrays of an instance that runs one replica of several, with that replica's axis
-    (the host leaves it out) after the transfer axis: views, so stores write through."""
-    index = (slice(None), None) if transfers > 1 else (None,)
-    return [None if a is None else a[index] for a in arrays]
 
 
 def optimise(steps: list[Step], program: Program, needed: list[int]) -> list[Step]:
@@ -124,12 +118,14 @@ class CompiledExecutable:
                  fuse: bool = False, wide_half: bool = True) -> None:
         program = flatten(ir)
         self.ctx = ctx
-        varying = set() if ctx is None else replicate(program, ctx)
+        # an instance of one replica holds every value as a one-replica Ir does (no axis)
+        axis = ctx is not None and ctx.local > 1
+        varying = set() if ctx is None else (replicate if axis else one_replica)(program, ctx)
         pool = Pool()
         plans: dict[Program | Function, Plan] = {}
         program.steps = optimise(program.steps, program, [])
         program.functions = _used_functions(program)
-        bucket = bucketer(program, ctx, varying)
+        bucket = bucketer(program, ctx, varying, axis=axis)
         if bucket is not None:
             program.steps = bucket(program.steps)
         check_compiled_loops({"the main graph": program.steps,
@@ -159,10 +155,9 @@ class CompiledExecutable:
             program.steps, written - set(swaps.values()), plan)
         self.variables = list(program.variable_slots.values())
         self.held_once = {v for s, v in program.variable_slots.items() if s not in varying}
-        arrays = _device_arrays(self.variables, None if ctx is None else ctx.local,
-                                self.held_once)
-        self.single_replica = ctx is not None and ctx.local == 1
-        self.transfers = ir.num_host_transfers
+        arrays = _device_arrays(self.variables, ctx.local if axis else None, self.held_once)
+        self.one_replica = set() if axis or ctx is None else {
+            v for v in self.variables if v not in self.held_once and not getattr(v, "remote", None)}
         position = {slot: i for i, slot in enumerate(slots)}
         self.swapped = [position[v] for v in sorted(swaps.values())]
         self.state = (arrays, [np.empty_like(arrays[i]) for i in self.swapped])
@@ -186,9 +181,6 @@ class CompiledExecutable:
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         state = self.state
-        if self.single_replica:
-            inputs = _with_replica_axis(inputs, self.transfers)
-            outputs = _with_replica_axis(outputs, self.transfers)
         compiled = self.compiled
         try:
             compiled.fn(inputs, outputs, *state)
@@ -245,6 +237,7 @@ class InterpretedExecutable:
         self.ir = ir
         self.variables = list(ir.main_graph.variables)
         self.held_once: set[Variable] = set()
+        self.one_replica: set[Variable] = set()
         self.arrays = _device_arrays(self.variables, None if ctx is None else ctx.local)
         self.written_variables = list(self.variables)
         self.changed_variables = _changed_variables(ir, self.variables)

@@ -27,7 +27,7 @@ from xlgraph.ops.replicas import ReplicaContext, aligned
 from xlgraph.tensor import TensorSpec
 
 __all__ = ["agree", "agree_defn", "folded_batch", "is_global", "lift_defn", "lifted",
-           "lifting_defn", "replica_defn"]
+           "lifting_defn", "one_replica_defn", "replica_defn"]
 
 
 def agree(op: Op, value: Any) -> np.ndarray:
@@ -183,6 +183,24 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
     return dataclasses.replace(defn, kernel=run, kernel_out=kernel_out, loop=None,
                                layout=_view_layout(defn, ins[0]) if defn.view else None,
                                replicated=None, scratch=0)  # ``run`` takes no scratch arrays
+
+
+def one_replica_defn(defn: OpDef, form: OpDef) -> OpDef:
+    """``form`` (``defn``'s ``replica_defn`` for one local replica, every input and output
+    varying) on values without the replica axis, as an instance of one replica holds them:
+    each call gives the inputs an axis of length 1 and takes it off the results (an in-place
+    result is its input itself). ``form.kernel_out``, if any, is taken as it is."""
+    kernel = form.kernel
+
+    def run(*arrays: np.ndarray, **attrs: Any) -> Any:
+        result = kernel(*(np.asarray(a)[None] for a in arrays), **attrs)
+        outs = [r[0, ...] for r in _results(result)]
+        if defn.inplace_of is not None:
+            outs[0] = arrays[defn.inplace_of]
+        return tuple(outs) if isinstance(result, tuple) else outs[0]
+
+    run.c_contiguous = getattr(kernel, "c_contiguous", False)  # type: ignore[attr-defined]
+    return dataclasses.replace(form, kernel=run, layout=defn.layout if defn.view else None)
 
 
 def _copied_out(kernel: Callable[..., Any]) -> Callable[..., Any]:

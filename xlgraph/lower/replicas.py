@@ -25,13 +25,14 @@ from xlgraph.lower.replica_forms import (
     lift_defn,
     lifted,
     lifting_defn,
+    one_replica_defn,
     replica_defn,
 )
 from xlgraph.op import Op, OpDef
 from xlgraph.ops.replicas import ReplicaContext
 from xlgraph.tensor import TensorSpec
 
-__all__ = ["ReplicaContext", "loops_over_replicas", "replicate"]
+__all__ = ["ReplicaContext", "loops_over_replicas", "one_replica", "replicate"]
 
 
 class _Varying:
@@ -312,6 +313,21 @@ def replicate(program: Program, ctx: ReplicaContext) -> set[int]:
     the varying slots."""
     vary = _analyse(program, ctx.total)
     _Rewriter(program, vary, ctx).run()
+    return {slot for slot in program.specs if slot in vary}
+
+
+def one_replica(program: Program, ctx: ReplicaContext) -> set[int]:
+    """Rewrite ``program`` (freshly flattened) for an instance of one replica (``ctx.local``
+    is 1) without a replica axis: every value keeps one replica's shape and every local op runs
+    as in an Ir of one replica; only the ops that reach other replicas (collectives and
+    per-replica ops) change, to their replicated forms around an axis of length 1. Returns the
+    slots that may differ between replicas."""
+    vary = _analyse(program, ctx.total)
+    for s in (s for body in _bodies(program) for s in walk(body)):
+        if s.kind == "kernel" and s.defn.replica != "local":
+            s.defn = one_replica_defn(s.defn, replica_defn(
+                s.defn, [True] * len(s.ins), [True] * len(s.outs),
+                [program.specs[x] for x in s.ins], [program.specs[o] for o in s.outs], ctx))
     return {slot for slot in program.specs if slot in vary}
 
 

@@ -13,7 +13,8 @@ class ReplicaLayout:
     layout: ``shape`` without replicas, ``(local replicas,) + shape`` with them.
 
     Variables in ``held_once`` (replica-identical ones the plan keeps without the replica axis,
-    see ``xlgraph.lower.replicas``) have ``shape`` on the device too.
+    see ``xlgraph.lower.replicas``) have ``shape`` on the device too, and so do those in
+    ``one_replica``: an instance of one replica holds its replica's value without the axis.
 
     Host data is ``shape_on_host``: one value per replica group, a leading group dimension when
     there are several. ``get_tensor_data`` returns each group's value from its first replica
@@ -28,9 +29,12 @@ class ReplicaLayout:
         self.offset = ir.replica_offset
         self.mine = range(self.offset, self.offset + self.local)
         self.held_once: set[Variable] = set()
+        self.one_replica: set[Variable] = set()
 
     def device_shape(self, v: Variable) -> tuple[int, ...]:
-        return (self.local, *v.shape) if self.replicated and v not in self.held_once else v.shape
+        if not self.replicated or v in self.held_once or v in self.one_replica:
+            return v.shape
+        return (self.local, *v.shape)
 
     def expand(self, v: Variable, host: np.ndarray) -> np.ndarray:
         """Host data (``shape_on_host``) as the device layout."""
@@ -39,13 +43,16 @@ class ReplicaLayout:
         grouping = v.replica_grouping
         if grouping.num_groups == 1:
             return np.broadcast_to(host, self.device_shape(v))
-        return host[[grouping.assignment[r] for r in self.mine]]
+        mine = host[[grouping.assignment[r] for r in self.mine]]
+        return mine[0] if v in self.one_replica else mine
 
     def retrieve(self, v: Variable, device: np.ndarray, host: np.ndarray) -> np.ndarray:
         """What ``get_tensor_data`` returns, from the device layout; groups with no replica in
         this instance keep their ``host`` value."""
         if not self.replicated:
             return device.copy()
+        if v in self.one_replica:
+            device = device[None]
         if v in self.held_once:
             if v.retrieval_mode == "all_replicas" and self.local > 1:
                 return np.repeat(device[None], self.local, axis=0)
@@ -77,7 +84,7 @@ class ReplicaLayout:
                 raise ValueError(f"{v.id} holds one value for every replica (no replica changes "
                                  f"it on its own), got different values per replica")
             return per[0].copy(), self.group_values(v, per, host)
-        return per, self.group_values(v, per, host)
+        return per[0] if v in self.one_replica else per, self.group_values(v, per, host)
 
     def group_values(self, v: Variable, device: np.ndarray, host: np.ndarray) -> np.ndarray:
         """``shape_on_host`` data from the device layout: each group's value from its first

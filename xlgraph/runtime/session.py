@@ -140,6 +140,7 @@ class Session:
         self.executable = lower(ir, optimize, backend, _exchange(ir), check_numerics,
                                 defer=compile_in_background, fuse=fuse_steps)
         self.layout.held_once = self.executable.held_once
+        self.layout.one_replica = self.executable.one_replica
         model = self.device.model
         self._memory = None if model is None else model_memory(ir, self.executable, model)
         self._report: ProfileReport | None = None
