@@ -23,7 +23,7 @@ R = 4
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     out = tmp_path_factory.mktemp("one") / "out"
-    done, _ = _run([sys.executable, str(PROGRAM), str(out), "--replicas", str(R)])
+    done = _run([sys.executable, str(PROGRAM), str(out), "--replicas", str(R)])
     assert done.returncode == 0, done.stderr
     return np.load(f"{out}.0.npz")
 
@@ -35,7 +35,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 @pytest.mark.parametrize("instances", [2, 4])
 def test_buckets_give_the_unbucketed_bits(instances, one_process, tmp_path):
     pytest.importorskip("mpi4py", reason="the 'dist' extra is not installed")
-    done, _ = _run([*console_script(), "--num-instances", str(instances), "--num-replicas",
+    done = _run([*console_script(), "--num-instances", str(instances), "--num-replicas",
                     str(R), "--timeout", "20", sys.executable, str(PROGRAM), str(tmp_path / "i")])
     assert done.returncode == 0, done.stderr
     local = R // instances
