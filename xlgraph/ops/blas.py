@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GEMM_DTYPES", "gemm", "gemm_address", "matmul_into"]
+__all__ = ["GEMM_DTYPES", "gemm", "gemm_address", "matmul_into", "numpy_blas_threads"]
 
 _GEMM_NAMES = {np.dtype(np.float32): ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
                np.dtype(np.float64): ("scipy_cblas_dgemm64_", "cblas_dgemm64_")}
@@ -36,21 +36,49 @@ def gemm(fn: int, ta: int, tb: int, m: int, n: int, k: int, alpha: Any, a: np.nd
 
 
 @functools.cache
-def gemm_address(dtype: np.dtype) -> int | None:
-    """The address of numpy's own BLAS ``cblas_?gemm`` for ``dtype`` (the 64-bit integer
-    interface that numpy's wheels ship), or None where numpy has another BLAS."""
-    names = _GEMM_NAMES.get(np.dtype(dtype), ())
+def _numpy_blas() -> tuple[ctypes.CDLL, ...]:
+    """numpy's bundled BLAS libraries (its wheels' OpenBLAS), already loaded by numpy."""
     libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs", "*blas*")
+    found = []
     for path in sorted(glob.glob(libs)):
         try:
-            lib = ctypes.CDLL(path)  # already loaded by numpy: the same handle
+            found.append(ctypes.CDLL(path))  # already loaded by numpy: the same handle
         except OSError:
             continue
+    return tuple(found)
+
+
+def _numpy_blas_function(names: tuple[str, ...]) -> Any:
+    """The first of ``names`` that numpy's BLAS exports, or None."""
+    for lib in _numpy_blas():
         for name in names:
             fn = getattr(lib, name, None)
             if fn is not None:
-                return ctypes.cast(fn, ctypes.c_void_p).value
+                return fn
     return None
+
+
+@functools.cache
+def gemm_address(dtype: np.dtype) -> int | None:
+    """The address of numpy's own BLAS ``cblas_?gemm`` for ``dtype`` (the 64-bit integer
+    interface that numpy's wheels ship), or None where numpy has another BLAS."""
+    fn = _numpy_blas_function(_GEMM_NAMES.get(np.dtype(dtype), ()))
+    return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
+
+
+@functools.cache
+def _threads_function() -> Any:
+    fn = _numpy_blas_function(("scipy_openblas_get_num_threads64_", "openblas_get_num_threads"))
+    if fn is not None:
+        fn.restype, fn.argtypes = ctypes.c_int, []
+    return fn
+
+
+def numpy_blas_threads() -> int | None:
+    """The thread count numpy's OpenBLAS runs now (a Session's limit while attached), or None
+    where numpy has another BLAS."""
+    fn = _threads_function()
+    return None if fn is None else fn()
 
 
 def matmul_into(a, b, out, fn, one, zero):  # noqa: ANN001, ANN201 - numba infers the types

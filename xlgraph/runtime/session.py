@@ -31,6 +31,7 @@ from xlgraph.ipu import IPUModel, ProfileReport, make_report, model_memory
 from xlgraph.ipu.autoreport import report_directory, save_profile
 from xlgraph.ir import Ir
 from xlgraph.lower import lower
+from xlgraph.ops import mkl
 from xlgraph.ops.window import chunks_on
 from xlgraph.remote import store_weight_shards
 from xlgraph.runtime import host_maps
@@ -129,6 +130,7 @@ class Session:
                          compile_in_background=compile_in_background)
         check_setting(blas_threads, "Session blas_threads", none_ok=True)
         check_setting(chunk_threads, "Session chunk_threads")
+        mkl.check()  # a bad XLGRAPH_BLAS fails here rather than in the first large product
         self._lock = threading.RLock()  # one run (or weight transfer) at a time
         self._pb_session = PbSession()  # PopART's session handle, as programs reach it
         self.device = make_device(device_desc, ipu_model)
