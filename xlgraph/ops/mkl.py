@@ -2,23 +2,23 @@
 
 With the ``mkl`` extra installed (``pip install xlgraph[mkl]``), ``matmul`` multiplies large
 float32 and float64 matrices with MKL's ``gemm`` instead of numpy's OpenBLAS: on the products
-of a GPT-2 small step, 1.2-1.4x numpy's rate at one thread, and about 2x on an MLP's
-``(8, 784) @ (784, 512)`` (``benchmarks/README.md``, "Issue 48: MKL products"). MKL is loaded
-by the first such product, not by ``import xlgraph``.
+of a GPT-2 small step, 1.1-1.25x numpy's rate at one thread (``benchmarks/README.md``, "Issue
+48: MKL products"). MKL is loaded by the first such product, not by ``import xlgraph``.
 
 ``XLGRAPH_BLAS`` chooses: ``mkl`` (the default when the extra is installed), or ``openblas``
 (numpy's own BLAS for every product). Without the extra, products stay numpy's, unless
-``XLGRAPH_BLAS=mkl`` asks for MKL: then the first product says which extra is missing.
+``XLGRAPH_BLAS=mkl`` asks for MKL: then the Session says which extra is missing.
 
 Which products: matrices (every dimension at least 2) of at least ``MIN_PRODUCT``
 multiply-adds, whose operands each have one unit stride (C- or F-ordered matrices, transposed
 views included, as BLAS's ``trans`` flags and leading dimensions take them) and a result with
 unit column stride that shares no memory with them; everything else is numpy's. Below
-``MIN_PRODUCT`` MKL's fixed cost per call loses (measured: ``(128, 64) @ (64, 128)``
-0.8x numpy's time). A fused segment of the numba backend multiplies only products below it
-(``xlgraph.lower.segments.FUSED_MATMUL_MAX``), and asks ``takes`` to be sure: so every product
-of one shape runs through one BLAS, whichever backend or segment computes it, and gives the
-same bits.
+``MIN_PRODUCT`` MKL wins on some shapes and loses on others (one thread, CPU time: ``(8, 512)
+@ (512, 2048)`` 1.65x numpy's rate, ``(128, 512) @ (512, 128)`` 0.68x, the MLP's ``(256, 784)
+@ (784, 32)`` 0.74x); from 2^26 on it is 0.9-1.4x. The numba backend's fused segments
+multiply only products below ``MIN_PRODUCT`` (``xlgraph.lower.segments.FUSED_MATMUL_MAX``,
+with numpy's ``gemm``), so a product of a given shape runs through the same BLAS whichever
+backend computes it, fused or not, and gives the same bits.
 
 MKL's results do not depend on the operands' alignment (checked), but the bits of a row of a
 product may depend on the other dimensions (rows of ``(512, 3072) @ (3072, 768)`` differ from
@@ -49,7 +49,7 @@ from xlgraph.ops import blas
 __all__ = ["ENV", "MIN_PRODUCT", "check", "choice", "library", "matmul", "takes"]
 
 ENV = "XLGRAPH_BLAS"  # "openblas" or "mkl"; unset: MKL when the extra is installed
-MIN_PRODUCT = 1 << 22  # multiply-adds of the smallest product MKL takes
+MIN_PRODUCT = 1 << 26  # multiply-adds of the smallest product MKL takes
 _CHOICES = ("openblas", "mkl")
 _THREADING_INTEL = 0  # MKL_Set_Threading_Layer's MKL_THREADING_INTEL
 _CBWR_AUTO = 2  # MKL_CBWR_AUTO: the machine's code path, with reproducible results
@@ -174,10 +174,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray |
     """``a @ b`` by MKL (into ``out`` when given), or None, with nothing written, where this
     product is numpy's (see the module). Batch dimensions broadcast as numpy's; each matrix of
     the batch is one ``gemm`` call, the call a 2-D product of that matrix makes."""
-    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
-        return None
+    if b.ndim < 2 or a.size * b.shape[-1] < MIN_PRODUCT or a.ndim < 2:
+        return None  # a small product (m k n <= a.size n): the cheap checks first
     (m, k), n = a.shape[-2:], b.shape[-1]
-    if b.shape[-2] != k or not takes(m, k, n, a.dtype):
+    if b.shape[-2] != k or a.dtype != b.dtype or not takes(m, k, n, a.dtype):
         return None
     try:
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
