@@ -324,3 +324,54 @@ def test_ops_declare_their_float16_storage_on_their_records() -> None:
     assert exact["max_pool_grad"].half_exact({**pool, "stride": (2, 2)})
     assert not exact["max_pool_grad"].half_exact({**pool, "stride": (1, 1)})  # windows overlap
     assert REGISTRY["matmul"].half_registers and not REGISTRY["matmul"].widen_half
+
+
+def _adam_graph() -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
+    """The optimiser tutorial's Adam step on a float32 weight with a float16 first moment: the
+    float16 update term, held in float32, read by the weight's ``scaled_add_`` and a ``mul``.
+    Epsilon 1000 makes updates of 1e-3 to 1e-9 (subnormals, underflow); a gradient past
+    float16's range makes the moment and its update infinite, and NaN passes through."""
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence(True):
+        g_s = popxl.h2d_stream((256,), popxl.float32, "x")
+        g = ops.host_load(g_s)
+        w = popxl.variable(np.linspace(-3, 3, 256, dtype=np.float32), popxl.float32, "w")
+        first = popxl.variable(np.zeros(256, np.float16), F16, "first")
+        second = popxl.variable(np.zeros(256, np.float32), popxl.float32, "second")
+        step = popxl.variable(np.zeros((), np.float32), popxl.float32, "step")
+        ops.var_updates.accumulate_moving_average_(first, g, f=0.9)
+        ops.var_updates.accumulate_moving_average_square_(second, g, f=0.999)
+        update = ops.var_updates.adam_updater(first, second, weight=w, time_step=step,
+                                              weight_decay=0.0, beta1=0.9, beta2=0.999,
+                                              epsilon=1000.0)
+        ops.scaled_add_(w, update, b=-0.5)
+        streams = _stored(update * 1.0)
+    return ir, g_s, streams
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bits_loops_round_their_results_on_store(backend: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """An update term of a ``loops.bits`` loop held in float32 is rounded as the loop stores
+    it (no rounding step), and on the numba backend the float16 loops run inside fused
+    segments on views of the arrays' bits: the bits of the per-op forms and the
+    interpreter."""
+    rng = np.random.default_rng(12)
+    feeds = []
+    for _ in range(2):
+        g = (rng.normal(size=256) * 10.0 ** rng.uniform(-4, 3, 256)).astype(np.float32)
+        g[[3, 30, 31]] = [np.nan, 1e6, -1e6]
+        feeds.append(g)
+    with np.errstate(over="ignore", invalid="ignore"):
+        got, source = _checked(_adam_graph, feeds, backend, monkeypatch)
+    rounded = [line for line in source.splitlines() if "round_half" in line]
+    assert not any("= adam_updater " in line for line in rounded)
+    assert "%adam_updater:f16" in source
+    update = got[0]
+    assert np.isinf(update).any() and np.isnan(update).any()
+    assert (np.abs(update[update != 0]) < 6.1e-5).any()  # float16 subnormals
+    if backend == "numba":
+        fused = [line for line in source.splitlines() if "# fused:" in line]
+        assert any("= adam_updater " in line for line in fused)
+        assert any("= accumulate_moving_average_ " in line for line in fused)
+        assert ".view(np.uint16)" in source

@@ -19,6 +19,7 @@ from xlgraph.lower.program import Step
 from xlgraph.lower.segments import FusedCall
 from xlgraph.lower.undo import logging_kernel
 from xlgraph.op import OpDef
+from xlgraph.ops.half import bits_parts
 from xlgraph.ops.loops import RAISING
 
 __all__ = ["Statements"]
@@ -126,6 +127,10 @@ class Statements(Writer):
         its machine code's entry point where every array is fixed, and queued for a segment
         when it is compiled and its arguments are ``plain`` names."""
         fn, extra = found
+        parts = bits_parts(fn) if self.fuse and plain else None
+        viewed = None if parts is None else self.bits_views(arrays, parts[1], indent)
+        if viewed is not None:  # the compiled loop itself on views: it joins segments
+            fn, arrays = parts[0], viewed
         consts = self.loop_consts(prefix, extra)
         fixed = [self.fixed.get(name) for name in arrays]
         direct = None if any(a is None for a in fixed) else self.backend.direct(
@@ -150,6 +155,30 @@ class Statements(Writer):
                     or s in plan.copies
                     or any(plan.layout[x] != "C" for i, x in enumerate(s.ins) if i not in dense)
                     or len({plan.root[x] for x in s.ins}) != len(set(s.ins)))
+
+    def bits_views(self, names: list[str], views: tuple, indent: int) -> list[str] | None:
+        """``names`` with those that ``views`` gives a dtype replaced by views of their arrays
+        as that dtype (``xlgraph.ops.half.bits_parts``): a global made once for an array a
+        name holds in every run, a line of the step for a variable's (double-buffered)
+        arrays; None where a name holds other arrays (the loop's Python wrapper views them)."""
+        out = []
+        for name, dtype in zip(names, views):
+            if dtype is None:
+                out.append(name)
+                continue
+            fixed, sample = self.unmoved(name), self.fixed.get(name)
+            if sample is None or name[0] not in "bcvwn":
+                return None
+            view = f"h{len(self.bit_views)}"
+            self.bit_views.append(view)
+            self.fixed[view] = sample.view(dtype)
+            if fixed is not None:
+                self.namespace[view] = fixed.view(dtype)
+            else:
+                self.emit(indent, f"{view} = {name}.view(np.{np.dtype(dtype).name})",
+                          hoist=True)
+            out.append(view)
+        return out
 
     def loop_consts(self, name: str, extra: tuple) -> list[str]:
         """The text of a loop form's extra arguments (ints as literals, others as globals)."""

@@ -76,6 +76,7 @@ class Writer:
             self.fixed[f"w{slot}"] = self.fixed[f"n{slot}"] = arr
         self.swaps = swaps
         self.swapped = set(swaps.values())
+        self.bit_views: list[str] = []  # names of arrays' bits views (``bits_views``)
         self.logged = logged  # steps that record what they overwrite (``lower.undo``)
         if logged:
             self.namespace["UNDO"] = []

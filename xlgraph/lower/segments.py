@@ -26,7 +26,8 @@ from xlgraph.lower.backends import Backend
 from xlgraph.lower.program import Step
 from xlgraph.op import Op
 
-_ARRAY_NAME = re.compile(r"\b[bwnsvc]\d+\b")
+# The step's array names (``h``: a float16 array's bits or a float32 array's words, ``bits_view``).
+_ARRAY_NAME = re.compile(r"\b[bwnsvch]\d+\b")
 # The largest matrix product (multiply-adds) a segment takes: past it, one call's overhead is
 # lost in the product. A segment multiplies matrices with numpy's own ``gemm`` (the numpy
 # kernel's call and bits); without numpy's OpenBLAS, or for a vector, with numba's ``np.dot``,

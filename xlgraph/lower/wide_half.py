@@ -50,6 +50,16 @@ def _exact(s: Step) -> bool:
     return rule is not None and rule(s.attrs)
 
 
+def _rounds_on_store(s: Step, specs: dict[int, TensorSpec]) -> bool:
+    """Whether opting-in step ``s`` has a ``loops.bits`` loop form, which rounds a result held
+    in float32 as it stores each element (``wide_form``'s ``rounds``)."""
+    loop = s.op.defn.loop if _opts_in(s) else None
+    found = None if loop is None else loop(
+        [TensorSpec(specs[x].shape, dtypes.float32) if specs[x].dtype is dtypes.float16
+         else specs[x] for x in s.ins], **s.attrs)
+    return found is not None and getattr(found[0], "bits", False)
+
+
 def _view(s: Step) -> bool:
     """A view of its one input's elements, or a ``bind`` (the value passed into a subgraph)."""
     if s.kind == "bind":
@@ -134,6 +144,11 @@ def widen_storage(steps: list[Step], program: Program, results: list[int]) -> li
             continue
         if _cast(s):  # float32 to float16, kept in float32: the rounding itself
             out.append(Step("kernel", s.ins, s.outs, s.op, ROUND_HALF))
+            continue
+        if _rounds_on_store(s, specs):  # its one pass rounds them, no rounding step
+            s.defn = wide_form(s.op.defn, [specs[x] for x in s.ins], [specs[o] for o in s.outs],
+                               tuple(o in made for o in s.outs))
+            out.append(s)
             continue
         raw = {o: _new_slot(program, o, dtypes.float32) for o in made}
         s.outs = [raw.get(o, o) for o in s.outs]

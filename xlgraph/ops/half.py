@@ -33,7 +33,7 @@ from xlgraph.core.tensor import TensorSpec
 from xlgraph.ops.loops import Composite
 
 __all__ = ["half_form", "wide_form", "widen", "narrow_into", "use_converters", "convert",
-           "fast_round", "always_exact"]
+           "fast_round", "round_into", "always_exact", "bits_parts"]
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Contiguous converters ``(source, destination)`` over 1-d uint16/float32 views, or None: numpy.
@@ -147,6 +147,21 @@ def always_exact(attrs: dict[str, Any]) -> bool:  # noqa: ARG001 - ``OpDef.half_
     return True
 
 
+def round_into(out: np.ndarray, x: Any) -> np.ndarray:
+    """``out[...] = x`` (float32) rounded to float16 precision, kept in float32 (``out`` may be
+    ``x``): ``x.astype(float16).astype(float32)``."""
+    x = np.asarray(x)
+    fast = _FAST["round"]
+    if (fast is not None and x.size >= 64 and x.shape == out.shape and x.dtype == _F32
+            and x.flags.c_contiguous and out.flags.c_contiguous):
+        fast(x.reshape(-1), out.reshape(-1))
+        return out
+    bits = np.empty(out.shape, _F16)
+    narrow_into(bits, x)
+    np.copyto(out, bits)  # exact
+    return out
+
+
 def _is_half(spec: TensorSpec) -> bool:
     return np.dtype(spec.dtype.as_numpy()) == _F16
 
@@ -158,13 +173,34 @@ def half_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec]) -> OpD
     return wide_form(defn, ins, outs)
 
 
-def wide_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec]) -> OpDef:
+def wide_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec],
+              rounds: tuple[bool, ...] = ()) -> OpDef:
     """``half_form`` of an op that opts in, for operands stored as ``ins``/``outs`` say: some
     float16 values may be held in float32 (``xlgraph.lower.wide_half``), so the form widens the
-    inputs still float16 and narrows the outputs still float16; ``defn`` itself when none is."""
-    if not any(_is_half(s) for s in (*ins, *outs)):
+    inputs still float16 and narrows the outputs still float16; ``rounds`` marks float32
+    outputs holding float16 values, which the form rounds to float16 precision as it stores
+    them (a ``loops.bits`` loop element by element, in its one pass). ``defn`` itself when
+    there is nothing to do."""
+    rounds = tuple(rounds) or (False,) * len(outs)
+    if not any(_is_half(s) for s in (*ins, *outs)) and not any(rounds):
         return defn
-    return _wide(defn, tuple(_is_half(s) for s in ins), tuple(_is_half(s) for s in outs))
+    return _wide(defn, tuple(_is_half(s) for s in ins), tuple(_is_half(s) for s in outs), rounds)
+
+
+def bits_parts(fn: Any) -> tuple[Callable[..., None], tuple[Any, ...]] | None:
+    """For a backend's compiled form of a wide ``loops.bits`` loop (``_bits_call`` bound to
+    its loop), the compiled loop and, per array argument, the dtype it views that array as
+    (``uint16``: float16 bits; ``uint32``: float32 rounded on store) or None; else None."""
+    if not (isinstance(fn, functools.partial) and fn.func is _bits_call):
+        return None
+    kw = fn.keywords
+    return kw["_loop"], _bits_views(kw["wide_in"], kw["wide_out"], kw["rounds"])
+
+
+def _bits_views(wide_in: tuple[bool, ...], wide_out: tuple[bool, ...],
+                rounds: tuple[bool, ...]) -> tuple[Any, ...]:
+    return (*(np.uint16 if w else None for w in wide_in),
+            *(np.uint16 if w else np.uint32 if r else None for w, r in zip(wide_out, rounds)))
 
 
 def _widened(arrays: tuple[Any, ...], wide_in: tuple[bool, ...]) -> list[Any]:
@@ -172,21 +208,25 @@ def _widened(arrays: tuple[Any, ...], wide_in: tuple[bool, ...]) -> list[Any]:
     return [widen(a, i) if w else a for i, (a, w) in enumerate(zip(arrays, wide_in))]
 
 
-def _store(result: Any, wide_out: tuple[bool, ...], out: Any = None) -> Any:
+def _store(result: Any, wide_out: tuple[bool, ...], rounds: tuple[bool, ...],
+           out: Any = None) -> Any:
     """The kernel's float32 ``result`` rounded on store: into ``out`` (a buffer or a tuple of
-    them) when given, else into fresh float16 arrays where ``wide_out`` says so."""
+    them) when given, else into fresh float16 arrays where ``wide_out`` says so (fresh float32
+    ones, rounded to float16 precision, where ``rounds`` does)."""
     many = isinstance(result, tuple)
     results = result if many else (result,)
     outs = (out if isinstance(out, tuple) else (out,)) if out is not None else (None,) * len(
         results)
     stored = []
-    for r, o, w in zip(results, outs, wide_out):
+    for r, o, w, rd in zip(results, outs, wide_out, rounds):
         if o is None:
-            o = np.empty(np.shape(r), _F16) if w else None
+            o = np.empty(np.shape(r), _F16 if w else _F32) if w or rd else None
         if o is None:  # not float16: the kernel's result (a copy if it is a temporary)
             stored.append(np.array(r) if _in_temp(r) else r)
         else:
-            if w or o.dtype == _F16:
+            if rd:
+                round_into(o, r)
+            elif w or o.dtype == _F16:
                 narrow_into(o, r)
             else:
                 np.copyto(o, r, casting="unsafe")
@@ -195,7 +235,8 @@ def _store(result: Any, wide_out: tuple[bool, ...], out: Any = None) -> Any:
 
 
 @functools.cache
-def _wide(defn: OpDef, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]) -> OpDef:
+def _wide(defn: OpDef, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...],
+          rounds: tuple[bool, ...]) -> OpDef:
     kernel, place = defn.kernel, defn.inplace_of
 
     def wide_kernel(*arrays: Any, **attrs: Any) -> Any:
@@ -204,8 +245,8 @@ def _wide(defn: OpDef, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]) ->
             args[place] = np.array(arrays[place])  # the kernel writes into it: a copy
         result = kernel(*args, **attrs)
         if place is not None:  # in place: the result goes back into the input
-            return _store(result, wide_out, arrays[place])
-        return _store(result, wide_out)
+            return _store(result, wide_out, rounds, arrays[place])
+        return _store(result, wide_out, rounds)
 
     # Outputs all held in float32 (``xlgraph.lower.wide_half``): the kernel writes them itself.
     direct = (defn.kernel_out is not None and place is None and not defn.scratch
@@ -214,10 +255,14 @@ def _wide(defn: OpDef, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]) ->
     def wide_out_kernel(*arrays: Any, out: Any, scratch: Any = None, **attrs: Any) -> Any:
         args = _widened(arrays, wide_in)
         if direct:
-            return defn.kernel_out(*args, out=out, **attrs)
+            found = defn.kernel_out(*args, out=out, **attrs)
+            for o, r in zip(out if isinstance(out, tuple) else (out,), rounds):
+                if r:
+                    round_into(o, o)
+            return found
         if place is not None and not wide_in[place]:
             args[place] = np.array(arrays[place])
-        return _store(kernel(*args, **attrs), wide_out, out)
+        return _store(kernel(*args, **attrs), wide_out, rounds, out)
 
     loop = defn.loop
 
@@ -227,12 +272,12 @@ def _wide(defn: OpDef, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]) ->
         if found is None:
             return None
         fn, extra = found
+        marks = {"wide_in": wide_in, "wide_out": wide_out, "rounds": rounds}
         if isinstance(fn, Composite):
             inner: dict[str, Any] = {"inner": fn.fn, "inner_kwargs": fn.kwargs}
-            return Composite(_loop_call, {**inner, "wide_in": wide_in, "wide_out": wide_out},
-                             fn.loops, fn.parallel), extra
+            return Composite(_loop_call, {**inner, **marks}, fn.loops, fn.parallel), extra
         call = _bits_call if getattr(fn, "bits", False) else _loop_call
-        return Composite(call, {"wide_in": wide_in, "wide_out": wide_out}, {"_loop": fn}), extra
+        return Composite(call, marks, {"_loop": fn}), extra
 
     for fn in (wide_kernel, wide_out_kernel):
         fn.__name__ = fn.__qualname__ = f"{defn.name}_in_float32"
@@ -253,8 +298,8 @@ def _elementwise_ufunc(fn: Any) -> bool:
 
 
 def _loop_call(*args: Any, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...],
-               inner: Callable[..., Any] | None = None, inner_kwargs: dict | None = None,
-               **compiled: Any) -> None:
+               rounds: tuple[bool, ...], inner: Callable[..., Any] | None = None,
+               inner_kwargs: dict | None = None, **compiled: Any) -> None:
     """A compiled float32 loop form run on float16 arrays: ``args`` are the inputs, the
     outputs and the loop's constants."""
     n_in, n_out = len(wide_in), len(wide_out)
@@ -265,14 +310,17 @@ def _loop_call(*args: Any, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...]
         compiled["_loop"](*ins, *tmp, *args[n_in + n_out:])
     else:
         inner(*ins, *tmp, *args[n_in + n_out:], **(inner_kwargs or {}), **compiled)
-    for o, t, w in zip(outs, tmp, wide_out):
+    for o, t, w, r in zip(outs, tmp, wide_out, rounds):
         if w:
             narrow_into(o, t)
+        elif r:
+            round_into(o, o)
 
 
 def _bits_call(*args: Any, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...],
-               _loop: Callable[..., None]) -> None:
-    """A compiled ``loops.bits`` loop run on float16 arrays as their uint16 bits: widened,
-    computed and rounded element by element in one pass (the bits of ``_loop_call``)."""
-    half = (*wide_in, *wide_out)
-    _loop(*(a.view(np.uint16) if h else a for a, h in zip(args, half)), *args[len(half):])
+               rounds: tuple[bool, ...], _loop: Callable[..., None]) -> None:
+    """A compiled ``loops.bits`` loop run on float16 arrays as their uint16 bits (and float32
+    outputs rounded on store as uint32 words): widened, computed and rounded element by
+    element in one pass (the bits of ``_loop_call``)."""
+    views = _bits_views(wide_in, wide_out, rounds)
+    _loop(*(a if v is None else a.view(v) for a, v in zip(args, views)), *args[len(views):])

@@ -37,12 +37,14 @@ def load(a, i):  # noqa: ANN001, ANN201 - numba compiles it (an overload)
 
 
 def store(a, i, v):  # noqa: ANN001, ANN201
-    """``a[i] = v``; compiled, into float16 bits (uint16) rounded to nearest even."""
+    """``a[i] = v``; compiled, into float16 bits (uint16) rounded to nearest even, or into the
+    words (uint32) of a float32 array rounded to float16 precision."""
     a[i] = v
 
 
 def real(a, v):  # noqa: ANN001, ANN201
-    """``v`` in the arithmetic dtype of array ``a``: its own, float32 for float16 bits."""
+    """``v`` in the arithmetic dtype of array ``a``: its own, float32 for float16 bits and
+    float32 words."""
     return a.dtype.type(v)
 
 
@@ -66,16 +68,7 @@ def _round(x: np.ndarray) -> np.ndarray:
 
 
 def _round_out(x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    x = np.asarray(x)
-    fast = half.fast_round()
-    if (fast is not None and x.size >= 64 and x.flags.c_contiguous and out.flags.c_contiguous
-            and x.dtype == _F32):
-        fast(x.reshape(-1), out.reshape(-1))
-        return out
-    bits = np.empty(x.shape, _F16)
-    half.narrow_into(bits, x)
-    np.copyto(out, bits)  # exact
-    return out
+    return half.round_into(out, x)
 
 
 _round.c_contiguous = True  # type: ignore[attr-defined] - a fresh C-ordered array

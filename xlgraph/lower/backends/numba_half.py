@@ -83,6 +83,15 @@ def _rounded(typingctx: Any, f: Any) -> Any:
     return types.float32(types.float32), codegen
 
 
+@intrinsic
+def _float_to_word(typingctx: Any, f: Any) -> Any:
+    """A float32's bits as a uint32 word."""
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], _I32)
+
+    return types.uint32(types.float32), codegen
+
+
 _U16, _F32 = types.Array(types.uint16, 1, "C"), types.Array(types.float32, 1, "C")
 # Sources may be read-only (a host-loaded input, a constant): a signature for each.
 _U16_IN = [_U16, types.Array(types.uint16, 1, "C", readonly=True)]
@@ -121,6 +130,10 @@ def _store(a, i, v):  # noqa: ANN001, ANN202
         def bits(a, i, v):  # noqa: ANN001, ANN202
             a[i] = _float_to_bits(np.float32(v))
         return bits
+    if a.dtype == types.uint32:
+        def word(a, i, v):  # noqa: ANN001, ANN202
+            a[i] = _float_to_word(_rounded(np.float32(v)))
+        return word
 
     def value(a, i, v):  # noqa: ANN001, ANN202
         a[i] = v
@@ -128,7 +141,7 @@ def _store(a, i, v):  # noqa: ANN001, ANN202
 
 
 def _real(a, v):  # noqa: ANN001, ANN202
-    if a.dtype == types.uint16:
+    if a.dtype in (types.uint16, types.uint32):
         return lambda a, v: np.float32(v)
     return lambda a, v: a.dtype.type(v)
 
