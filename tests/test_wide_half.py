@@ -326,11 +326,12 @@ def test_ops_declare_their_float16_storage_on_their_records() -> None:
     assert REGISTRY["matmul"].half_registers and not REGISTRY["matmul"].widen_half
 
 
-def _adam_graph() -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
+def _adam_graph(read_term: bool = True) -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
     """The optimiser tutorial's Adam step on a float32 weight with a float16 first moment: the
-    float16 update term, held in float32, read by the weight's ``scaled_add_`` and a ``mul``.
-    Epsilon 1000 makes updates of 1e-3 to 1e-9 (subnormals, underflow); a gradient past
-    float16's range makes the moment and its update infinite, and NaN passes through."""
+    float16 update term, held in float32, read by the weight's ``scaled_add_`` (and by a
+    ``mul`` where ``read_term``; else the five steps are one Adam chain). Epsilon 1000 makes
+    updates of 1e-3 to 1e-9 (subnormals, underflow); a gradient past float16's range makes the
+    moment and its update infinite, and NaN passes through."""
     ir = popxl.Ir()
     with ir.main_graph, popxl.in_sequence(True):
         g_s = popxl.h2d_stream((256,), popxl.float32, "x")
@@ -345,8 +346,18 @@ def _adam_graph() -> tuple[popxl.Ir, popxl.HostToDeviceStream, list]:
                                               weight_decay=0.0, beta1=0.9, beta2=0.999,
                                               epsilon=1000.0)
         ops.scaled_add_(w, update, b=-0.5)
-        streams = _stored(update * 1.0)
+        streams = _stored(update * 1.0) if read_term else _stored(first + 0.0)
     return ir, g_s, streams
+
+
+def _adam_feeds() -> list[np.ndarray]:
+    rng = np.random.default_rng(12)
+    feeds = []
+    for _ in range(2):
+        g = (rng.normal(size=256) * 10.0 ** rng.uniform(-4, 3, 256)).astype(np.float32)
+        g[[3, 30, 31]] = [np.nan, 1e6, -1e6]
+        feeds.append(g)
+    return feeds
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -356,14 +367,8 @@ def test_bits_loops_round_their_results_on_store(backend: str,
     it (no rounding step), and on the numba backend the float16 loops run inside fused
     segments on views of the arrays' bits: the bits of the per-op forms and the
     interpreter."""
-    rng = np.random.default_rng(12)
-    feeds = []
-    for _ in range(2):
-        g = (rng.normal(size=256) * 10.0 ** rng.uniform(-4, 3, 256)).astype(np.float32)
-        g[[3, 30, 31]] = [np.nan, 1e6, -1e6]
-        feeds.append(g)
     with np.errstate(over="ignore", invalid="ignore"):
-        got, source = _checked(_adam_graph, feeds, backend, monkeypatch)
+        got, source = _checked(_adam_graph, _adam_feeds(), backend, monkeypatch)
     rounded = [line for line in source.splitlines() if "round_half" in line]
     assert not any("= adam_updater " in line for line in rounded)
     assert "%adam_updater:f16" in source
@@ -375,3 +380,20 @@ def test_bits_loops_round_their_results_on_store(backend: str,
         assert any("= adam_updater " in line for line in fused)
         assert any("= accumulate_moving_average_ " in line for line in fused)
         assert ".view(np.uint16)" in source
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="the Adam chain's loop needs numba (xlgraph[fast])")
+def test_float16_adam_chain_is_one_loop_with_the_same_bits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tutorial's Adam with a float16 first moment (the gradient's rounding, both moving
+    averages, the float16 term and its ``scaled_add_``) runs as one ``adam_step`` loop on the
+    moment's bits: the bits of the per-op forms and the interpreter."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        got, source = _checked(lambda: _adam_graph(read_term=False), _adam_feeds(), "numba",
+                               monkeypatch)
+    lines = [line for line in source.splitlines() if not line.startswith("#")]
+    (chain,) = [line for line in lines if "j_adam_step" in line]
+    assert "= cast " in chain and "= scaled_add_ " in chain  # the rounding and the update
+    assert not any("round_half" in line or "adam_updater(" in line for line in lines)
+    first = got[0]
+    assert np.isinf(first).any() and np.isnan(first).any()

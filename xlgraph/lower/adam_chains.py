@@ -9,6 +9,12 @@ into the weight. Compiled one by one they pass over memory four times (a float32
 loop (``ops.adam_loops.adam_step``) reads the gradient, the moments and the weight once and
 writes the moments and the weight once (28 bytes), with the four loops' bits.
 
+With float16 state held as wide storage makes it (``lower.wide_half``: the optimiser tutorial's
+float16 first moment) the chain may start with the ``round_half`` of the gradient that the
+first moment reads (its cast to float16) and pass the term to the ``scaled_add_`` through an
+``identity`` view (its cast back to float32); the loop rounds the gradient and a float16 term
+to float16 precision in registers, and reads and writes float16 arrays as their bits.
+
 ``find`` returns the chains of a body of steps. The generated step (``codegen_chains.py``) runs
 each at its ``scaled_add_``: nothing between the first moving average and it reads or writes
 the chain's arrays (the steps are consecutive), and the term is read by the ``scaled_add_``
@@ -20,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xlgraph import dtypes
 from xlgraph.lower.program import Step
 from xlgraph.lower.storage import Plan
 
@@ -38,11 +45,23 @@ class Chain:
     count: Step  # add_(step, 1): runs as its own line, before the chain's loop
     term: Step  # adam_updater(m', v', [w], step', [wd], b1, b2, eps)
     update: Step  # scaled_add_(w, term)
+    rounding: Step | None = None  # round_half(g): the float16 gradient the first moment reads
+    view: Step | None = None  # identity(term): the float16 term as float32, for scaled_add_
 
     @property
     def loops(self) -> tuple[Step, Step, Step, Step]:
-        """The steps the chain's loop runs."""
+        """The op steps the chain's loop runs."""
         return self.first, self.second, self.term, self.update
+
+    @property
+    def held(self) -> tuple[Step, ...]:
+        """The steps that write no line of their own: the loop runs them."""
+        return self.loops if self.rounding is None else (self.rounding, *self.loops)
+
+    @property
+    def half_term(self) -> bool:
+        """The term is float16: rounded to float16 precision before the ``scaled_add_``."""
+        return self.term.op.outputs[0].dtype is dtypes.float16
 
     @property
     def decay(self) -> bool:
@@ -53,7 +72,7 @@ class Chain:
         weight decay, betas, epsilon) from those of the loop steps (slots or their names);
         without decay, epsilon stands for the weight decay it does not read."""
         rest = term[3:] if self.decay else [term[2], term[-1], *term[3:]]
-        return [first[1], first[0], second[0], update[0], first[2], second[2], *rest]
+        return [second[1], first[0], second[0], update[0], first[2], second[2], *rest]
 
 
 def _both(s: Step) -> tuple[int, int]:
@@ -61,22 +80,37 @@ def _both(s: Step) -> tuple[int, int]:
     return s.ins[0], s.outs[0]
 
 
-def _chain(steps: list[Step]) -> Chain | None:
-    """The chain that ``steps`` (five consecutive steps) are, or None."""
-    if any(s.kind != "kernel" or s.defn.name != n for s, n in zip(steps, _NAMES)):
+def _is(s: Step | None, name: str) -> bool:
+    return s is not None and s.kind == "kernel" and s.defn.name == name
+
+
+def _chain(steps: list[Step], i: int) -> Chain | None:
+    """The chain whose first moving average is ``steps[i]``, or None."""
+    loop = steps[i:i + 4]
+    rounding = steps[i - 1] if i > 0 and _is(steps[i - 1], "round_half") else None
+    view = steps[i + 4] if i + 4 < len(steps) and _is(steps[i + 4], "identity") else None
+    update = steps[i + 4 + (view is not None):][:1]
+    if len(loop) < 4 or not update or not all(map(_is, [*loop, *update], _NAMES)):
         return None
-    first, second, count, term, update = steps
+    first, second, count, term = loop
+    update = update[0]
     attrs = term.attrs
     if attrs.get("mode") != "adam" or not attrs.get("bias"):
         return None
     weight, ins = update.ins[0], term.ins
     written = [_both(first), _both(second), _both(count)]
-    if (first.ins[1] != second.ins[1] or update.ins[1] != term.outs[0]
+    grad = first.ins[1] if rounding is None else rounding.ins[0]
+    if rounding is not None and rounding.outs[0] != first.ins[1]:
+        rounding = None  # another value's rounding: the first moment reads its own gradient
+        grad = first.ins[1]
+    term_as = term.outs[0] if view is None else view.outs[0]
+    if (grad != second.ins[1] or update.ins[1] != term_as
+            or (view is not None and view.ins[0] != term.outs[0])
             or any(x not in w for x, w in zip([*ins[:2], ins[3 if attrs["decay"] else 2]],
                                               written))
             or (attrs["decay"] and ins[2] != weight)):
         return None
-    return Chain(first, second, count, term, update)
+    return Chain(first, second, count, term, update, rounding, view)
 
 
 def find(steps: list[Step], plan: Plan, ready: Callable[[Step], bool]) -> dict[Step, Chain]:
@@ -85,16 +119,21 @@ def find(steps: list[Step], plan: Plan, ready: Callable[[Step], bool]) -> dict[S
     only the ``scaled_add_`` reads and whose gradient, moments, weight and step count are
     distinct arrays."""
     found: dict[Step, Chain] = {}
-    for i in range(len(steps) - len(_NAMES) + 1):
-        chain = _chain(steps[i:i + len(_NAMES)])
-        if chain is None or not all(map(ready, chain.loops)):
+    last = plan.live.last_read
+    for i in range(len(steps)):
+        chain = _chain(steps, i)
+        if chain is None or not all(map(ready, chain.held)):
             continue
         term = chain.term.outs[0]
-        arrays = [chain.first.ins[1], chain.first.ins[0], chain.second.ins[0],
+        reads = [last.get(x) for x in (term, chain.update.ins[1])]
+        arrays = [chain.second.ins[1], chain.first.ins[0], chain.second.ins[0],
                   chain.update.ins[0], chain.count.outs[0]]
-        if (plan.live.last_read.get(term) != plan.positions[chain.update]
+        rounded = chain.rounding and chain.rounding.outs[0]
+        if (max(r for r in reads if r is not None) != plan.positions[chain.update]
                 or plan.root[term] in plan.escaping
+                or (rounded and (last.get(rounded) != plan.positions[chain.first]
+                                 or plan.root[rounded] in plan.escaping))
                 or len({plan.root[x] for x in arrays}) != len(arrays)):
             continue
-        found.update(dict.fromkeys(chain.loops, chain))
+        found.update(dict.fromkeys(chain.held, chain))
     return found

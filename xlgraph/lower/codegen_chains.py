@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from xlgraph import dtypes
 from xlgraph.lower import adam_chains, annotate
 from xlgraph.lower.codegen_statements import Statements
 from xlgraph.lower.program import Step
 from xlgraph.ops.adam_loops import adam_step_loop
+from xlgraph.ops.half import as_bits
 
 __all__ = ["Chains"]
 
@@ -46,13 +50,16 @@ class Chains(Statements):
     def chain_step(self, s: Step, chain: adam_chains.Chain, indent: int) -> bool:
         """Hold ``s``'s arguments until the chain's last step, which writes the chain's call;
         False (and the chain's steps run one by one) where the backend does not compile it."""
-        if s is chain.first:
-            specs = self.program.specs
-            ins = [specs[x] for x in chain.arguments(*(x.ins for x in chain.loops))]
-            attrs = {**chain.update.attrs, "decay": chain.decay}
+        if s is chain.held[0]:
+            slots = chain.arguments(*(x.ins for x in chain.loops))
+            ins = [as_bits(self.program.specs[x]) for x in slots]
+            attrs = {**chain.update.attrs, "decay": chain.decay,
+                     "half_grad": chain.rounding is not None, "half_term": chain.half_term}
             found = self.backend.kernel(adam_step_loop, ins, ins[1:4], attrs)
-            if found is None:
-                for x in chain.loops:
+            if found is None or not all(self.viewable(self.names.get(x, ""))
+                                        for x, spec in zip(slots, ins)
+                                        if spec.dtype is dtypes.uint16):
+                for x in chain.held:
                     del self.chains[x]
                 return False
             self.chain_loops[chain] = found
@@ -66,11 +73,18 @@ class Chains(Statements):
         first, second, term = (self.held.pop(x) for x in (chain.first, chain.second,
                                                              chain.term))
         found = self.chain_loops.pop(chain)
+        self.held.pop(chain.rounding, None)
         outs = [self.names[chain.first.outs[0]], self.names[chain.second.outs[0]],
                 *self.loop_outs(s)]
         arrays = [*chain.arguments(first, second, term, args), *outs]
-        note = " | ".join(annotate.op_comment(x.op) for x in chain.loops)
-        self.loops += len(chain.loops)
+        slots = [*chain.arguments(*(x.ins for x in chain.loops)),
+                 *(x.outs[0] for x in (chain.first, chain.second, s))]
+        views = [np.uint16 if self.program.specs[x].dtype is dtypes.float16 else None
+                 for x in slots]
+        if any(views):  # float16 state: views of its bits (checked viewable above)
+            arrays = self.bits_views(arrays, views, indent)
+        note = " | ".join(annotate.op_comment(x.op) for x in chain.held)
+        self.loops += len(chain.held)
         self.loop_call("adam_step", found, arrays, s.op, indent, note=note)
         self.set_name(s.outs[0], outs[2], indent)
         return True

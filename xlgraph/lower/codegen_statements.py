@@ -166,9 +166,9 @@ class Statements(Writer):
             if dtype is None:
                 out.append(name)
                 continue
-            fixed, sample = self.unmoved(name), self.fixed.get(name)
-            if sample is None or name[0] not in "bcvwn":
+            if not self.viewable(name):
                 return None
+            fixed, sample = self.unmoved(name), self.fixed[name]
             view = f"h{len(self.bit_views)}"
             self.bit_views.append(view)
             self.fixed[view] = sample.view(dtype)
@@ -179,6 +179,10 @@ class Statements(Writer):
                           hoist=True)
             out.append(view)
         return out
+
+    def viewable(self, name: str) -> bool:
+        """Whether ``bits_views`` can view the array(s) that ``name`` holds."""
+        return name[:1] in ("b", "c", "v", "w", "n") and name in self.fixed
 
     def loop_consts(self, name: str, extra: tuple) -> list[str]:
         """The text of a loop form's extra arguments (ints as literals, others as globals)."""

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from xlgraph.ops.half_round import load, real, store
+from xlgraph import dtypes
+from xlgraph.ops.half_round import load, real, store, to_half_precision
 from xlgraph.ops.loops import bits, float_only
 from xlgraph.tensor import TensorSpec
 
@@ -74,12 +75,15 @@ def adam_term_decay(m, v, w, step, wd, b1, b2, eps, out):  # noqa: ANN001, ANN20
 
 
 def adam_step(g, m, v, w, f1, f2, step, wd, b1, b2, eps,  # noqa: ANN001, ANN201, PLR0913
-              m_out, v_out, w_out, a, b, decay):
+              m_out, v_out, w_out, a, b, decay, half_grad, half_term):
     """One Adam(W) step of a variable in one pass (``lower.adam_chains``): per element the
     operations of ``moving_average`` (``m``), ``moving_average_square`` (``v``), ``adam_term``
     (``adam_term_decay`` with ``decay``: ``wd`` is read only then) and ``loops.scaled_add``
     (``w_out = w a + term b``) in their order and dtype, so the four loops' bits; the update
-    term is never stored. ``m_out``, ``v_out``, ``w_out`` are the arrays or spares of them."""
+    term is never stored. ``m_out``, ``v_out``, ``w_out`` are the arrays or spares of them.
+    ``half_grad``: the first moment reads the gradient rounded to float16 (its cast);
+    ``half_term``: the term is rounded to float16 before the update (a float16 term); float16
+    arrays come as their bits (``loops.bits``)."""
     gs, ms, vs, ws = g.reshape(-1), m.reshape(-1), v.reshape(-1), w.reshape(-1)
     mo, vo, wo = m_out.reshape(-1), v_out.reshape(-1), w_out.reshape(-1)
     f = np.float64(load(f1.reshape(-1), 0))
@@ -90,11 +94,14 @@ def adam_step(g, m, v, w, f1, f2, step, wd, b1, b2, eps,  # noqa: ANN001, ANN201
     k = real(w_out, load(wd.reshape(-1), 0))
     for i in range(gs.size):
         gi = load(gs, i)
-        store(mo, i, load(ms, i) * keep1 + gi * take1)
+        g1 = real(m_out, to_half_precision(np.float32(gi))) if half_grad else gi
+        store(mo, i, load(ms, i) * keep1 + g1 * take1)
         store(vo, i, load(vs, i) * keep2 + (gi * gi) * take2)
         term = (load(mo, i) / c1) / (np.sqrt(load(vo, i) / c2) + e)
         if decay:
             term = term + k * load(ws, i)
+        if half_term:
+            term = real(w_out, to_half_precision(np.float32(term)))
         store(wo, i, load(ws, i) * a + term * b)
 
 
@@ -123,9 +130,13 @@ def adam_loop(ins: list[TensorSpec], mode: str, decay: bool, bias: bool) -> Any:
     return float_only(ins[0], adam_term_decay if decay else adam_term)
 
 
-def adam_step_loop(ins: list[TensorSpec], a: float, b: float, decay: bool) -> Any:
+def adam_step_loop(ins: list[TensorSpec], a: float, b: float, decay: bool,
+                   half_grad: bool = False, half_term: bool = False) -> Any:
     """The loop form of one Adam chain (``lower.adam_chains``) on ``ins`` = the gradient,
-    moments and weight: ``adam_step`` where all four have one shape and float dtype."""
-    if not _same(ins[:4]):
+    moments and weight: ``adam_step`` where all four have one shape and float dtype, or a
+    float32 gradient and float32 or float16 state (given as its bits: ``uint16`` specs)."""
+    state = {s.dtype for s in ins[1:4]} - {ins[0].dtype}  # float16 state: as its bits
+    if len({s.shape for s in ins[:4]}) != 1 or not state <= {dtypes.uint16} or (
+            (half_grad or half_term or state) and ins[0].dtype != dtypes.float32):
         return None
-    return float_only(ins[0], adam_step, (a, b), (int(decay),))
+    return float_only(ins[0], adam_step, (a, b), (int(decay), int(half_grad), int(half_term)))

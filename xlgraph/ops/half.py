@@ -33,7 +33,7 @@ from xlgraph.core.tensor import TensorSpec
 from xlgraph.ops.loops import Composite
 
 __all__ = ["half_form", "wide_form", "widen", "narrow_into", "use_converters", "convert",
-           "fast_round", "round_into", "always_exact", "bits_parts"]
+           "fast_round", "round_into", "always_exact", "as_bits", "bits_parts"]
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Contiguous converters ``(source, destination)`` over 1-d uint16/float32 views, or None: numpy.
@@ -185,6 +185,12 @@ def wide_form(defn: OpDef, ins: list[TensorSpec], outs: list[TensorSpec],
     if not any(_is_half(s) for s in (*ins, *outs)) and not any(rounds):
         return defn
     return _wide(defn, tuple(_is_half(s) for s in ins), tuple(_is_half(s) for s in outs), rounds)
+
+
+def as_bits(spec: TensorSpec) -> TensorSpec:
+    """``spec``, or for a float16 tensor the spec of its bits (uint16) that ``loops.bits``
+    loops take."""
+    return TensorSpec(spec.shape, dtypes.uint16) if _is_half(spec) else spec
 
 
 def bits_parts(fn: Any) -> tuple[Callable[..., None], tuple[Any, ...]] | None:
