@@ -49,6 +49,7 @@ def test_forward_matches_reference_and_inference(name: str, index: int) -> None:
     for t, k in zip(op.outputs, kernel_out):
         assert np.shape(k) == t.shape, f"{name}: kernel shape {np.shape(k)} vs inferred {t.shape}"
         assert np.asarray(k).dtype == t.dtype.as_numpy(), f"{name}: kernel dtype {k.dtype}"
+        assert np.asarray(k).flags.c_contiguous or not defn.c_contiguous, f"{name}: not C"
     reference = defn.ref or defn.kernel
     expected = _as_list(reference(*[a.copy() for a in arrays], **op.attrs))
     tol = defn.tol or 1e-5
@@ -78,3 +79,23 @@ def test_gradient_matches_finite_differences(name: str, index: int) -> None:
     numeric = (objective(eps) - objective(-eps)) / (2 * eps)
     analytic = sum(float(np.sum(g * directions[i])) for g, i in zip(grads, floats))
     assert analytic == pytest.approx(numeric, rel=1e-5, abs=1e-7)
+
+
+def test_a_derived_form_keeps_the_promises_of_the_kernels_it_keeps_only() -> None:
+    """``OpDef.derived``: a form with a new ``kernel`` or ``kernel_out`` (replicated, float16)
+    promises nothing of the old one's unless it says so again."""
+    from xlgraph.ops.half_round import ROUND_HALF
+
+    matmul = REGISTRY["matmul"]
+    assert matmul.c_contiguous and matmul.derived(replicated=None).c_contiguous
+    transposed = matmul.derived(kernel=lambda a, b: (a @ b).T)
+    assert not transposed.c_contiguous and transposed.kernel_out is matmul.kernel_out
+    assert matmul.derived(kernel=np.matmul, c_contiguous=True).c_contiguous
+    assert ROUND_HALF.out_may_be_input and ROUND_HALF.derived(kernel=np.copy).out_may_be_input
+    assert not ROUND_HALF.derived(kernel_out=None).out_may_be_input
+    original = np.array([1.0, 1.0 + 2.0**-11, 70000.0, -3e-8], np.float32)  # tie, inf, subnormal
+    x = original.copy()
+    fresh = ROUND_HALF.kernel(x)
+    np.testing.assert_array_equal(fresh, original.astype(np.float16).astype(np.float32))
+    assert ROUND_HALF.kernel_out(x, out=x) is x  # into its input, as declared: same bits
+    np.testing.assert_array_equal(x, fresh)

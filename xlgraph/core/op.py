@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +101,11 @@ class OpDef:
             float32 without ``widen_half``.
         half_view: a view whose elements are its one input's whatever their dtype, so a
             float16 value held in float32 by wide storage stays so through it.
+        c_contiguous: ``kernel`` always returns fresh C-contiguous arrays (the lowering's
+            layouts then need no copy for consumers that want C order).
+        out_may_be_input: an elementwise op's ``kernel_out`` may write into one of its inputs
+            (element i reads input element i before writing it), so the output may take the
+            buffer of an input that dies there, as numpy's ufuncs allow.
     """
 
     name: str
@@ -128,6 +134,8 @@ class OpDef:
     half_exact: Callable[[dict[str, Any]], bool] | None = None
     half_registers: bool = False
     half_view: bool = False
+    c_contiguous: bool = False
+    out_may_be_input: bool = False
 
     @property
     def differentiable(self) -> bool:
@@ -136,6 +144,16 @@ class OpDef:
     @property
     def modifies_input(self) -> bool:
         return self.inplace_of is not None and not self.view
+
+    def derived(self, **changes: Any) -> OpDef:
+        """A copy with ``changes`` (a form the lowering derives: replicated, float16, ...). A
+        new ``kernel`` or ``kernel_out`` makes none of the old one's promises
+        (``c_contiguous``, ``out_may_be_input``) unless ``changes`` makes them again."""
+        if "kernel" in changes:
+            changes.setdefault("c_contiguous", False)
+        if "kernel_out" in changes:
+            changes.setdefault("out_may_be_input", False)
+        return dataclasses.replace(self, **changes)
 
     def __repr__(self) -> str:
         return f"OpDef({self.name})"

@@ -230,7 +230,7 @@ class _Rewrite:
         if (s.op.defn.inplace_of is not None or varies
                 or s.attrs["op"] not in ("add", "mean") or one.dtype.as_numpy().kind != "f"):
             return defn
-        return dataclasses.replace(defn, kernel_out=_sum_into(member))
+        return defn.derived(kernel_out=_sum_into(member))
 
 
 def _sum_into(member: _Member) -> Callable[..., np.ndarray]:

@@ -91,7 +91,7 @@ class _Layouts:
             p.use_out.add(s)
             c_out = True
         else:
-            c_out = getattr(d.kernel, "c_contiguous", False) or (  # replicated kernels' promise
+            c_out = d.c_contiguous or (
                 isinstance(d.kernel, np.ufunc)
                 and (d.kernel.signature is not None or all(x == "C" for x in layouts)))
         for o in s.outs:

@@ -113,8 +113,8 @@ class _Allocator:
     def fuse_target(self, s: Step, pos: int) -> int | None:
         """A dying input whose buffer an elementwise ufunc can write its output into."""
         fn = s.defn.kernel_out
-        fusable = s.defn.elementwise and (is_elementwise_ufunc(fn)
-                                          or getattr(fn, "out_may_be_input", False))
+        fusable = s.defn.elementwise and fn is not None and (is_elementwise_ufunc(fn)
+                                                             or s.defn.out_may_be_input)
         if len(s.outs) != 1 or not fusable:
             return None
         key = key_of(self.specs[s.outs[0]])

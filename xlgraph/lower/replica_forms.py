@@ -14,7 +14,6 @@ step and the reference interpreter.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -120,10 +119,10 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
         rank = len(outs[0].shape)
         full = all(len(s.shape) == rank for s, v in zip(ins, vary) if v)
         if all(v and s.shape == outs[0].shape for s, v in zip(ins, vary)):
-            return dataclasses.replace(defn, replicated=None)  # as it is, on longer arrays
+            return defn.derived(replicated=None)  # as it is, on longer arrays
         ufuncs = isinstance(defn.kernel, np.ufunc) and defn.kernel_out in (None, defn.kernel)
         if full and ufuncs:  # numpy broadcasts the values held once
-            return dataclasses.replace(defn, loop=None, replicated=None)
+            return defn.derived(loop=None, replicated=None)
         shape = (local, *outs[0].shape)
 
         def broadcast(*arrays: np.ndarray, **attrs: Any) -> Any:
@@ -133,8 +132,8 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
             result = defn.kernel(*lined, **attrs)
             return arrays[defn.inplace_of] if defn.inplace_of is not None else result
 
-        return dataclasses.replace(defn, kernel=broadcast, kernel_out=None, loop=None,
-                                   layout=None, replicated=None)
+        return defn.derived(kernel=broadcast, kernel_out=None, loop=None, layout=None,
+                            replicated=None)
 
     shift = getattr(defn.replicated, "shift", None)
     if defn.replica == "local" and shift is not None and all(vary):
@@ -170,7 +169,6 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
         return tuple(map(finish, result, out_vary))
 
     run.loops = defn.replicated is None  # type: ignore[attr-defined]
-    run.c_contiguous = contiguous  # type: ignore[attr-defined]  # see ``layouts``
     kernel_out = None
     sliced = [s for s, v in zip(ins, vary) if v] + outs  # what a loop gets one replica of
     if (defn.replica == "local" and defn.loop is not None and contiguous and all(out_vary)
@@ -180,9 +178,10 @@ def replica_defn(defn: OpDef, vary: list[bool], out_vary: list[bool], ins: list[
         # the results then go to pool buffers
         run.per_replica = (defn, vary, ins, outs)  # type: ignore[attr-defined]
         kernel_out = _copied_out(run)
-    return dataclasses.replace(defn, kernel=run, kernel_out=kernel_out, loop=None,
-                               layout=_view_layout(defn, ins[0]) if defn.view else None,
-                               replicated=None, scratch=0)  # ``run`` takes no scratch arrays
+    return defn.derived(kernel=run, kernel_out=kernel_out, loop=None,
+                        layout=_view_layout(defn, ins[0]) if defn.view else None,
+                        replicated=None, scratch=0,  # ``run`` takes no scratch arrays
+                        c_contiguous=contiguous)  # ``finish`` makes its results so
 
 
 def one_replica_defn(defn: OpDef, form: OpDef) -> OpDef:
@@ -199,8 +198,8 @@ def one_replica_defn(defn: OpDef, form: OpDef) -> OpDef:
             outs[0] = arrays[defn.inplace_of]
         return tuple(outs) if isinstance(result, tuple) else outs[0]
 
-    run.c_contiguous = getattr(kernel, "c_contiguous", False)  # type: ignore[attr-defined]
-    return dataclasses.replace(form, kernel=run, layout=defn.layout if defn.view else None)
+    return form.derived(kernel=run, layout=defn.layout if defn.view else None,
+                        c_contiguous=form.c_contiguous)
 
 
 def _copied_out(kernel: Callable[..., Any]) -> Callable[..., Any]:
@@ -240,8 +239,8 @@ def lifting_defn(defn: OpDef, out_vary: list[bool], local: int) -> OpDef:
         outs = [lifted(r, local) if v else r for r, v in zip(_results(result), out_vary)]
         return tuple(outs) if isinstance(result, tuple) else outs[0]
 
-    return dataclasses.replace(defn, kernel=kernel, kernel_out=None, loop=None, layout=None,
-                               replicated=None)
+    return defn.derived(kernel=kernel, kernel_out=None, loop=None, layout=None,
+                        replicated=None)
 
 
 def _shifted_defn(defn: OpDef, shift: Callable[..., dict[str, Any]], rank: int) -> OpDef:
@@ -258,8 +257,8 @@ def _shifted_defn(defn: OpDef, shift: Callable[..., dict[str, Any]], rank: int) 
     def loop(specs: list[TensorSpec], **attrs: Any) -> Any:
         return defn.loop(specs, **shift(attrs, rank))
 
-    return dataclasses.replace(
-        defn, kernel=kernel, kernel_out=None if defn.kernel_out is None else kernel_out,
+    return defn.derived(
+        kernel=kernel, kernel_out=None if defn.kernel_out is None else kernel_out,
         loop=None if defn.loop is None else loop, layout=None, replicated=None)
 
 
@@ -287,6 +286,6 @@ def _folded_defn(defn: OpDef, batch: tuple[int, ...]) -> OpDef:
         defn.kernel_out(*args(arrays), out=folded, **attrs)
         return out
 
-    return dataclasses.replace(
-        defn, kernel=kernel, kernel_out=None if defn.kernel_out is None else kernel_out,
+    return defn.derived(
+        kernel=kernel, kernel_out=None if defn.kernel_out is None else kernel_out,
         loop=None, layout=None, replicated=None)

@@ -11,7 +11,6 @@ and code generation run on the result unchanged.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -179,8 +178,8 @@ def _summed_defn(defn: OpDef, ctx: ReplicaContext, ins: list[TensorSpec],
     def summed(*arrays: np.ndarray, **attrs: Any) -> np.ndarray:
         return summed_out(*arrays, out=np.empty(out.shape, out.dtype.as_numpy()), **attrs)
 
-    return dataclasses.replace(defn, kernel=summed, kernel_out=summed_out, loop=None,
-                               layout=None, replicated=None)
+    return defn.derived(kernel=summed, kernel_out=summed_out, loop=None, layout=None,
+                        replicated=None)
 
 
 def _finish_defn(defn: OpDef, divisor: int) -> OpDef:
@@ -191,8 +190,8 @@ def _finish_defn(defn: OpDef, divisor: int) -> OpDef:
         """In place: the input is the sum, which nothing else reads."""
         return np.divide(x, np.asarray(divisor, x.dtype), out=x)
 
-    return dataclasses.replace(defn, kernel=finish, inplace_of=0, kernel_out=None, loop=None,
-                               replicated=None)
+    return defn.derived(kernel=finish, inplace_of=0, kernel_out=None, loop=None,
+                        replicated=None)
 
 
 class _Rewriter:

@@ -272,9 +272,6 @@ def _cast(x: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
     return convert(x, dtype.as_numpy())
 
 
-_cast.c_contiguous = True  # type: ignore[attr-defined] - ``convert`` gives C order
-
-
 def _cast_out(x: np.ndarray, out: np.ndarray, dtype: dtypes.dtype) -> np.ndarray:
     convert(x, dtype.as_numpy(), out)
     return out
@@ -282,6 +279,7 @@ def _cast_out(x: np.ndarray, out: np.ndarray, dtype: dtypes.dtype) -> np.ndarray
 
 _CAST = OpDef(
     "cast", _cast_infer, _cast, lambda g, dy: (dy,), elementwise=True, kernel_out=_cast_out,
+    c_contiguous=True,  # ``convert`` gives C order
     samples=lambda rng: [
         Sample((rng.normal(size=(3, 4)),), {"data_type": dtypes.float64}),
         Sample((rng.normal(size=(3, 4)) * 4,), {"data_type": dtypes.int32}, grad=False),

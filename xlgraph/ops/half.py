@@ -18,7 +18,6 @@ as ``ndarray.astype`` does; the compiled backend installs vectorised ones
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import threading
@@ -287,16 +286,14 @@ def _wide(defn: OpDef, wide_in: tuple[bool, ...], wide_out: tuple[bool, ...],
 
     for fn in (wide_kernel, wide_out_kernel):
         fn.__name__ = fn.__qualname__ = f"{defn.name}_in_float32"
-    # an elementwise result may go into a dying input's buffer, as the float32 kernel's does
-    wide_out_kernel.out_may_be_input = defn.elementwise and (  # type: ignore[attr-defined]
-        _elementwise_ufunc(defn.kernel_out) or getattr(defn.kernel_out, "out_may_be_input",
-                                                       False))
-    # fresh float16 results, C-contiguous (np.empty)
-    wide_kernel.c_contiguous = place is None and all(wide_out)  # type: ignore[attr-defined]
-    return dataclasses.replace(
-        defn, kernel=wide_kernel,
+    return defn.derived(
+        kernel=wide_kernel,
         kernel_out=None if defn.kernel_out is None else wide_out_kernel,
-        loop=None if loop is None else wide_loop, scratch=0, replicated=None)
+        loop=None if loop is None else wide_loop, scratch=0, replicated=None,
+        c_contiguous=place is None and all(wide_out),  # fresh float16 results (np.empty)
+        # an elementwise result may go into a dying input's buffer, as the float32 kernel's does
+        out_may_be_input=defn.elementwise and (_elementwise_ufunc(defn.kernel_out)
+                                               or defn.out_may_be_input))
 
 
 def _elementwise_ufunc(fn: Any) -> bool:

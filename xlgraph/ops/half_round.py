@@ -71,10 +71,6 @@ def _round_out(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     return half.round_into(out, x)
 
 
-_round.c_contiguous = True  # type: ignore[attr-defined] - a fresh C-ordered array
-_round_out.out_may_be_input = True  # type: ignore[attr-defined] - element i reads x[i] first
-
-
 def _round_form(ins: list[TensorSpec]) -> tuple[Any, tuple[Any, ...]] | None:
     if np.dtype(ins[0].dtype.as_numpy()) != _F32:
         return None
@@ -90,18 +86,16 @@ def _narrow_out(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-_narrow.c_contiguous = True  # type: ignore[attr-defined]
-
-
 def _as(dtype: Any) -> Any:
     def infer(t: TensorSpec) -> TensorSpec:
         return TensorSpec(t.shape, dtype)
     return infer
 
 
+# fresh C-ordered results; rounding element i reads x[i] first, so ``out`` may be ``x``
 ROUND_HALF = OpDef("round_half", _as("float32"), _round, kernel_out=_round_out,
-                   elementwise=True, loop=_round_form)
+                   elementwise=True, loop=_round_form, c_contiguous=True, out_may_be_input=True)
 NARROW_HALF = OpDef("narrow_half", _as("float16"), _narrow, kernel_out=_narrow_out,
-                    elementwise=True)
+                    elementwise=True, c_contiguous=True)
 WIDEN_HALF = OpDef("widen_half", _as("float32"), half.widen,
                    kernel_out=lambda x, out: half.convert(x, _F32, out), elementwise=True)

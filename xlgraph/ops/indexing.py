@@ -177,9 +177,6 @@ def _gather(x: np.ndarray, indices: np.ndarray, axis: int, zero_OOR: bool) -> np
     return np.where(mask, out, np.zeros((), x.dtype))
 
 
-_gather.c_contiguous = True  # type: ignore[attr-defined] - np.take's and np.where's results
-
-
 def _gather_ref(x: np.ndarray, indices: np.ndarray, axis: int, zero_OOR: bool) -> np.ndarray:
     out = np.zeros(x.shape[:axis] + indices.shape + x.shape[axis + 1:], x.dtype)
     n = x.shape[axis]
@@ -220,9 +217,6 @@ def _gather_grad(dy: np.ndarray, indices: np.ndarray, shape: tuple[int, ...], ax
     return _gather_grad_out(dy, indices, np.empty(shape, dy.dtype), shape, axis, zero_OOR)
 
 
-_gather_grad.c_contiguous = True  # type: ignore[attr-defined] - np.empty's C order
-
-
 def _gather_grad_loop(ins: list[TensorSpec], shape: tuple[int, ...], axis: int,
                       zero_OOR: bool) -> Any:
     """Rows along axis 0 (an embedding's gradient), float data."""
@@ -241,7 +235,7 @@ _GATHER_GRAD = OpDef(
                                 {"shape": (4, 3), "axis": 0, "zero_OOR": False}),
                          Sample((rng.normal(size=(6, 3)), np.array([1, -2, 1, 7, 0, -9])),
                                 {"shape": (4, 3), "axis": 0, "zero_OOR": True})],
-    widen_half=True,
+    widen_half=True, c_contiguous=True,  # np.empty's C order
 )
 
 
@@ -257,7 +251,7 @@ _GATHER = OpDef(
     "gather", _gather_infer, _gather,
     lambda g, dy: (apply1(_GATHER_GRAD, [dy, g.x(1)], {"shape": g.x(0).shape, **g.attrs}),
                    None),
-    ref=_gather_ref, samples=_gather_samples,
+    ref=_gather_ref, samples=_gather_samples, c_contiguous=True,  # np.take's, np.where's
 )
 
 

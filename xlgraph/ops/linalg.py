@@ -65,7 +65,7 @@ def matmul_cost(ins: list[TensorSpec], outs: list[TensorSpec], **_: Any) -> Cost
 
 _MATMUL = OpDef("matmul", _matmul_infer, matmul_out, _matmul_grad, kernel_out=matmul_out,
                 samples=_matmul_samples, cost=matmul_cost, replicated=matmul_rule,
-                half_registers=True)
+                half_registers=True, c_contiguous=True)  # as np.matmul's fresh results
 
 
 @register(_MATMUL)

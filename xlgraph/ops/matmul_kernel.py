@@ -36,5 +36,4 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray
     return np.matmul(a, b, out=out) if found is None else found
 
 
-matmul_out.c_contiguous = True  # type: ignore[attr-defined] - like np.matmul's fresh results
 matmul_out.blas_matmul = True  # type: ignore[attr-defined] - np.matmul on float32/64

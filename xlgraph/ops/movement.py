@@ -196,8 +196,6 @@ def _slice_grad(dy: np.ndarray, shape: tuple[int, ...], index: tuple[Any, ...]) 
     return out
 
 
-_slice_grad.c_contiguous = True  # type: ignore[attr-defined] - np.zeros' C order
-
 def _slice_samples(rng: np.random.Generator) -> list[Sample]:
     x = rng.normal(size=(5, 6))
     return [Sample((x,), {"start": [1, 5], "stop": [4, None], "step": [1, -2], "axis": [0, 1]}),
@@ -210,6 +208,7 @@ _SLICE_GRAD = OpDef(
     samples=lambda rng: [Sample((rng.normal(size=(3, 3)),),
                                 {"shape": (5, 6),
                                  "index": (builtins.slice(1, 4), builtins.slice(None, None, 2))})],
+    c_contiguous=True,  # np.zeros' C order
 )
 _SLICE = OpDef("slice", _slice_infer, _slice,
                lambda g, dy: (slice_grad(dy, g.x(0).shape, g.attrs["index"]),), view=True,

@@ -76,9 +76,6 @@ def _layer_norm_grad(dy: np.ndarray, x: np.ndarray, w: np.ndarray,
     return np.ascontiguousarray(dx), dw, db
 
 
-_layer_norm.c_contiguous = _layer_norm_grad.c_contiguous = True  # type: ignore[attr-defined]
-
-
 # -- inference ---------------------------------------------------------------------------------
 def _check_params(x: TensorSpec, size: int, *params: TensorSpec) -> None:
     same_dtype(x, *params)
@@ -201,12 +198,12 @@ _LAYER_NORM_GRAD = OpDef(
     "layer_norm_grad", _norm_grad_infer, _layer_norm_grad, kernel_out=copied_out(_layer_norm_grad),
     loop=_layer_norm_loop(loops.layer_norm_grad),
     samples=lambda rng: [Sample(_normal(rng, (3, 5), (3, 5), (5,)), {"eps": 1e-5})],
-    widen_half=True)
+    widen_half=True, c_contiguous=True)
 _LAYER_NORM = OpDef(
     "layer_norm", _layer_norm_infer, _layer_norm,
     lambda g, dy: layer_norm_grad(dy, g.x(0), g.x(1), **g.attrs), samples=_layer_norm_samples,
     kernel_out=partial(_norm, num_groups=None), loop=_layer_norm_loop(loops.layer_norm),
-    widen_half=True)
+    widen_half=True, c_contiguous=True)
 _BN_GRAD = OpDef("batch_norm_inference_grad", _batch_norm_grad_infer, _batch_norm_grad,
                  samples=_bn_grad_samples)
 _BN = OpDef(
