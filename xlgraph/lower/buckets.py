@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.cost import nbytes
-from xlgraph.lower.program import Program, Step, walk
+from xlgraph.lower.program import AliasSets, Program, Step, walk
 from xlgraph.lower.replica_forms import one_replica_defn, replica_defn
 from xlgraph.op import OpDef
 from xlgraph.ops.replicas import ReplicaContext
@@ -124,16 +124,8 @@ class _Rewrite:
                  cap: int, axis: bool) -> None:
         self.ctx, self.varying, self.cap, self.axis = ctx, varying, cap, axis
         self.specs = program.specs
-        self.parent: dict[int, int] = {}
-        for body in [program.steps, *(fn.steps for fn in program.functions)]:
-            for s in walk(body):
-                if s.alias_source is not None and not s.copy_out:
-                    self.parent[self.root(s.outs[0])] = self.root(s.alias_source)
-
-    def root(self, slot: int) -> int:
-        while self.parent.get(slot, slot) != slot:
-            slot = self.parent[slot]
-        return slot
+        bodies = [program.steps, *(fn.steps for fn in program.functions)]
+        self.root = AliasSets(s for body in bodies for s in walk(body)).root
 
     def one(self, slot: int) -> TensorSpec:
         """One replica's spec of ``slot``."""

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from xlgraph.core.trampoline import Nested, run
-from xlgraph.lower.program import Function, Step, walk
+from xlgraph.lower.program import AliasSets, Function, Step, walk
 
 FOLD_MAX_BYTES = 1 << 20  # larger folded results would cost more memory than they save time
 
@@ -97,20 +97,10 @@ def _remove_dead(steps: list[Step], needed: set[int]) -> Nested[list[Step]]:
 def written_alias_slots(steps: list[Step]) -> set[int]:
     """Slots that share a buffer (through views, binds, in-place ops) with a slot written in
     place somewhere in ``steps``; their values are not fixed at creation."""
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        while parent.get(x, x) != x:
-            x = parent[x]
-        return x
-
-    slots: set[int] = set()
-    for s in walk(steps):
-        slots.update(s.ins, s.outs)
-        if s.alias_source is not None:
-            parent[find(s.outs[0])] = find(s.alias_source)
-    roots = {find(w) for s in walk(steps) for w in s.writes}
-    return {x for x in slots if find(x) in roots}
+    aliases = AliasSets(walk(steps), copies=True)
+    slots = {x for s in walk(steps) for x in (*s.ins, *s.outs)}
+    roots = {aliases.root(w) for s in walk(steps) for w in s.writes}
+    return {x for x in slots if aliases.root(x) in roots}
 
 
 def _foldable(s: Step, values: dict[int, np.ndarray], unstable: set[int]) -> bool:

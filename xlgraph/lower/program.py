@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +109,29 @@ class Program:
     def walk(self, steps: list[Step] | None = None) -> Iterator[Step]:
         """Every step, loop and branch bodies included, in program order."""
         yield from walk(self.steps if steps is None else steps)
+
+
+class AliasSets:
+    """Slots that share storage, as a union-find over the steps' ``alias_source`` (views,
+    by-value binds, in-place results): ``root`` names a slot's set. ``copies``: a step that
+    copies its output (``copy_out``) joins its source's set too."""
+
+    def __init__(self, steps: Iterable[Step] = (), copies: bool = False) -> None:
+        self.parent: dict[int, int] = {}
+        for s in steps:
+            if s.alias_source is not None and (copies or not s.copy_out):
+                self.join(s.outs[0], s.alias_source)
+
+    def root(self, slot: int) -> int:
+        while self.parent.get(slot, slot) != slot:
+            slot = self.parent[slot]
+        return slot
+
+    def join(self, a: int, b: int) -> None:
+        """Merge the set of ``a`` into the set of ``b``."""
+        ra, rb = self.root(a), self.root(b)
+        if ra != rb:
+            self.parent[ra] = rb
 
 
 def walk(steps: list[Step]) -> Iterator[Step]:

@@ -11,12 +11,12 @@ and code generation run on the result unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from xlgraph.lower.program import Function, Program, Step, walk
+from xlgraph.lower.program import AliasSets, Function, Program, Step, walk
 from xlgraph.lower.replica_folds import fold_batch, folded_steps, smallest_input, summed_steps
 from xlgraph.lower.replica_forms import (
     agree_defn,
@@ -34,31 +34,19 @@ from xlgraph.tensor import TensorSpec
 __all__ = ["ReplicaContext", "loops_over_replicas", "one_replica", "replicate"]
 
 
-class _Varying:
-    """Which slots carry the replica axis: a union-find over slots that share storage (views,
-    in-place ops, by-reference inputs), and the set of varying storage roots."""
+class _Varying(AliasSets):
+    """Which slots carry the replica axis: the sets of slots that share storage among
+    ``steps`` (views, in-place ops, by-reference inputs), and the varying ones' roots."""
 
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
+    def __init__(self, steps: Iterable[Step]) -> None:
+        super().__init__(steps)
         self.roots: set[int] = set()
 
-    def find(self, x: int) -> int:
-        while self.parent.get(x, x) != x:
-            x = self.parent[x]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[ra] = rb
-            if ra in self.roots:
-                self.roots.add(rb)
-
     def __contains__(self, slot: int) -> bool:
-        return self.find(slot) in self.roots
+        return self.root(slot) in self.roots
 
     def mark(self, slot: int) -> bool:
-        root = self.find(slot)
+        root = self.root(slot)
         if root in self.roots:
             return False
         self.roots.add(root)
@@ -82,12 +70,8 @@ def _kernel_varies(s: Step, vary: _Varying, total: int) -> bool:
 
 
 def _analyse(program: Program, total: int) -> _Varying:
-    vary = _Varying()
     steps = [s for body in _bodies(program) for s in walk(body)]
-    for s in steps:
-        src = s.alias_source
-        if src is not None and not s.copy_out:
-            vary.union(s.outs[0], src)
+    vary = _Varying(steps)
     for slot, v in program.variable_slots.items():
         if v.replica_grouping.num_groups > 1 or getattr(v, "remote", None):  # remote: per replica
             vary.mark(slot)
@@ -149,7 +133,7 @@ def _contractions(program: Program, vary: _Varying, ctx: ReplicaContext) -> dict
             continue
         x = s.ins[0]
         p = producer.get(x)
-        if (p is None or readers.get(x) != 1 or x not in vary or vary.find(x) != x
+        if (p is None or readers.get(x) != 1 or x not in vary or vary.root(x) != x
                 or len(p.outs) != 1 or p.defn.replica != "local"
                 or getattr(p.defn.replicated, "summed", None) is None
                 or not all(i in vary for i in p.ins)):
