@@ -100,7 +100,7 @@ CASES = {  # name: (replicas, AdamOptimizerStep's options, whether the one loop 
     "adam": (1, {"weight_decay": 0.0, "first_order_dtype": F32}, True),
     "loss_scaled": (1, {"weight_decay": 0.01, "first_order_dtype": F32, "loss_scaling": 128.0},
                     True),
-    "float16_first_moment": (1, {"weight_decay": 0.01, "first_order_dtype": F16}, False),
+    "float16_first_moment": (1, {"weight_decay": 0.01, "first_order_dtype": F16}, True),
     "two_replicas": (2, {"weight_decay": 0.01, "first_order_dtype": F32}, True),
 }
 

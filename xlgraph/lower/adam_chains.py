@@ -9,11 +9,13 @@ into the weight. Compiled one by one they pass over memory four times (a float32
 loop (``ops.adam_loops.adam_step``) reads the gradient, the moments and the weight once and
 writes the moments and the weight once (28 bytes), with the four loops' bits.
 
-With float16 state held as wide storage makes it (``lower.wide_half``: the optimiser tutorial's
-float16 first moment) the chain may start with the ``round_half`` of the gradient that the
-first moment reads (its cast to float16) and pass the term to the ``scaled_add_`` through an
-``identity`` view (its cast back to float32); the loop rounds the gradient and a float16 term
-to float16 precision in registers, and reads and writes float16 arrays as their bits.
+With float16 state, as wide storage leaves it (``lower.wide_half``: the optimiser tutorial's
+float16 first moment, ``AdamOptimizerStep`` on float16 weights), the chain may start with the
+``round_half`` of the gradient that the first moment reads (its cast to float16), have casts of
+float16 moments or weight to float32 before the term, and pass the term to the ``scaled_add_``
+through its cast to float16 (``round_half``) or back to float32 (``identity``); the loop
+rounds the gradient and the term to float16 precision in registers and reads and writes
+float16 arrays as their bits.
 
 ``find`` returns the chains of a body of steps. The generated step (``codegen_chains.py``) runs
 each at its ``scaled_add_``: nothing between the first moving average and it reads or writes
@@ -46,7 +48,8 @@ class Chain:
     term: Step  # adam_updater(m', v', [w], step', [wd], b1, b2, eps)
     update: Step  # scaled_add_(w, term)
     rounding: Step | None = None  # round_half(g): the float16 gradient the first moment reads
-    view: Step | None = None  # identity(term): the float16 term as float32, for scaled_add_
+    after: Step | None = None  # the term cast to float16 (round_half) or back (identity)
+    casts: tuple[Step, ...] = ()  # float16 moments or weight cast to float32 for the term
 
     @property
     def loops(self) -> tuple[Step, Step, Step, Step]:
@@ -54,14 +57,16 @@ class Chain:
         return self.first, self.second, self.term, self.update
 
     @property
-    def held(self) -> tuple[Step, ...]:
-        """The steps that write no line of their own: the loop runs them."""
-        return self.loops if self.rounding is None else (self.rounding, *self.loops)
+    def rounds_term(self) -> bool:
+        """The ``scaled_add_`` reads the term rounded to float16 precision."""
+        return _is(self.after, "round_half") or self.term.op.outputs[0].dtype is dtypes.float16
 
     @property
-    def half_term(self) -> bool:
-        """The term is float16: rounded to float16 precision before the ``scaled_add_``."""
-        return self.term.op.outputs[0].dtype is dtypes.float16
+    def held(self) -> tuple[Step, ...]:
+        """The steps that write no line of their own (the loop runs them), in program order."""
+        rounding = () if self.rounding is None else (self.rounding,)
+        after = (self.after,) if _is(self.after, "round_half") else ()
+        return (*rounding, self.first, self.second, *self.casts, self.term, *after, self.update)
 
     @property
     def decay(self) -> bool:
@@ -84,33 +89,51 @@ def _is(s: Step | None, name: str) -> bool:
     return s is not None and s.kind == "kernel" and s.defn.name == name
 
 
+def _widening(s: Step) -> bool:
+    """A cast of a float16 value to float32 (exact: the loop reads the float16 bits)."""
+    return (_is(s, "cast") and len(s.ins) == 1 and s.op is not None
+            and s.op.inputs[0].dtype is dtypes.float16
+            and s.op.outputs[0].dtype is dtypes.float32)
+
+
 def _chain(steps: list[Step], i: int) -> Chain | None:
-    """The chain whose first moving average is ``steps[i]``, or None."""
-    loop = steps[i:i + 4]
+    """The chain whose first moving average is ``steps[i]``, or None. Between the second
+    moving average and the term: the step count's ``add_`` and casts of float16 values the
+    term reads to float32; between the term and the ``scaled_add_``, its cast to float16
+    (``round_half``) or back to float32 (``identity``)."""
     rounding = steps[i - 1] if i > 0 and _is(steps[i - 1], "round_half") else None
-    view = steps[i + 4] if i + 4 < len(steps) and _is(steps[i + 4], "identity") else None
-    update = steps[i + 4 + (view is not None):][:1]
-    if len(loop) < 4 or not update or not all(map(_is, [*loop, *update], _NAMES)):
+    j, casts = i + 2, []
+    while j < len(steps) and (_widening(steps[j]) or _is(steps[j], "add_")):
+        casts.append(steps[j])
+        j += 1
+    counts = [c for c in casts if _is(c, "add_")]
+    after = steps[j + 1] if j + 1 < len(steps) and (
+        _is(steps[j + 1], "identity") or _is(steps[j + 1], "round_half")) else None
+    loop = [*steps[i:i + 2], *counts, *steps[j:j + 1],
+            *steps[j + 1 + (after is not None):][:1]]
+    if len(counts) != 1 or len(loop) != 5 or not all(map(_is, loop, _NAMES)):
         return None
-    first, second, count, term = loop
-    update = update[0]
+    first, second, count, term, update = loop
+    casts = [c for c in casts if c is not count]
     attrs = term.attrs
     if attrs.get("mode") != "adam" or not attrs.get("bias"):
         return None
-    weight, ins = update.ins[0], term.ins
+    widened = {c.outs[0]: c.ins[0] for c in casts}
+    weight, ins = update.ins[0], [widened.get(x, x) for x in term.ins]
     written = [_both(first), _both(second), _both(count)]
     grad = first.ins[1] if rounding is None else rounding.ins[0]
     if rounding is not None and rounding.outs[0] != first.ins[1]:
         rounding = None  # another value's rounding: the first moment reads its own gradient
         grad = first.ins[1]
-    term_as = term.outs[0] if view is None else view.outs[0]
+    term_as = term.outs[0] if after is None else after.outs[0]
     if (grad != second.ins[1] or update.ins[1] != term_as
-            or (view is not None and view.ins[0] != term.outs[0])
+            or (after is not None and after.ins[0] != term.outs[0])
+            or set(widened) - set(term.ins)
             or any(x not in w for x, w in zip([*ins[:2], ins[3 if attrs["decay"] else 2]],
                                               written))
             or (attrs["decay"] and ins[2] != weight)):
         return None
-    return Chain(first, second, count, term, update, rounding, view)
+    return Chain(first, second, count, term, update, rounding, after, tuple(casts))
 
 
 def find(steps: list[Step], plan: Plan, ready: Callable[[Step], bool]) -> dict[Step, Chain]:
@@ -122,10 +145,12 @@ def find(steps: list[Step], plan: Plan, ready: Callable[[Step], bool]) -> dict[S
     last = plan.live.last_read
     for i in range(len(steps)):
         chain = _chain(steps, i)
-        if chain is None or not all(map(ready, chain.held)):
+        if chain is None or not all(ready(x) for x in chain.held if x not in chain.casts):
             continue
         term = chain.term.outs[0]
         reads = [last.get(x) for x in (term, chain.update.ins[1])]
+        if any(last.get(c.outs[0]) != plan.positions[chain.term] for c in chain.casts):
+            continue
         arrays = [chain.second.ins[1], chain.first.ins[0], chain.second.ins[0],
                   chain.update.ins[0], chain.count.outs[0]]
         rounded = chain.rounding and chain.rounding.outs[0]

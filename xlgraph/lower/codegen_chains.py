@@ -54,7 +54,7 @@ class Chains(Statements):
             slots = chain.arguments(*(x.ins for x in chain.loops))
             ins = [as_bits(self.program.specs[x]) for x in slots]
             attrs = {**chain.update.attrs, "decay": chain.decay,
-                     "half_grad": chain.rounding is not None, "half_term": chain.half_term}
+                     "half_grad": chain.rounding is not None, "half_term": chain.rounds_term}
             found = self.backend.kernel(adam_step_loop, ins, ins[1:4], attrs)
             if found is None or not all(self.viewable(self.names.get(x, ""))
                                         for x, spec in zip(slots, ins)
@@ -66,14 +66,16 @@ class Chains(Statements):
         args = [self.arg(s, i) for i in range(len(s.ins))]
         if s is not chain.update:
             self.held[s] = args
-            outs = self.loop_outs(s)
+            outs = (self.loop_outs(s) if s in self.plan.use_out
+                    else [f"s{o}" for o in s.outs])  # a cast: its name is never read
             for o, name in zip(s.outs, outs):
                 self.set_name(o, name, indent)
             return True
         first, second, term = (self.held.pop(x) for x in (chain.first, chain.second,
                                                              chain.term))
         found = self.chain_loops.pop(chain)
-        self.held.pop(chain.rounding, None)
+        for x in chain.held:
+            self.held.pop(x, None)
         outs = [self.names[chain.first.outs[0]], self.names[chain.second.outs[0]],
                 *self.loop_outs(s)]
         arrays = [*chain.arguments(first, second, term, args), *outs]
