@@ -120,10 +120,14 @@ def test_a_training_step_starts_its_buckets_during_the_backward_pass(monkeypatch
     assert len(reduces) == 36 and 5 <= len(starts) <= 12  # every gradient, in a few exchanges
     assert starts[0] < products[-1]  # the first bucket begins while the backward pass runs
     assert max(starts) < min(reduces)  # every exchange begins before the first result is used
-    # one bucket (every gradient: 81 KiB) under the default cap, begun once all are made
+    # under the default cap (every gradient: 81 KiB), two buckets: the gradients made before
+    # the backward pass's last step, then that step's own (the tied embedding's), whose wait
+    # comes after the other gradients' updates
     lines = _transformer_source(monkeypatch, "25")
-    starts = _lines(lines, r"k_all_reduce_bucket\d*\(")
-    assert len(starts) == 1 and starts[0] + 1 == _lines(lines, REDUCE)[0]
+    starts, reduces = _lines(lines, r"k_all_reduce_bucket\d*\("), _lines(lines, REDUCE)
+    updates = _lines(lines, r"= adam_updater %")
+    assert len(starts) == 2 and starts[1] < reduces[0] and len(updates) == len(reduces)
+    assert updates[-2] < reduces[-1] < updates[-1] and "[64,32]" in lines[reduces[-1]]
 
 
 def test_an_instance_of_one_replica_runs_the_one_replica_step(monkeypatch):
@@ -139,7 +143,7 @@ def test_an_instance_of_one_replica_runs_the_one_replica_step(monkeypatch):
     alone = _transformer_session(monkeypatch, "25", replicas=1)
     extra = kernels(instance) - kernels(alone)
     assert not kernels(alone) - kernels(instance)
-    assert extra == {"o_replicated_all_reduce": 36, "k_all_reduce_bucket": 1}
+    assert extra == {"o_replicated_all_reduce": 36, "k_all_reduce_bucket": 2}
     assert [a.shape for a in instance.executable.arrays] == [
         v.shape for v in instance.executable.variables]
     with instance:

@@ -4,17 +4,21 @@ In an ``xlgraph-run`` job every all-reduce swaps its data with the other instanc
 are, a training step's gradient all-reduces are one blocking exchange each, after the whole
 backward pass. ``bucket_all_reduces`` rewrites each straight-line body of the plan:
 
-- the all-reduces of values that carry the replica axis are ordered by the step that makes
+- the all-reduces of values that vary between replicas are ordered by the step that makes
   their input (the last step writing its storage), and packed in that order into buckets that
   close once they hold ``cap`` bytes (``XLGRAPH_BUCKET_MB``, 25 MiB by default; the first
-  bucket 1 MiB, so the first exchange starts early), as PyTorch's DistributedDataParallel does;
+  bucket 1 MiB, so the first exchange starts early), as PyTorch's DistributedDataParallel does,
+  and before the inputs of the last step that makes any (the end of a backward pass, such as a
+  tied embedding's gradient), which travel in a bucket of their own;
 - after the step that completes a bucket, a ``all_reduce_bucket`` step copies the bucket's
   inputs into one buffer and begins one exchange of it (``MpiExchange.start``); the first
   bucket of a body first checks that every instance runs the same all-reduces, with one header
   naming them all (one header per run instead of one per all-reduce);
-- each all-reduce stays where it was and waits for its bucket there, then reduces every
-  instance's part with the same code as before, on the same values: the results are the
-  unbucketed all-reduce's, bit for bit.
+- each all-reduce waits for its bucket where it was, except those of the last bucket: they,
+  and the steps after them that depend on them, move after the steps that do not (the
+  updates of the gradients exchanged earlier run while the last bucket travels); each then
+  reduces every instance's part with the same code as before, on the same values: the
+  results are the unbucketed all-reduce's, bit for bit.
 
 The exchange proceeds (a progress thread of ``xlgraph.dist``) while the steps in between run.
 """
@@ -185,17 +189,46 @@ class _Rewrite:
         out = starts.get(-1, [])
         for i, s in enumerate(steps):
             out += [s, *starts.get(i, [])]
-        return out
+        return self.last_waits_last(out, {id(steps[j]) for j in buckets[-1]})
+
+    def last_waits_last(self, steps: list[Step], late: set[int]) -> list[Step]:
+        """``steps`` with the all-reduces of the last bucket (``late``: their ids), and every
+        later step that depends on them, after the later steps that do not: the updates of the
+        gradients exchanged earlier run while the last bucket travels. Only plain kernels
+        without side effects move ahead, and only past steps whose storage they neither read
+        nor write (nor read what those write); everything else keeps its order."""
+        ahead: list[Step] = []
+        behind: list[Step] = []
+        read: set[int] = set()  # storage roots the steps behind read, and write
+        wrote: set[int] = set()
+        for s in steps:
+            ins, outs = {self.root(x) for x in s.ins}, self.written(s)
+            if behind and s.kind in ("kernel", "const", "bind", "ref") and not (
+                    s.kind == "kernel" and s.defn.side_effect) and id(s) not in late and not (
+                    ins & wrote or outs & (read | wrote)):
+                ahead.append(s)
+                continue
+            if behind or id(s) in late:
+                behind.append(s)
+                read |= ins | (outs if s.kind in ("loop", "cond") else set())
+                wrote |= outs
+            else:
+                ahead.append(s)
+        return ahead + behind
 
     def group(self, ready: dict[int, int], sizes: dict[int, int]) -> list[list[int]]:
         """The all-reduces (step indices) of each bucket, in the order their inputs are
-        ready; a bucket closes once it holds its cap or more (as DDP's), or before an input
-        whose exchange would begin after one of the bucket's all-reduces."""
+        ready; a bucket closes once it holds its cap or more (as DDP's), before an input
+        whose exchange would begin after one of the bucket's all-reduces, and before the
+        inputs of the step that makes the last ones (the end of a backward pass): those
+        travel alone, while the updates of the others run (``last_waits_last``)."""
         buckets: list[list[int]] = []
         current: list[int] = []
         size = 0
+        final = max(ready.values())
         for j in sorted(ready, key=lambda j: (ready[j], j)):
-            if current and ready[j] >= min(current):
+            if current and (ready[j] >= min(current)
+                            or ready[j] == final > ready[current[-1]]):
                 buckets.append(current)
                 current, size = [], 0
             current.append(j)
