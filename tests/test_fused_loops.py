@@ -64,21 +64,58 @@ def test_row_max_is_numpys_max_for_every_row_length(backend) -> None:  # noqa: A
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_layer_norm_loops_match_the_numpy_kernels(backend, dtype: type) -> None:  # noqa: ANN001
+def test_layer_norm_loops_give_the_numpy_kernels_bits(backend, dtype: type) -> None:  # noqa: ANN001
+    """Rows shorter than eight, of one run (up to 128), split once and more often (GPT-2's
+    768, 3072), in 2-d and 3-d data: numpy's pairwise sums, so its bits."""
     from xlgraph.ops import loops, norm
 
     rng = np.random.default_rng(6)
-    x = (rng.normal(size=(2, 37, 19)) * 3 + 1).astype(dtype)
-    w, b = rng.normal(size=(2, 19)).astype(dtype)
-    dy = rng.normal(size=x.shape).astype(dtype)
-    consts = (dtype(1e-5), dtype(1), dtype(19))
-    y = np.empty_like(x)
-    backend.jitted(loops.layer_norm)(x, w, b, y, *consts)
-    np.testing.assert_allclose(y, norm._layer_norm(x, w, b, 1e-5), **TOLERANCE[dtype.__name__])
-    grads = np.empty_like(x), np.empty_like(w), np.empty_like(w)
-    backend.jitted(loops.layer_norm_grad)(dy, x, w, *grads, *consts)
-    for got, want in zip(grads, norm._layer_norm_grad(dy, x, w, 1e-5)):
-        np.testing.assert_allclose(got, want, **TOLERANCE[dtype.__name__])
+    for shape in [(3, 1), (5, 7), (2, 37, 19), (6, 128), (3, 129), (4, 255), (2, 300),
+                  (2, 16, 768), (2, 3072)]:
+        x = (rng.normal(size=shape) * 3 + 1).astype(dtype)
+        w, b = rng.normal(size=(2, shape[-1])).astype(dtype)
+        dy = rng.normal(size=x.shape).astype(dtype)
+        consts = (dtype(1e-5), dtype(1), dtype(shape[-1]))
+        y = np.empty_like(x)
+        backend.jitted(loops.layer_norm)(x, w, b, y, *consts)
+        assert y.tobytes() == norm._layer_norm(x, w, b, 1e-5).tobytes(), shape
+        grads = np.empty_like(x), np.empty_like(w), np.empty_like(w)
+        backend.jitted(loops.layer_norm_grad)(dy, x, w, *grads, *consts)
+        for got, want in zip(grads, norm._layer_norm_grad(dy, x, w, 1e-5)):
+            assert got.tobytes() == want.tobytes(), shape
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_sum_is_numpys_pairwise_sum(backend, dtype: type) -> None:  # noqa: ANN001
+    """``pairwise.row_sum`` against ``np.add.reduce`` along rows of every length to 1100 and a
+    few long ones, values over many magnitudes, infinities, rows of -0.0 (numpy gives +0.0),
+    at offsets into a longer array."""
+    import numba
+
+    from xlgraph.ops import loops, pairwise
+
+    @numba.njit
+    def sums(x, out, pending):  # noqa: ANN001, ANN202
+        n = x.shape[1]
+        flat = x.reshape(-1)
+        for r in range(x.shape[0]):
+            out[r] = pairwise.row_sum(flat, r * n, n, pending)
+
+    backend.jitted(loops.layer_norm)  # a loop's dispatcher: numba now knows the helpers
+    rng = np.random.default_rng(9)
+    pending = np.empty(pairwise.STACK, dtype)
+    for n in [*range(1, 1101), 3072, 50257, 300001]:
+        rows = 2 if n < 2000 else 1
+        x = (rng.normal(size=(rows, n)) * 10.0 ** rng.integers(-4, 4, (rows, n))).astype(dtype)
+        if n % 97 == 0:
+            x[0, n // 3] = np.inf
+        out = np.empty(rows, dtype)
+        sums(x, out, pending)
+        assert out.tobytes() == np.add.reduce(x, axis=-1).tobytes(), n
+    for n in (3, 8, 200):
+        x, out = np.full((1, n), -0.0, dtype), np.empty(1, dtype)
+        sums(x, out, pending)
+        assert out.tobytes() == np.add.reduce(x, axis=-1).tobytes() == np.zeros(1, dtype).tobytes()
 
 
 def test_embedding_gradient_loop_adds_rows_as_add_at(backend) -> None:  # noqa: ANN001

@@ -8,8 +8,9 @@ loop form through ``OpDef.loop``, which also decides which attributes the loop c
 
 The loops do the numpy kernels' float operations in the same order, element by element, except
 where noted: ``exp``/``log`` come from the compiler's math library (numpy has its own SIMD
-versions; they may differ in the last bit) and sums over a row accumulate left to right (numpy
-sums contiguous runs pairwise). Hence the backend's documented tolerance.
+versions; they may differ in the last bit) and sums over a row accumulate left to right or in
+a few partial sums (numpy sums contiguous runs pairwise; LayerNorm and its gradient sum as numpy
+does, ``xlgraph.ops.pairwise``). Hence the backend's documented tolerance.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.ops import loss_loops
+from xlgraph.ops.pairwise import STACK, row_sum
 from xlgraph.tensor import TensorSpec
 
 # The compiled loops call the C library's ``exp`` once per element, while numpy's ``exp`` is
@@ -278,52 +280,54 @@ def softmax_rows32(x, out):  # noqa: ANN001, ANN201
             o[j] /= total
 
 
-def row_stats(xr, eps, one, width):  # noqa: ANN001, ANN201
+def row_stats(xr, tmp, pending, eps, one, width):  # noqa: ANN001, ANN201
     """The mean of row ``xr`` and ``1 / sqrt(var + eps)`` (biased variance of the centred
-    row), sums left to right, in the row's dtype (``one`` and ``width`` of that dtype)."""
-    total = one - one
-    for j in range(xr.size):
-        total += xr[j]
-    mean = total / width
-    sq = one - one
-    for j in range(xr.size):
+    row), in the row's dtype (``one`` and ``width`` of that dtype): numpy's operations, its
+    sums pairwise (``pairwise.row_sum``, ``pending`` its stack); ``tmp`` (a row of ``xr``'s
+    size, not ``xr``) holds the squares."""
+    n = xr.size
+    mean = row_sum(xr, 0, n, pending) / width
+    for j in range(n):
         c = xr[j] - mean
-        sq += c * c
-    return mean, one / np.sqrt(sq / width + eps)
+        tmp[j] = c * c
+    return mean, one / np.sqrt(row_sum(tmp, 0, n, pending) / width + eps)
 
 
 def layer_norm(x, w, b, out, eps, one, width):  # noqa: ANN001, ANN201
     """``layer_norm`` over the last axis, row by row: ``(x - mean) / sqrt(var + eps) * w + b``
-    (``row_stats``)."""
+    (``row_stats``), the numpy kernel's bits."""
     n = w.size
     xs, outs = x.reshape(-1), out.reshape(-1)
+    pending = np.empty(STACK, outs.dtype)
     for base in range(0, xs.size, n):
         xr, o = xs[base:base + n], outs[base:base + n]
-        mean, invstd = row_stats(xr, eps, one, width)
+        mean, invstd = row_stats(xr, o, pending, eps, one, width)
         for j in range(n):
             o[j] = (xr[j] - mean) * invstd * w[j] + b[j]
 
 
 def layer_norm_grad(dy, x, w, dx, dw, db, eps, one, width):  # noqa: ANN001, ANN201
     """``layer_norm_grad`` row by row: with ``h = (x - mean) / std`` and ``g = dy w``,
-    ``dx = (g - mean(g) - h mean(g h)) / std``; ``dw`` and ``db`` sum ``dy h`` and ``dy`` over
-    the rows, first row first (as numpy reduces a C-ordered array over its leading axes)."""
+    ``dx = (g - mean(g) - h mean(g h)) / std``, the means pairwise (``g`` and ``g h`` held in
+    ``dx``'s row); ``dw`` and ``db`` sum ``dy h`` and ``dy`` over the rows, first row first
+    (as numpy reduces a C-ordered array over its leading axes): the numpy kernel's bits."""
     n = w.size
     dys, xs, dxs = dy.reshape(-1), x.reshape(-1), dx.reshape(-1)
+    pending = np.empty(STACK, dxs.dtype)
     for j in range(n):
         dw[j] = db[j] = 0
     for base in range(0, xs.size, n):
         xr, dr, o = xs[base:base + n], dys[base:base + n], dxs[base:base + n]
-        mean, invstd = row_stats(xr, eps, one, width)
-        sg = sgh = one - one
+        mean, invstd = row_stats(xr, o, pending, eps, one, width)
         for j in range(n):
             h = (xr[j] - mean) * invstd
-            g = dr[j] * w[j]
-            sg += g
-            sgh += g * h
             dw[j] += dr[j] * h
             db[j] += dr[j]
-        mg, mgh = sg / width, sgh / width
+            o[j] = dr[j] * w[j]
+        mg = row_sum(o, 0, n, pending) / width
+        for j in range(n):
+            o[j] = dr[j] * w[j] * ((xr[j] - mean) * invstd)
+        mgh = row_sum(o, 0, n, pending) / width
         for j in range(n):
             h = (xr[j] - mean) * invstd
             o[j] = (dr[j] * w[j] - mg - h * mgh) * invstd

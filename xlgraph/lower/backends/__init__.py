@@ -21,7 +21,7 @@ BACKENDS = ("numpy", "numba")
 # How far the numba backend's results may be from numpy's (``numpy.testing.assert_allclose``
 # arguments per dtype): its loops do the same float operations in the same order, except that
 # ``exp``/``log`` come from the compiler's math library instead of numpy's SIMD code (they may
-# differ in the last bit) and row sums accumulate left to right instead of pairwise.
+# differ in the last bit) and most row sums accumulate left to right instead of pairwise.
 TOLERANCE = {"float32": {"rtol": 1e-5, "atol": 1e-6}, "float64": {"rtol": 1e-12, "atol": 1e-14}}
 
 
