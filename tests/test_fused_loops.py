@@ -202,7 +202,7 @@ def test_adam_step_gives_the_four_kernels_bits(backend, dtype: type) -> None:  #
         state = [m.copy(), v.copy(), w.copy()]
         outs = state if in_place else [np.empty_like(x) for x in state]
         fn(g, *state, f1, f2, step, wd if decay else eps, b1, b2, eps, *outs,
-           dtype(1.0), dtype(-1e-3), int(decay))
+           dtype(1.0), dtype(-1e-3), int(decay), 0, 0)
         for got, expected in zip(outs, (m2, v2, want)):
             assert got.tobytes() == expected.tobytes(), (decay, in_place)
 
