@@ -118,6 +118,8 @@ def test_products_mkl_leaves_to_numpy(fresh: pytest.MonkeyPatch) -> None:
     expected = np.matmul(square, square)
     assert np.array_equal(matmul_out(square, square, square), expected)
     assert mkl.matmul(a, b, np.empty((128, 256), np.float32)[:, ::-1]) is None  # stride < 0
+    raw = np.empty(4 * 128 * 256 + 1, np.uint8)[1:].view(np.float32).reshape(128, 256)
+    assert not raw.flags.aligned and mkl.matmul(a, b, raw) is None  # numpy copes, BLAS need not
 
 
 @needs_mkl

@@ -155,8 +155,10 @@ def _layout(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple[int, ...] | 
     """``(ta, lda, tb, ldb, ldc)`` of the matrices ``out = a @ b`` for a row-major ``gemm``,
     or None when one of them does not suit BLAS as it lies."""
     fa, fb = _operand(a), _operand(b)
-    if (fa is None or fb is None or out.strides[1] != out.itemsize
-            or out.strides[0] < out.shape[1] * out.itemsize):
+    size = out.itemsize
+    if (fa is None or fb is None or out.strides[1] != size or out.strides[0] % size
+            or out.strides[0] < out.shape[1] * size
+            or not (a.flags.aligned and b.flags.aligned and out.flags.aligned)):
         return None
     return (*fa, *fb, out.strides[0] // out.itemsize)
 
