@@ -25,7 +25,8 @@ product may depend on the other dimensions (rows of ``(512, 3072) @ (3072, 768)`
 the same rows multiplied alone), so a product's shape, not only its rows, decides its bits; as
 numpy's, a batched product is one ``gemm`` per matrix. MKL runs in its conditional numerical
 reproducibility mode (``MKL_CBWR_AUTO``) without dynamic threads: the same product at the same
-thread count gives the same bits every time.
+thread count gives the same bits every time (not at another count: two threads split the
+contraction of ``(256, 8192) @ (8192, 256)``, where OpenBLAS gives one thread's bits).
 
 Threads: MKL runs on Intel's OpenMP layer with the thread count numpy's OpenBLAS has at the
 time of each product (set for the thread that multiplies), which is the limit a Session sets
