@@ -1,10 +1,12 @@
 """The machine's own limits for ``transformer.py --size small``: its float32 GEMM rate on the
-training step's matrix products (numpy), its rate on generation's vector products, and its
-memory copy bandwidth.
+training step's matrix products (the BLAS xlgraph multiplies with: MKL's for the large products
+where the ``mkl`` extra is in use, numpy's OpenBLAS otherwise), its rate on generation's vector
+products, and its memory copy bandwidth.
 
 ``step_products`` lists the products of one training step of ``gpt_model``'s decoder (forward,
 then two per forward product in the backward pass: the gradients of both operands).
-``gemm_step`` returns a step function that runs exactly those products with numpy, so that it
+``gemm_step`` returns a step function that runs exactly those products with xlgraph's own
+product kernel (``matmul_out``), so that it
 is timed beside the contenders in the same interleaved rounds: the step's FLOPs over that time
 is the GEMM rate the machine reaches on these shapes under the load of the moment.
 ``gemv_step`` runs one generated token's products with numpy (every weight read once): the
@@ -21,6 +23,9 @@ from typing import Any
 
 import numpy as np
 from gpt_model import Config
+
+from xlgraph.ops import mkl
+from xlgraph.ops.matmul_kernel import matmul_out
 
 Product = tuple[tuple[int, ...], int, int, int]  # (leading batch dims, m, k, n)
 
@@ -49,8 +54,9 @@ def flops(products: list[Product]) -> int:
 
 
 def gemm_step(products: list[Product], seed: int = 0) -> Callable[[int], Any]:
-    """``step(i)`` running every product once (``np.matmul`` into preallocated outputs, on
-    operands made once per distinct shape); ``step.operands``: ``(a, b, out)`` of each."""
+    """``step(i)`` running every product once (xlgraph's ``matmul_out`` into preallocated
+    outputs, on operands made once per distinct shape); ``step.operands``: ``(a, b, out)`` of
+    each."""
     rng = np.random.default_rng(seed)
     operands: dict[Product, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for p in products:
@@ -63,7 +69,7 @@ def gemm_step(products: list[Product], seed: int = 0) -> Callable[[int], Any]:
 
     def step(i: int) -> None:
         for a, b, out in order:
-            np.matmul(a, b, out=out)
+            matmul_out(a, b, out)
 
     step.operands = order
     return step
@@ -114,3 +120,8 @@ def token_weight_bytes(weights: dict[str, np.ndarray]) -> int:
     tied head's matrix), except the position table, of which it reads one row."""
     return sum(w.nbytes for name, w in weights.items() if name != "wpe") \
         + weights["wpe"][0].nbytes
+
+
+def gemm_blas() -> str:
+    """The BLAS of ``gemm_step``'s large products: ``"mkl"`` or ``"openblas"``."""
+    return "openblas" if mkl.library() is None else "mkl"

@@ -125,10 +125,7 @@ def test_products_mkl_leaves_to_numpy(fresh: pytest.MonkeyPatch) -> None:
 @needs_mkl
 def test_a_session_multiplies_the_same_bits_on_every_backend(fresh: pytest.MonkeyPatch) -> None:
     """A large product (MKL) gives the same bits on both backends, and a small one fused in a
-    segment of the numba backend (numpy's gemm) the same bits as its own line. MKL's bits may
-    depend on its thread count, which a Session's ``"auto"`` takes from the machine's load:
-    every product here runs on one thread."""
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    segment of the numba backend (numpy's gemm) the same bits as its own line."""
     x_data, w_data = _matrix((128, 192), np.float32), _matrix((192, 256), np.float32)
     v_data = _matrix((256, 16), np.float32)
     found = {}
@@ -143,13 +140,12 @@ def test_a_session_multiplies_the_same_bits_on_every_backend(fresh: pytest.Monke
             for stream, t in zip(streams, (h, y)):
                 ops.host_store(stream, t)
         session = popxl.Session(ir, backend=backend, compile_in_background=False,
-                                fuse_steps=fuse, blas_threads=1)
+                                fuse_steps=fuse)
         assert ("fused:" in session.source) == fuse
         with session:
             outputs = session.run()
         found[backend, fuse] = [outputs[s] for s in streams]
-    with threadpoolctl.threadpool_limits(1, user_api="blas"):
-        hidden = mkl.matmul(x_data, w_data, None)
+    hidden = mkl.matmul(x_data, w_data, None)
     assert hidden is not None
     for h_found, _ in found.values():
         assert np.array_equal(h_found, hidden)
@@ -170,6 +166,25 @@ def test_mkl_runs_numpy_blas_thread_count(fresh: pytest.MonkeyPatch) -> None:
             assert blas.numpy_blas_threads() == count
             mkl.matmul(a, b, None)
             assert get() == count
+
+
+@needs_mkl
+@pytest.mark.parametrize("shape", [(64, 3072, 768), (8, 4096, 4096), (256, 8192, 256)])
+def test_a_product_has_the_same_bits_at_every_thread_count(fresh: pytest.MonkeyPatch,
+                                                           shape: tuple[int, int, int]) -> None:
+    """Long contractions that MKL's default mode splits between threads (other bits on two
+    threads than on one for these shapes) give one thread's bits: the strict reproducible mode,
+    so that a Session's results do not follow the thread count its policy picks."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    m, k, n = shape
+    a, b = _matrix((m, k), np.float32), _matrix((k, n), np.float32)
+    openblas = threadpoolctl.ThreadpoolController().select(internal_api="openblas")
+    found = []
+    for count in (1, 2, 1, 2):
+        with openblas.limit(limits=count):
+            found.append(_check(a, b))
+    for other in found[1:]:
+        assert np.array_equal(other, found[0])
 
 
 def test_xlgraph_blas_chooses_and_refuses_other_values(fresh: pytest.MonkeyPatch) -> None:

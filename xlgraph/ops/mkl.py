@@ -23,10 +23,12 @@ backend computes it, fused or not, and gives the same bits.
 MKL's results do not depend on the operands' alignment (checked), but the bits of a row of a
 product may depend on the other dimensions (rows of ``(512, 3072) @ (3072, 768)`` differ from
 the same rows multiplied alone), so a product's shape, not only its rows, decides its bits; as
-numpy's, a batched product is one ``gemm`` per matrix. MKL runs in its conditional numerical
-reproducibility mode (``MKL_CBWR_AUTO``) without dynamic threads: the same product at the same
-thread count gives the same bits every time (not at another count: two threads split the
-contraction of ``(256, 8192) @ (8192, 256)``, where OpenBLAS gives one thread's bits).
+numpy's, a batched product is one ``gemm`` per matrix. MKL runs in its strict conditional
+numerical reproducibility mode (``MKL_CBWR_AUTO | MKL_CBWR_STRICT``) without dynamic threads: a
+product gives the same bits every time and at every thread count. (In its default mode MKL
+splits a long contraction between threads: ``(64, 3072) @ (3072, 768)`` and ``(256, 8192) @
+(8192, 256)`` gave other bits on two threads than on one, so a Session's ``"auto"`` thread
+count, which follows the machine's load, would have changed its results.)
 
 Threads: MKL runs on Intel's OpenMP layer with the thread count numpy's OpenBLAS has at the
 time of each product (set for the thread that multiplies), which is the limit a Session sets
@@ -53,7 +55,7 @@ ENV = "XLGRAPH_BLAS"  # "openblas" or "mkl"; unset: MKL when the extra is instal
 MIN_PRODUCT = 1 << 26  # multiply-adds of the smallest product MKL takes
 _CHOICES = ("openblas", "mkl")
 _THREADING_INTEL = 0  # MKL_Set_Threading_Layer's MKL_THREADING_INTEL
-_CBWR_AUTO = 2  # MKL_CBWR_AUTO: the machine's code path, with reproducible results
+_CBWR_AUTO_STRICT = 2 | 0x10000  # MKL_CBWR_AUTO | MKL_CBWR_STRICT: bits free of thread count
 _ROW_MAJOR, _NO_TRANS = 101, 111
 _Int = ctypes.c_int64
 
@@ -89,7 +91,9 @@ class _Mkl:
     def __init__(self, path: str) -> None:
         lib = ctypes.CDLL(path)
         lib.MKL_Set_Threading_Layer(ctypes.c_int(_THREADING_INTEL))  # before any other call
-        lib.MKL_CBWR_Set(ctypes.c_int(_CBWR_AUTO))  # the same bits run to run (see the module)
+        if lib.MKL_CBWR_Set(ctypes.c_int(_CBWR_AUTO_STRICT)) != 0:  # the bits: see the module
+            raise ImportError(f"the MKL at {path} has no strict reproducible mode "
+                              "(MKL_CBWR_STRICT, MKL 2019.3 on): pip install xlgraph[mkl]")
         lib.MKL_Set_Dynamic(ctypes.c_int(0))  # the threads it is given, not fewer at times
         self._get_threads = lib.MKL_Get_Max_Threads
         self._set_threads = lib.MKL_Set_Num_Threads_Local  # as threadpoolctl sets it
