@@ -5,7 +5,8 @@ With a backend that compiles, the first four loop steps of a chain write no line
 weight, the step count and the factors (``j_adam_step(...)``, its comment naming the four
 ops), writing the moments and the weight (or their spare arrays) as those steps would. The
 step count's ``add_`` keeps its line, before that call. A chain whose loop the backend does
-not compile runs as four steps, as any other.
+not compile runs as four steps, as any other. An embedding pair (``embedding_pairs.py``) runs
+likewise at its ``add``, as one call of ``embedding_loops.gather_grad_add``.
 """
 
 from __future__ import annotations
@@ -15,37 +16,74 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.lower import adam_chains, annotate
+from xlgraph.lower import adam_chains, annotate, embedding_pairs
 from xlgraph.lower.codegen_statements import Statements
 from xlgraph.lower.program import Step
 from xlgraph.ops.adam_loops import adam_step_loop
+from xlgraph.ops.embedding_loops import gather_grad_add_loop
 from xlgraph.ops.half import as_bits
 
 __all__ = ["Chains"]
 
 
 class Chains(Statements):
-    """``Statements`` plus the Adam chains of each body."""
+    """``Statements`` plus the Adam chains and embedding pairs of each body."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.chains: dict[Step, adam_chains.Chain] = {}
         self.held: dict[Step, list[str]] = {}  # a waiting chain step -> its arguments' names
         self.chain_loops: dict[adam_chains.Chain, tuple[Any, tuple]] = {}  # compiled loops
+        self.pairs: dict[Step, embedding_pairs.Pair] = {}
+        self.pair_loops: dict[embedding_pairs.Pair, tuple[Any, tuple, list[str]]] = {}
 
     def body_chains(self, steps: list[Step]) -> None:
         """Find the chains of ``steps``, a body written with ``self.plan``."""
         if self.backend is not None:
             self.chains.update(adam_chains.find(steps, self.plan, self.loop_ready_here))
+            self.pairs.update(embedding_pairs.find(steps, self.plan, self.dense_loop_ready,
+                                                   self.program.specs))
+
+    def dense_loop_ready(self, s: Step) -> bool:
+        return (s in self.plan.use_out and getattr(s.defn.kernel, "per_replica", None) is None
+                and self.loop_ready(s))
 
     def loop_ready_here(self, s: Step) -> bool:
         return (s in self.plan.use_out and not self.plan.densify.get(s)
                 and getattr(s.defn.kernel, "per_replica", None) is None and self.loop_ready(s))
 
     def statement(self, s: Step, indent: int) -> None:
-        chain = self.chains.get(s)
-        if chain is None or not self.chain_step(s, chain, indent):
+        chain, pair = self.chains.get(s), self.pairs.get(s)
+        if chain is not None and self.chain_step(s, chain, indent):
+            return
+        if pair is None or not self.pair_step(s, pair, indent):
             super().statement(s, indent)
+
+    def pair_step(self, s: Step, pair: embedding_pairs.Pair, indent: int) -> bool:
+        """At the ``gather_grad``, compile the pair's loop and hold its arguments; at the
+        ``add``, write its call. False where the backend does not compile it."""
+        specs = self.program.specs
+        if s is pair.grad:
+            ins = [specs[x] for x in (pair.total.ins[0], *s.ins)]
+            outs = [specs[s.outs[0]], specs[pair.total.outs[0]]]
+            found = self.backend.kernel(gather_grad_add_loop, ins, outs,
+                                        {"zero_oor": s.attrs["zero_OOR"]})
+            if found is None:
+                del self.pairs[pair.grad], self.pairs[pair.total]
+                return False
+            rows = f"b{self.plan.buffer_of[s.outs[0]]}"
+            self.pair_loops[pair] = (*found, [self.arg(s, 0), self.arg(s, 1), rows])
+            self.set_name(s.outs[0], rows, indent)
+            return True
+        fn, extra, (dy, indices, rows) = self.pair_loops.pop(pair)
+        out = f"b{self.plan.buffer_of[s.outs[0]]}"
+        arrays = [self.arg(s, 0), dy, indices, rows, out]
+        note = " | ".join(annotate.op_comment(x.op) for x in (pair.grad, s))
+        self.loops += 1  # the gather_grad's loop form (the add has none for two tables)
+        self.loop_call("gather_grad_add", (fn, extra), arrays, s.op, indent,
+                       plain=all(a.isidentifier() for a in arrays), note=note)
+        self.set_name(s.outs[0], out, indent)
+        return True
 
     def chain_step(self, s: Step, chain: adam_chains.Chain, indent: int) -> bool:
         """Hold ``s``'s arguments until the chain's last step, which writes the chain's call;
