@@ -32,7 +32,7 @@ from xlgraph.core.tensor import TensorSpec
 from xlgraph.ops.loops import Composite
 
 __all__ = ["half_form", "wide_form", "widen", "narrow_into", "use_converters", "convert",
-           "fast_round", "round_into", "always_exact", "as_bits", "bits_parts"]
+           "round_into", "always_exact", "as_bits", "bits_parts"]
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Contiguous converters ``(source, destination)`` over 1-d uint16/float32 views, or None: numpy.
@@ -47,11 +47,6 @@ def use_converters(widen_fn: Callable[[np.ndarray, np.ndarray], None],
     uint16 bits out)`` over 1-d C-contiguous arrays, bit for bit ``astype``'s, and
     ``round_fn(float32, float32 out)``: both in one pass."""
     _FAST["widen"], _FAST["narrow"], _FAST["round"] = widen_fn, narrow_fn, round_fn
-
-
-def fast_round() -> Callable[[np.ndarray, np.ndarray], None] | None:
-    """The installed loop rounding 1-d float32 arrays to float16 precision, or None."""
-    return _FAST["round"]
 
 
 # Temporaries reuse one growing buffer per slot and thread: glibc maps allocations of 32 MB and
