@@ -1,8 +1,9 @@
 """Loop forms of some kernels, for the compiled backend (``xlgraph.lower.backends``).
 
 Each function here is a ``kernel_out`` written as explicit loops over C-contiguous arrays, in
-the subset of Python that numba compiles: ``fn(*inputs, *outputs, *extra)``, no allocation, and
-every scalar constant passed in ``extra`` already cast to the arrays' dtype (so float32 math
+the subset of Python that numba compiles: ``fn(*inputs, *outputs, *extra)``, no allocation (but
+the ``pairwise.STACK`` items a loop summing as numpy does holds once per call), and every
+scalar constant passed in ``extra`` already cast to the arrays' dtype (so float32 math
 stays float32, as in numpy). The numpy kernels remain the reference; an ``OpDef`` points at its
 loop form through ``OpDef.loop``, which also decides which attributes the loop covers.
 
