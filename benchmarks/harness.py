@@ -77,6 +77,14 @@ def blas_threads(n: int | None) -> AbstractContextManager[Any]:
 VECTOR_FLAGS = ("avx", "fma", "f16c", "amx", "sse4")
 
 
+def xlgraph_blas() -> str:
+    """The BLAS of xlgraph's large float32/float64 products in this process: ``"mkl"`` (the
+    ``mkl`` extra, unless ``XLGRAPH_BLAS=openblas``) or ``"openblas"`` (numpy's)."""
+    from xlgraph.ops import mkl
+
+    return "openblas" if mkl.library() is None else "mkl"
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     info: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
@@ -90,7 +98,8 @@ def machine() -> dict[str, Any]:
                                                 "num_threads")} for b in threadpool_info()]
     except ImportError:
         pass
-    for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS"):
+    info["xlgraph_blas"] = xlgraph_blas()  # loads MKL where it will multiply (numpy's: above)
+    for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "XLGRAPH_BLAS"):
         if key in os.environ:
             info[key] = os.environ[key]
     try:

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 from gpt_model import Config
 
-from xlgraph.ops import mkl
 from xlgraph.ops.matmul_kernel import matmul_out
 
 Product = tuple[tuple[int, ...], int, int, int]  # (leading batch dims, m, k, n)
@@ -120,8 +119,3 @@ def token_weight_bytes(weights: dict[str, np.ndarray]) -> int:
     tied head's matrix), except the position table, of which it reads one row."""
     return sum(w.nbytes for name, w in weights.items() if name != "wpe") \
         + weights["wpe"][0].nbytes
-
-
-def gemm_blas() -> str:
-    """The BLAS of ``gemm_step``'s large products: ``"mkl"`` or ``"openblas"``."""
-    return "openblas" if mkl.library() is None else "mkl"

@@ -38,6 +38,22 @@ def test_machine_reports_the_cpus_vector_flags() -> None:
     assert all(not f.startswith("sse2") for f in info["cpu_flags"])  # only the listed families
 
 
+@pytest.mark.parametrize("asked", ["openblas", "mkl"])
+def test_machine_names_the_blas_of_xlgraphs_products(monkeypatch: pytest.MonkeyPatch,
+                                                     asked: str) -> None:
+    from xlgraph.ops import mkl
+
+    if asked == "mkl" and mkl._library_path() is None:
+        pytest.skip("needs the mkl extra")
+    monkeypatch.setenv(mkl.ENV, asked)
+    mkl.library.cache_clear()
+    try:
+        info = harness.machine()
+    finally:
+        mkl.library.cache_clear()
+    assert info["xlgraph_blas"] == asked and info["XLGRAPH_BLAS"] == asked
+
+
 _CHILD = """
 import json, sys
 sys.path.insert(0, {where!r})
