@@ -19,6 +19,11 @@ one instance gets one core's share of the machine and two instances two cores' s
 other processes load it. ``--unbucketed`` adds a job of two xlgraph instances whose all-reduces
 are exchanged one by one (``XLGRAPH_BUCKET_MB=0``).
 
+Every process of every job runs in a session of its own, as ``mpiexec`` and ``torchrun``
+start theirs: with the kernel's automatic session groups (``sched_autogroup_enabled``) a busy
+machine shares its cores between sessions, so two processes of one session would get half the
+share each that the processes of two sessions get.
+
 ``--ceiling`` adds the machine's own limit: two plain one-replica processes of each framework
 started together, with no collective and nothing shared. They wait for each other before their
 timed steps and keep stepping until both have timed theirs, so each is timed while the other
@@ -126,7 +131,8 @@ def job(kind: str, steps: int, tiny: bool = False, check: bool = False) -> None:
     data = gm.token_batches(cfg, BATCH, count=4, seed=1 + rank)
     if check:
         losses = [step(data[i % len(data)]) for i in range(steps)]
-        report = {"losses": losses, "wte": weights().astype(np.float32).tobytes().hex()}
+        report = {"losses": losses, "wte": weights().astype(np.float32).tobytes().hex(),
+                  "session": os.getsid(0)}
     else:
         for i in range(WARMUP):
             step(data[i % len(data)])
@@ -175,7 +181,7 @@ def _report(what: str, returncode: int, stdout: str, stderr: str) -> dict[str, A
 def run_job(kind: str, processes: int, steps: int, threads: int = 1, tiny: bool = False,
             check: bool = False, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run a job to its end; instance 0's JSON report. ``extra_env`` adds variables."""
-    done = subprocess.run(command(kind, processes, steps, tiny, check),
+    done = subprocess.run(command(kind, processes, steps, tiny, check), start_new_session=True,
                           env=_environment(threads, extra_env), capture_output=True, text=True)
     return _report(f"{kind} x{processes}", done.returncode, done.stdout, done.stderr)
 
@@ -187,6 +193,7 @@ def run_alone(kind: str, processes: int, steps: int, threads: int = 1, tiny: boo
     collective), timed over the same stretch; each process's report."""
     with tempfile.TemporaryDirectory(prefix="scale_out_") as where:
         children = [subprocess.Popen(command(kind, 1, steps, tiny, check), text=True,
+                                     start_new_session=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=_environment(threads, {
                                          **(extra_env or {}), ALONE: f"{i} {processes} {where}"}))

@@ -5,6 +5,7 @@ bit; PyTorch DDP trains alike). Nothing here is timed."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -143,3 +144,5 @@ def test_a_ceiling_job_runs_independent_lone_processes() -> None:
     assert first["losses"] == one_replica_run(1)  # each trains alone on its own batches
     assert second["losses"] == one_replica_run(2)
     assert first["wte"] != second["wte"]
+    # each in a session of its own (the kernel shares a busy machine's cores between sessions)
+    assert len({first["session"], second["session"], os.getsid(0)}) == 3
