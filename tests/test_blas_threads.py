@@ -12,6 +12,7 @@ import xlgraph as popxl
 from xlgraph.runtime import threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from blas_info import blas_thread_counts  # noqa: E402
 from models import build_mlp, mnist_batches  # noqa: E402
 
 # the tests read every BLAS library's threads: no earlier test's compile may load one meanwhile
@@ -30,11 +31,9 @@ def test_blas_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_session_limits_blas_threads_while_attached() -> None:
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    pytest.importorskip("threadpoolctl")
 
-    def blas_threads() -> list[int]:
-        return [lib["num_threads"] for lib in threadpoolctl.threadpool_info()
-                if lib["user_api"] == "blas"]
+    blas_threads = blas_thread_counts
 
     before = blas_threads()
     session = popxl.Session(build_mlp(8).ir, blas_threads=1)
@@ -49,8 +48,7 @@ def test_thread_limit_hold_covers_libraries_set_after_apply() -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl")
 
     def blas_threads() -> set[int]:
-        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
-                if lib["user_api"] == "blas"}
+        return set(blas_thread_counts())
 
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
         limit = threads.ThreadLimit()
@@ -88,7 +86,7 @@ def test_thread_limit_hold_compares_with_what_libraries_reported_after_the_limit
 
 
 def test_kernel_swap_while_attached_leaves_every_blas_library_limited() -> None:
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    pytest.importorskip("threadpoolctl")
     pytest.importorskip("numba", reason="needs the fast extra")
     m = build_mlp(8)
     session = popxl.Session(m.ir, backend="numba", blas_threads=1)
@@ -97,5 +95,4 @@ def test_kernel_swap_while_attached_leaves_every_blas_library_limited() -> None:
         assert session.wait_for_kernels(timeout=600)
         assert session._thread_limit.stale  # the swap asks the next run to re-limit
         session.run({m.images: x, m.labels: y})
-        assert {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
-                if lib["user_api"] == "blas"} == {1}
+        assert set(blas_thread_counts()) == {1}

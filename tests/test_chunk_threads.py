@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from blas_info import blas_thread_counts
 
 import xlgraph as popxl
 from xlgraph import ops
@@ -174,8 +175,7 @@ def test_chunked_session_limits_raised_blas_threads_again_before_a_run() -> None
     threadpoolctl = pytest.importorskip("threadpoolctl")
 
     def blas_threads() -> set[int]:
-        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
-                if lib["user_api"] == "blas"}
+        return set(blas_thread_counts())
 
     ir, (x_s,), _ = _conv_pool_step(4)
     x = np.random.default_rng(1).normal(size=x_s.shape).astype(np.float32)

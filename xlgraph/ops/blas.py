@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GEMM_DTYPES", "gemm", "gemm_address", "matmul_into", "numpy_blas_threads"]
+__all__ = ["GEMM_DTYPES", "gemm", "gemm_address", "matmul_into"]
 
 _GEMM_NAMES = {np.dtype(np.float32): ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
                np.dtype(np.float64): ("scipy_cblas_dgemm64_", "cblas_dgemm64_")}
@@ -64,21 +64,6 @@ def gemm_address(dtype: np.dtype) -> int | None:
     interface that numpy's wheels ship), or None where numpy has another BLAS."""
     fn = _numpy_blas_function(_GEMM_NAMES.get(np.dtype(dtype), ()))
     return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
-
-
-@functools.cache
-def _threads_function() -> Any:
-    fn = _numpy_blas_function(("scipy_openblas_get_num_threads64_", "openblas_get_num_threads"))
-    if fn is not None:
-        fn.restype, fn.argtypes = ctypes.c_int, []
-    return fn
-
-
-def numpy_blas_threads() -> int | None:
-    """The thread count numpy's OpenBLAS runs now (a Session's limit while attached), or None
-    where numpy has another BLAS."""
-    fn = _threads_function()
-    return None if fn is None else fn()
 
 
 def matmul_into(a, b, out, fn, one, zero):  # noqa: ANN001, ANN201 - numba infers the types

@@ -24,16 +24,18 @@ MKL's results do not depend on the operands' alignment (checked), but the bits o
 product may depend on the other dimensions (rows of ``(512, 3072) @ (3072, 768)`` differ from
 the same rows multiplied alone), so a product's shape, not only its rows, decides its bits; as
 numpy's, a batched product is one ``gemm`` per matrix. MKL runs in its strict conditional
-numerical reproducibility mode (``MKL_CBWR_AUTO | MKL_CBWR_STRICT``) without dynamic threads: a
-product gives the same bits every time and at every thread count. (In its default mode MKL
-splits a long contraction between threads: ``(64, 3072) @ (3072, 768)`` and ``(256, 8192) @
-(8192, 256)`` gave other bits on two threads than on one, so a Session's ``"auto"`` thread
-count, which follows the machine's load, would have changed its results.)
+numerical reproducibility mode (``MKL_CBWR_AUTO | MKL_CBWR_STRICT``) on one thread (below): a
+product gives the same bits every time, whatever the Session's thread count. (On several
+threads MKL splits a long contraction: ``(64, 3072) @ (3072, 768)`` and ``(256, 8192) @ (8192,
+256)`` gave other bits on two threads than on one in its default mode, so a Session's ``"auto"``
+thread count, which follows the machine's load, would have changed its results.)
 
-Threads: MKL runs on Intel's OpenMP layer with the thread count numpy's OpenBLAS has at the
-time of each product (set for the thread that multiplies), which is the limit a Session sets
-while attached (``xlgraph.runtime.threads``): MKL obeys the same policy without a controller
-of its own.
+Threads: MKL runs sequentially, each product on the thread that asks for it (the threads a
+Session runs its steps on). Its Intel OpenMP layer gave wrong products on two threads in a
+process that had imported torch (torch's own OpenMP runtime: errors of about 150 on
+``(64, 3072) @ (3072, 768)``, a different result each time), so it is not used: a program with
+several BLAS threads multiplies its large products on one, and its smaller ones on numpy's
+OpenBLAS with the Session's thread count.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ __all__ = ["ENV", "MIN_PRODUCT", "check", "choice", "library", "matmul", "takes"
 ENV = "XLGRAPH_BLAS"  # "openblas" or "mkl"; unset: MKL when the extra is installed
 MIN_PRODUCT = 1 << 26  # multiply-adds of the smallest product MKL takes
 _CHOICES = ("openblas", "mkl")
-_THREADING_INTEL = 0  # MKL_Set_Threading_Layer's MKL_THREADING_INTEL
+_THREADING_SEQUENTIAL = 1  # MKL_Set_Threading_Layer's MKL_THREADING_SEQUENTIAL
 _CBWR_AUTO_STRICT = 2 | 0x10000  # MKL_CBWR_AUTO | MKL_CBWR_STRICT: bits free of thread count
 _ROW_MAJOR, _NO_TRANS = 101, 111
 _Int = ctypes.c_int64
@@ -86,17 +88,14 @@ def _library_path() -> str | None:
 
 
 class _Mkl:
-    """libmkl_rt's ``cblas_?gemm_64`` (64-bit integers) on Intel's threading layer."""
+    """libmkl_rt's ``cblas_?gemm_64`` (64-bit integers), sequential."""
 
     def __init__(self, path: str) -> None:
         lib = ctypes.CDLL(path)
-        lib.MKL_Set_Threading_Layer(ctypes.c_int(_THREADING_INTEL))  # before any other call
+        lib.MKL_Set_Threading_Layer(ctypes.c_int(_THREADING_SEQUENTIAL))  # before any other
         if lib.MKL_CBWR_Set(ctypes.c_int(_CBWR_AUTO_STRICT)) != 0:  # the bits: see the module
             raise ImportError(f"the MKL at {path} has no strict reproducible mode "
                               "(MKL_CBWR_STRICT, MKL 2019.3 on): pip install xlgraph[mkl]")
-        lib.MKL_Set_Dynamic(ctypes.c_int(0))  # the threads it is given, not fewer at times
-        self._get_threads = lib.MKL_Get_Max_Threads
-        self._set_threads = lib.MKL_Set_Num_Threads_Local  # as threadpoolctl sets it
         self.gemm: dict[np.dtype, Any] = {}
         for dtype, name, scalar in ((np.float32, "cblas_sgemm_64", ctypes.c_float),
                                     (np.float64, "cblas_dgemm_64", ctypes.c_double)):
@@ -106,13 +105,6 @@ class _Mkl:
                 scalar, ctypes.c_void_p, _Int, ctypes.c_void_p, _Int, scalar, ctypes.c_void_p,
                 _Int]
             self.gemm[np.dtype(dtype)] = fn
-
-    def follow_threads(self) -> None:
-        """Give MKL numpy's BLAS thread count (a Session's limit) on this thread, where it
-        differs: MKL's setting for the calling thread, as threadpoolctl limits it."""
-        threads = blas.numpy_blas_threads()
-        if threads and threads != self._get_threads():
-            self._set_threads(ctypes.c_int(threads))
 
 
 @functools.cache
@@ -201,8 +193,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray |
     layout = _layout(a[first], b[first], out[first]) if math.prod(batch) else ()
     if layout is None:
         return None
-    lib = library()
-    lib.follow_threads()
+    gemm = library().gemm[a.dtype]
     for index in np.ndindex(*batch):
-        _gemm(lib.gemm[a.dtype], layout, a[index], b[index], out[index])
+        _gemm(gemm, layout, a[index], b[index], out[index])
     return out
