@@ -36,34 +36,21 @@ def gemm(fn: int, ta: int, tb: int, m: int, n: int, k: int, alpha: Any, a: np.nd
 
 
 @functools.cache
-def _numpy_blas() -> tuple[ctypes.CDLL, ...]:
-    """numpy's bundled BLAS libraries (its wheels' OpenBLAS), already loaded by numpy."""
-    libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs", "*blas*")
-    found = []
-    for path in sorted(glob.glob(libs)):
-        try:
-            found.append(ctypes.CDLL(path))  # already loaded by numpy: the same handle
-        except OSError:
-            continue
-    return tuple(found)
-
-
-def _numpy_blas_function(names: tuple[str, ...]) -> Any:
-    """The first of ``names`` that numpy's BLAS exports, or None."""
-    for lib in _numpy_blas():
-        for name in names:
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                return fn
-    return None
-
-
-@functools.cache
 def gemm_address(dtype: np.dtype) -> int | None:
     """The address of numpy's own BLAS ``cblas_?gemm`` for ``dtype`` (the 64-bit integer
     interface that numpy's wheels ship), or None where numpy has another BLAS."""
-    fn = _numpy_blas_function(_GEMM_NAMES.get(np.dtype(dtype), ()))
-    return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
+    names = _GEMM_NAMES.get(np.dtype(dtype), ())
+    libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs", "*blas*")
+    for path in sorted(glob.glob(libs)):
+        try:
+            lib = ctypes.CDLL(path)  # already loaded by numpy: the same handle
+        except OSError:
+            continue
+        for name in names:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                return ctypes.cast(fn, ctypes.c_void_p).value
+    return None
 
 
 def matmul_into(a, b, out, fn, one, zero):  # noqa: ANN001, ANN201 - numba infers the types
