@@ -197,14 +197,17 @@ def scale(x, out, s):  # noqa: ANN001, ANN201
 
 def sum_leading(x, out, outer):  # noqa: ANN001, ANN201
     """Sum over the leading axes (``outer`` elements of them): row by row, as numpy reduces a
-    C-ordered array over its first axes, so the bits are the same."""
+    C-ordered array over its first axes, so the bits are the same. Each row is a slice, which
+    the compiler vectorises (indexing ``xs[r * inner + j]`` it did not: 1.89 against 0.29 ms
+    of CPU for 512 x 3072 float32, numpy 0.24)."""
     xs, outs = x.reshape(-1), out.reshape(-1)
     inner = outs.size
     for j in range(inner):
         outs[j] = xs[j]
     for r in range(1, outer):
+        row = xs[r * inner:(r + 1) * inner]
         for j in range(inner):
-            outs[j] += xs[r * inner + j]
+            outs[j] += row[j]
 
 
 def softmax(x, out, axis):  # noqa: ANN001, ANN201
