@@ -44,6 +44,30 @@ def test_gather_grad_add_gives_adds_bits(dtype: type, zero_oor: bool) -> None:
         assert out.tobytes() == want.tobytes(), in_place
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gather_grad_add_in_place_over_many_runs(dtype: type) -> None:
+    """In place over a table of several scan runs, each holding one of: nothing, -0.0, a quiet
+    NaN, a signalling NaN (in the last, partial run): the bits of ``add``."""
+    from xlgraph.lower.backends.numba_backend import NumbaBackend
+    from xlgraph.ops import embedding_loops
+
+    fn = NumbaBackend().jitted(embedding_loops.gather_grad_add)
+    rng = np.random.default_rng(5)
+    width = 7
+    a = rng.normal(size=(3 * embedding_loops.SCAN_RUN // width + 5, width)).astype(dtype)
+    flat = a.reshape(-1)
+    flat[embedding_loops.SCAN_RUN + 3] = -0.0  # the second run; the first holds none
+    flat[2 * embedding_loops.SCAN_RUN + 9] = np.nan  # the third
+    flat[-1] = np.array(0x7FA00000 if dtype == np.float32 else 0x7FF4000000000000,  # the last
+                        np.uint32 if dtype == np.float32 else np.uint64).view(dtype)
+    dy = rng.normal(size=(6, width)).astype(dtype)
+    idx = np.array([0, 2, 2, 5, 900, -3], np.int32)  # not the last row
+    want = a + indexing._gather_grad(dy, idx, a.shape, 0, False)
+    out = a.copy()
+    fn(out, dy, idx, np.zeros_like(a), out, 0)
+    assert out.tobytes() == want.tobytes()
+
+
 def _tied(vocab: int = 40, width: int = 16, tokens: int = 24) -> tuple:
     """``gather(W, ids) @ W.T``, its backward pass from a loaded gradient: the gradient of
     ``W`` is the product's plus ``gather_grad``'s, added."""
