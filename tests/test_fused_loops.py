@@ -134,6 +134,34 @@ def test_embedding_gradient_loop_adds_rows_as_add_at(backend) -> None:  # noqa: 
     np.testing.assert_array_equal(want, [dy[idx == k].sum(0) for k in range(50)])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_add_rows_gives_numpys_bits_in_place_or_not(backend, dtype: type) -> None:  # noqa: ANN001
+    """A bias over rows, a row block and same-shaped operands, into a fresh array, over the
+    first operand and over the second (same shapes): ``np.add``'s bits, NaN, inf and -0.0
+    included."""
+    from xlgraph.ops import loops
+
+    fn = backend.jitted(loops.add_rows)
+    rng = np.random.default_rng(11)
+    for xshape, yshape in (((5, 37), (37,)), ((3, 4, 13), (1, 4, 13)), ((7, 9), (7, 9)),
+                           ((2, 3, 8), (2, 3, 8))):
+        x = rng.normal(size=xshape).astype(dtype)
+        y = rng.normal(size=yshape).astype(dtype)
+        x.reshape(-1)[:3] = (np.nan, -0.0, np.inf)
+        y.reshape(-1)[1:3] = (-0.0, -np.inf)
+        want = np.add(x, y)
+        out = np.empty_like(x)
+        fn(x, y, out)
+        assert out.tobytes() == want.tobytes()
+        first = x.copy()
+        fn(first, y, first)
+        assert first.tobytes() == want.tobytes()
+        if yshape == xshape:
+            second = y.copy()
+            fn(x, second, second)
+            assert second.tobytes() == want.tobytes()
+
+
 def test_softmax_grad_rows_loop_matches_numpy(backend) -> None:  # noqa: ANN001
     from xlgraph.ops import loss_loops, nn
 
