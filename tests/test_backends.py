@@ -71,7 +71,7 @@ def test_mnist_step_runs_compiled_loops_and_trains_like_numpy(fuse: bool, loop: 
     """Per op (``fuse_steps=False``) and fused into segments, also in a device loop."""
     losses, weights, source = _train("numba", fuse=fuse, loop=loop)
     ref_losses, ref_weights, ref_source = _train("numpy", fuse=fuse, loop=loop)
-    for op in ("gelu", "gelu_grad", "softmax", "nll_loss_with_softmax_grad", "scaled_add_"):
+    for op in ("gelu", "gelu_grad", "softmax_nll", "scaled_add_"):  # softmax_nll: the loss
         assert f"j_{op}(" in source and f"j_{op}(" not in ref_source
     code = [line.split("  #")[0] for line in source.splitlines() if not line.startswith("#")]
     if fuse:  # the whole step is one segment between the host transfers, matmuls included
@@ -187,7 +187,7 @@ def test_a_bad_label_fails_the_run_naming_the_op_and_leaves_variables_unchanged(
         _, grad = ops.nll_loss_with_softmax_grad(ops.softmax(w, axis=1), lab)
         ops.host_store(popxl.d2h_stream(grad.shape, grad.dtype, "g"), grad)
     session = popxl.Session(ir, backend="numba", compile_in_background=False)
-    assert "j_nll_loss_with_softmax_grad(" in session.source
+    assert "j_softmax_nll(" in session.source  # the softmax and the loss in one loop
     with session:
         with pytest.raises(ExecutionError, match="nll_loss_with_softmax_grad"):
             session.run({ls: np.array([0, 3], np.int32)})
@@ -320,7 +320,7 @@ def test_loop_calls_on_fixed_arrays_skip_the_type_dispatch() -> None:
     names = session.executable.compiled.fn.__globals__
     assert not isinstance(names["j_gelu"], numba.core.dispatcher.Dispatcher)
     assert not isinstance(names["j_scaled_add_"], numba.core.dispatcher.Dispatcher)
-    assert isinstance(names["j_nll_loss_with_softmax_grad"], numba.core.dispatcher.Dispatcher)
+    assert isinstance(names["j_softmax_nll"], numba.core.dispatcher.Dispatcher)  # reads labels
     (x, y), = mnist_batches(8, 1)
     y.flags.writeable = False
     ref = build_mlp(8)

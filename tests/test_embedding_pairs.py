@@ -62,7 +62,8 @@ def test_gather_grad_add_in_place_over_many_runs(dtype: type) -> None:
                         np.uint32 if dtype == np.float32 else np.uint64).view(dtype)
     dy = rng.normal(size=(6, width)).astype(dtype)
     idx = np.array([0, 2, 2, 5, 900, -3], np.int32)  # not the last row
-    want = a + indexing._gather_grad(dy, idx, a.shape, 0, False)
+    with np.errstate(invalid="ignore"):  # the signalling NaN
+        want = a + indexing._gather_grad(dy, idx, a.shape, 0, False)
     out = a.copy()
     fn(out, dy, idx, np.zeros_like(a), out, 0)
     assert out.tobytes() == want.tobytes()

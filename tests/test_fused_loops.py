@@ -28,10 +28,10 @@ def test_float32_softmax_rows_loop_matches_numpy_with_masks_and_edges(backend) -
     """Rows of 8192 (the logits), 50257 (GPT-2's) and 13 (not a multiple of the eight
     partial sums and maxima), masked entries (-30000, -inf: exactly 0), a NaN row (stays NaN),
     in place and not."""
-    from xlgraph.ops import loops, nn
+    from xlgraph.ops import nn, softmax_loops
 
     rng = np.random.default_rng(5)
-    fn = backend.jitted(loops.softmax_rows32)
+    fn = backend.jitted(softmax_loops.softmax_rows32)
     for shape in ((6, 8192), (4, 50257), (3, 4, 13)):
         x = (rng.normal(size=shape) * 6).astype(np.float32)
         x[..., 2, :][..., :3] = -30000
@@ -50,9 +50,9 @@ def test_float32_softmax_rows_loop_matches_numpy_with_masks_and_edges(backend) -
 def test_row_max_is_numpys_max_for_every_row_length(backend) -> None:  # noqa: ANN001
     """Eight running maxima give the row's maximum exactly, whatever the length and wherever
     the maximum is (first, last, in the tail after the multiples of eight)."""
-    from xlgraph.ops import loops
+    from xlgraph.ops import softmax_loops
 
-    fn = backend.jitted(loops.row_max)
+    fn = backend.jitted(softmax_loops.row_max)
     rng = np.random.default_rng(9)
     for n in range(1, 21):
         x = rng.normal(size=n).astype(np.float32)
@@ -97,9 +97,9 @@ def test_row_sum_is_numpys_pairwise_sum(backend, dtype: type) -> None:  # noqa: 
     @numba.njit
     def sums(x, out, pending):  # noqa: ANN001, ANN202
         n = x.shape[1]
-        flat, plan = x.reshape(-1), pairwise.sum_plan(n)
+        flat = x.reshape(-1)
         for r in range(x.shape[0]):
-            out[r] = pairwise.row_sum(flat, r * n, plan, pending)
+            out[r] = pairwise.row_sum(flat, r * n, n, pending)
 
     backend.jitted(loops.layer_norm)  # a loop's dispatcher: numba now knows the helpers
     rng = np.random.default_rng(9)

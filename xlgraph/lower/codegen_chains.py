@@ -6,7 +6,8 @@ weight, the step count and the factors (``j_adam_step(...)``, its comment naming
 ops), writing the moments and the weight (or their spare arrays) as those steps would. The
 step count's ``add_`` keeps its line, before that call. A chain whose loop the backend does
 not compile runs as four steps, as any other. An embedding pair (``embedding_pairs.py``) runs
-likewise at its ``add``, as one call of ``embedding_loops.gather_grad_add``.
+likewise at its ``add``, as one call of ``embedding_loops.gather_grad_add``, and a softmax loss
+(``softmax_losses.py``) at its loss, as one call of ``softmax_loops.softmax_nll``.
 """
 
 from __future__ import annotations
@@ -16,18 +17,20 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.lower import adam_chains, annotate, embedding_pairs
+from xlgraph.lower import adam_chains, annotate, embedding_pairs, softmax_losses
 from xlgraph.lower.codegen_statements import Statements
 from xlgraph.lower.program import Step
 from xlgraph.ops.adam_loops import adam_step_loop
 from xlgraph.ops.embedding_loops import gather_grad_add_loop
 from xlgraph.ops.half import as_bits
+from xlgraph.ops.softmax_loops import softmax_nll_loop
 
 __all__ = ["Chains"]
 
 
 class Chains(Statements):
-    """``Statements`` plus the Adam chains and embedding pairs of each body."""
+    """``Statements`` plus the Adam chains, embedding pairs and softmax losses of each
+    body."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -36,6 +39,8 @@ class Chains(Statements):
         self.chain_loops: dict[adam_chains.Chain, tuple[Any, tuple]] = {}  # compiled loops
         self.pairs: dict[Step, embedding_pairs.Pair] = {}
         self.pair_loops: dict[embedding_pairs.Pair, tuple[Any, tuple, list[str]]] = {}
+        self.losses: dict[Step, softmax_losses.SoftmaxLoss] = {}
+        self.loss_loops: dict[softmax_losses.SoftmaxLoss, tuple[Any, tuple, str]] = {}
 
     def body_chains(self, steps: list[Step]) -> None:
         """Find the chains of ``steps``, a body written with ``self.plan``."""
@@ -43,6 +48,7 @@ class Chains(Statements):
             self.chains.update(adam_chains.find(steps, self.plan, self.loop_ready_here))
             self.pairs.update(embedding_pairs.find(steps, self.plan, self.dense_loop_ready,
                                                    self.program.specs))
+            self.losses.update(softmax_losses.find(steps, self.plan, self.dense_loop_ready))
 
     def dense_loop_ready(self, s: Step) -> bool:
         return (s in self.plan.use_out and getattr(s.defn.kernel, "per_replica", None) is None
@@ -55,6 +61,9 @@ class Chains(Statements):
     def statement(self, s: Step, indent: int) -> None:
         chain, pair = self.chains.get(s), self.pairs.get(s)
         if chain is not None and self.chain_step(s, chain, indent):
+            return
+        loss = self.losses.get(s)
+        if loss is not None and self.loss_step(s, loss, indent):
             return
         if pair is None or not self.pair_step(s, pair, indent):
             super().statement(s, indent)
@@ -83,6 +92,31 @@ class Chains(Statements):
         self.loop_call("gather_grad_add", (fn, extra), arrays, s.op, indent,
                        plain=all(a.isidentifier() for a in arrays), note=note)
         self.set_name(s.outs[0], out, indent)
+        return True
+
+    def loss_step(self, s: Step, pair: softmax_losses.SoftmaxLoss, indent: int) -> bool:
+        """At the softmax, compile the pair's loop and hold the logits' name; at the loss,
+        write its call. False where the backend does not compile it."""
+        if s is pair.softmax:
+            specs = self.program.specs
+            found = self.backend.kernel(
+                softmax_nll_loop, [specs[x] for x in (s.ins[0], pair.loss.ins[1])],
+                [specs[o] for o in pair.loss.outs], {**s.attrs, **pair.loss.attrs})
+            if found is None:
+                del self.losses[pair.softmax], self.losses[pair.loss]
+                return False
+            self.loss_loops[pair] = (*found, self.arg(s, 0))
+            self.set_name(s.outs[0], f"b{self.plan.buffer_of[s.outs[0]]}", indent)  # unread
+            return True
+        fn, extra, logits = self.loss_loops.pop(pair)
+        outs = self.loop_outs(s)
+        note = " | ".join(annotate.op_comment(x.op) for x in (pair.softmax, s))
+        self.loops += 2
+        arrays = [logits, self.arg(s, 1), *outs]
+        self.loop_call("softmax_nll", (fn, extra), arrays, s.op, indent,
+                       plain=all(a.isidentifier() for a in arrays), note=note, raises=True)
+        for o, name in zip(s.outs, outs):
+            self.set_name(o, name, indent)
         return True
 
     def chain_step(self, s: Step, chain: adam_chains.Chain, indent: int) -> bool:

@@ -122,10 +122,12 @@ class Statements(Writer):
                                                           for o in s.outs]
 
     def loop_call(self, prefix: str, found: tuple[Any, tuple], arrays: list[str], op: Any,
-                  indent: int, plain: bool = True, note: str | None = None) -> None:
+                  indent: int, plain: bool = True, note: str | None = None,
+                  raises: bool = False) -> None:
         """Emit the call of compiled loop ``found`` (``(fn, extra)``) on ``arrays``: bound to
         its machine code's entry point where every array is fixed, and queued for a segment
-        when it is compiled and its arguments are ``plain`` names."""
+        when it is compiled and its arguments are ``plain`` names. It ``raises`` (alone in its
+        segment) if so marked or listed in ``loops.RAISING``."""
         fn, extra = found
         parts = bits_parts(fn) if self.fuse and plain else None
         viewed = None if parts is None else self.bits_views(arrays, parts[1], indent)
@@ -139,7 +141,7 @@ class Statements(Writer):
         call = f"{name}({', '.join([*arrays, *consts])})"
         if self.fuse and hasattr(fn, "overloads") and plain:  # compiled, plain arguments
             self.share_with_segments(name, fn, consts)
-            raises = getattr(fn, "py_func", None) in RAISING
+            raises = raises or getattr(fn, "py_func", None) in RAISING
             self.segments.add(FusedCall(indent, call, call, op, raises, note=note))
         else:
             self.emit(indent, call, op, note=note)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.ops import loss_loops
-from xlgraph.ops.pairwise import STACK, row_sum, sum_plan
+from xlgraph.ops.pairwise import STACK, row_sum
 from xlgraph.tensor import TensorSpec
 
 # The compiled loops call the C library's ``exp`` once per element, while numpy's ``exp`` is
@@ -219,116 +219,17 @@ def sum_leading(x, out, outer):  # noqa: ANN001, ANN201
             outs[j] += row[j]
 
 
-def replica_sum(flat, out, start, stride, local, replicas, zero, count, mean):  # noqa: ANN001, ANN201
-    """``out`` = the sum of ``replicas`` parts of ``flat``, each ``out.size`` elements: part
-    ``k`` starts at ``start + (k // local) * stride + (k % local) * out.size`` (an all-reduce's
-    parts in a bucket's buffer, ``xlgraph.lower.buckets``), then divided by ``count`` if
-    ``mean``. As ``ops.collectives`` reduces the gathered parts (``np.add.reduce`` over the
-    replicas, each added in turn to a zero; then ``np.divide``), the same bits (but which NaN
-    a sum of two different NaNs gives), in one pass: blocks of ``out`` stay in cache while
-    every part is added."""
-    n = out.size
-    for b in range(0, n, 2048):
-        e = min(b + 2048, n)
-        o = out[b:e]
-        part = flat[start + b:start + e]
-        for j in range(e - b):
-            o[j] = part[j] + zero
-        for k in range(1, replicas):
-            at = start + (k // local) * stride + (k % local) * n
-            part = flat[at + b:at + e]
-            for j in range(e - b):
-                o[j] += part[j]
-        if mean:
-            for j in range(e - b):
-                o[j] /= count
-
-
-def softmax(x, out, axis):  # noqa: ANN001, ANN201
-    """``softmax`` along ``axis``; ``out`` may be ``x``."""
-    n = x.shape[axis]
-    inner = 1
-    for k in range(axis + 1, x.ndim):
-        inner *= x.shape[k]
-    xs, outs = x.reshape(-1), out.reshape(-1)
-    for base in range(0, xs.size, n * inner):
-        for k in range(base, base + inner):
-            top = xs[k]
-            for j in range(1, n):
-                top = max(top, xs[k + j * inner])
-            total = outs[k] = np.exp(xs[k] - top)
-            for j in range(1, n):
-                e = outs[k + j * inner] = np.exp(xs[k + j * inner] - top)
-                total += e
-            for j in range(n):
-                outs[k + j * inner] /= total
-
-
-def row_max(xr):  # noqa: ANN001, ANN201
-    """The largest element of the 1-D ``xr`` in eight running maxima (one running maximum
-    waits for each compare: 36 against 17 ms over 512 x 50257 float32). A row holding NaN
-    may give NaN or the largest other element; its softmax is NaN either way."""
-    n = xr.size
-    tail = n - n % 8
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = xr[0]
-    for j in range(0, tail, 8):
-        m0 = max(m0, xr[j])
-        m1 = max(m1, xr[j + 1])
-        m2 = max(m2, xr[j + 2])
-        m3 = max(m3, xr[j + 3])
-        m4 = max(m4, xr[j + 4])
-        m5 = max(m5, xr[j + 5])
-        m6 = max(m6, xr[j + 6])
-        m7 = max(m7, xr[j + 7])
-    top = max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
-    for j in range(tail, n):
-        top = max(top, xr[j])
-    return top
-
-
-def softmax_rows32(x, out):  # noqa: ANN001, ANN201
-    """``softmax`` of float32 along the last axis with ``exp32``, vectorised: 18 against 67 ms
-    for the C library's ``exp`` on 1024 x 8192 (numpy 51); 58 against 79 ms with ``row_max``
-    on GPT-2 small's logits (512 x 50257). Exponents below -87 give 0 (numpy: at most 1e-38);
-    each row's sum runs in eight partial sums (numpy: pairwise); ``out`` may be ``x``."""
-    n = x.shape[-1]
-    xs, outs = x.reshape(-1), out.reshape(-1)
-    tail = n - n % 8
-    zero = _ONE - _ONE
-    for base in range(0, xs.size, n):
-        xr, o = xs[base:base + n], outs[base:base + n]
-        top = row_max(xr)
-        for j in range(n):
-            d = xr[j] - top
-            o[j] = zero if d <= _EXP_LOW else exp32(d)  # NaN stays NaN
-        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
-        for j in range(0, tail, 8):
-            s0 += o[j]
-            s1 += o[j + 1]
-            s2 += o[j + 2]
-            s3 += o[j + 3]
-            s4 += o[j + 4]
-            s5 += o[j + 5]
-            s6 += o[j + 6]
-            s7 += o[j + 7]
-        total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-        for j in range(tail, n):
-            total += o[j]
-        for j in range(n):
-            o[j] /= total
-
-
-def row_stats(xr, tmp, plan, pending, eps, one, width):  # noqa: ANN001, ANN201
+def row_stats(xr, tmp, pending, eps, one, width):  # noqa: ANN001, ANN201
     """The mean of row ``xr`` and ``1 / sqrt(var + eps)`` (biased variance of the centred
     row), in the row's dtype (``one`` and ``width`` of that dtype): numpy's operations, its
-    sums pairwise (``pairwise.row_sum``, ``plan`` the row length's ``sum_plan``, ``pending``
-    its stack); ``tmp`` (a row of ``xr``'s size, not ``xr``) holds the squares."""
+    sums pairwise (``pairwise.row_sum``, ``pending`` its stack); ``tmp`` (a row of ``xr``'s
+    size, not ``xr``) holds the squares."""
     n = xr.size
-    mean = row_sum(xr, 0, plan, pending) / width
+    mean = row_sum(xr, 0, n, pending) / width
     for j in range(n):
         c = xr[j] - mean
         tmp[j] = c * c
-    return mean, one / np.sqrt(row_sum(tmp, 0, plan, pending) / width + eps)
+    return mean, one / np.sqrt(row_sum(tmp, 0, n, pending) / width + eps)
 
 
 def layer_norm(x, w, b, out, eps, one, width):  # noqa: ANN001, ANN201
@@ -336,10 +237,10 @@ def layer_norm(x, w, b, out, eps, one, width):  # noqa: ANN001, ANN201
     (``row_stats``), the numpy kernel's bits."""
     n = w.size
     xs, outs = x.reshape(-1), out.reshape(-1)
-    plan, pending = sum_plan(n), np.empty(STACK, outs.dtype)
+    pending = np.empty(STACK, outs.dtype)
     for base in range(0, xs.size, n):
         xr, o = xs[base:base + n], outs[base:base + n]
-        mean, invstd = row_stats(xr, o, plan, pending, eps, one, width)
+        mean, invstd = row_stats(xr, o, pending, eps, one, width)
         for j in range(n):
             o[j] = (xr[j] - mean) * invstd * w[j] + b[j]
 
@@ -348,26 +249,24 @@ def layer_norm_grad(dy, x, w, dx, dw, db, eps, one, width):  # noqa: ANN001, ANN
     """``layer_norm_grad`` row by row: with ``h = (x - mean) / std`` and ``g = dy w``,
     ``dx = (g - mean(g) - h mean(g h)) / std``, the means pairwise (``g`` and ``g h`` held in
     ``dx``'s row); ``dw`` and ``db`` sum ``dy h`` and ``dy`` over the rows, first row first
-    (as numpy reduces a C-ordered array over its leading axes): the numpy kernel's bits. Each
-    loop writes one array, so the compiler vectorises it (its overlap checks stay few)."""
+    (as numpy reduces a C-ordered array over its leading axes): the numpy kernel's bits."""
     n = w.size
     dys, xs, dxs = dy.reshape(-1), x.reshape(-1), dx.reshape(-1)
-    plan, pending = sum_plan(n), np.empty(STACK, dxs.dtype)
+    pending = np.empty(STACK, dxs.dtype)
     for j in range(n):
         dw[j] = db[j] = 0
     for base in range(0, xs.size, n):
         xr, dr, o = xs[base:base + n], dys[base:base + n], dxs[base:base + n]
-        mean, invstd = row_stats(xr, o, plan, pending, eps, one, width)
+        mean, invstd = row_stats(xr, o, pending, eps, one, width)
         for j in range(n):
-            dw[j] += dr[j] * ((xr[j] - mean) * invstd)
-        for j in range(n):
+            h = (xr[j] - mean) * invstd
+            dw[j] += dr[j] * h
             db[j] += dr[j]
-        for j in range(n):
             o[j] = dr[j] * w[j]
-        mg = row_sum(o, 0, plan, pending) / width
+        mg = row_sum(o, 0, n, pending) / width
         for j in range(n):
             o[j] = dr[j] * w[j] * ((xr[j] - mean) * invstd)
-        mgh = row_sum(o, 0, plan, pending) / width
+        mgh = row_sum(o, 0, n, pending) / width
         for j in range(n):
             h = (xr[j] - mean) * invstd
             o[j] = (dr[j] * w[j] - mg - h * mgh) * invstd

@@ -10,7 +10,7 @@ import numpy as np
 from xlgraph import dtypes
 from xlgraph.errors import DTypeError, ShapeError, whole_number
 from xlgraph.op import OpDef, Sample, apply, apply1, normalize_axes, register, same_spec
-from xlgraph.ops import loops, loss_loops
+from xlgraph.ops import loops, loss_loops, softmax_loops
 from xlgraph.ops.families import copied_out
 from xlgraph.ops.replicas import held_once, shift_axes
 from xlgraph.tensor import Constant, Tensor, TensorSpec
@@ -41,8 +41,8 @@ def _softmax_samples(rng: np.random.Generator) -> list[Sample]:
 def _softmax_loop(x: TensorSpec, axis: int) -> Any:
     """float32 along the last axis: the vectorised rows loop; else the general loop."""
     if axis == len(x.shape) - 1 and x.dtype is dtypes.float32 and x.shape[-1]:
-        return loops.float_only(x, loops.softmax_rows32)
-    return loops.float_only(x, loops.softmax, ints=(axis,))
+        return loops.float_only(x, softmax_loops.softmax_rows32)
+    return loops.float_only(x, softmax_loops.softmax, ints=(axis,))
 
 
 def _softmax_grad_loop(ins: list[TensorSpec], axis: int) -> Any:
@@ -273,11 +273,8 @@ def _nll_softmax(probs, labels, loss_grad, ignore_index, reduction):
 def _nll_softmax_loop(ins: list[TensorSpec], loss_grad: float, ignore_index: int | None,
                       reduction: str) -> Any:
     """The loop form without ``ignore_index``, for the mean and the sum."""
-    items = math.prod(ins[1].shape)
-    if ignore_index is not None or reduction == "none" or items == 0:
-        return None
-    count = items if reduction == "mean" else 1
-    return loops.float_only(ins[0], loops.nll_softmax, (loss_grad / count, count))
+    consts = softmax_loops.nll_scale(ins[1], loss_grad, ignore_index, reduction)
+    return None if consts is None else loops.float_only(ins[0], loops.nll_softmax, consts)
 
 
 def _nll_softmax_replicated(ctx: Any, probs, labels, loss_grad, ignore_index, reduction):
