@@ -162,6 +162,31 @@ def test_add_rows_gives_numpys_bits_in_place_or_not(backend, dtype: type) -> Non
             assert second.tobytes() == want.tobytes()
 
 
+def test_float32_gelu_loops_fuse_multiply_adds_within_the_tolerance(backend) -> None:  # noqa: ANN001
+    """The float32 GELU and its gradient compile with contracted multiply-adds (their loops
+    say so), and stay within the backend's tolerance of the numpy kernels over a wide range,
+    NaN and infinities included."""
+    import xlgraph as popxl
+    from xlgraph.core.op import REGISTRY
+    from xlgraph.ops import elementwise, loops
+
+    rng = np.random.default_rng(12)
+    x = (rng.normal(size=(64, 3072)) * 4).astype(np.float32)
+    x[0, :5] = (np.nan, np.inf, -np.inf, 0.0, -90.0)
+    dy = rng.normal(size=x.shape).astype(np.float32)
+    spec = popxl.TensorSpec(x.shape, popxl.float32)
+    with np.errstate(invalid="ignore"):  # inf * 0 in numpy's gradient
+        wants = elementwise._gelu(x), elementwise._gelu_grad(dy, x)
+    for name, arrays, want in (("gelu", (x,), wants[0]), ("gelu_grad", (dy, x), wants[1])):
+        fn, extra = REGISTRY[name].loop([spec] * len(arrays))
+        assert fn in (loops.gelu32, loops.gelu_grad32) and fn.contract
+        compiled = backend.jitted(fn)
+        assert compiled.targetoptions["fastmath"]
+        got = np.empty_like(x)
+        compiled(*arrays, got, *extra)
+        np.testing.assert_allclose(got, want, **TOLERANCE["float32"])
+
+
 def test_softmax_grad_rows_loop_matches_numpy(backend) -> None:  # noqa: ANN001
     from xlgraph.ops import loss_loops, nn
 

@@ -1,7 +1,8 @@
 """The ``numba`` backend: ops' loop forms compiled to machine code, cached on disk.
 
 Each loop form is compiled for the argument types a program needs (``nopython``, no fast-math,
-so float operations keep their IEEE order) and numba's on-disk cache keeps the machine code
+so float operations keep their IEEE order; ``loops.contracted`` ones may fuse a multiply and
+an add) and numba's on-disk cache keeps the machine code
 between processes: it is keyed by the loop form's source (file and function) and the argument
 types, so a later process loads instead of compiling. The cache lives where numba puts it
 (``__pycache__`` beside ``xlgraph/ops/loops.py``, or ``NUMBA_CACHE_DIR``).
@@ -104,8 +105,9 @@ class NumbaBackend:
 
                 numba_parallel.bind()
                 parallel = numba_parallel.threads_spin()
+            contract = {"contract"} if getattr(fn, "contract", False) else False
             found = self._jitted[fn] = numba.njit(cache=True, error_model="numpy",
-                                                  parallel=parallel)(fn)
+                                                  parallel=parallel, fastmath=contract)(fn)
         return found
 
     def kernel(self, loop: Callable[..., Any], ins: list[TensorSpec], outs: list[TensorSpec],
