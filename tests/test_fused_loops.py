@@ -97,9 +97,9 @@ def test_row_sum_is_numpys_pairwise_sum(backend, dtype: type) -> None:  # noqa: 
     @numba.njit
     def sums(x, out, pending):  # noqa: ANN001, ANN202
         n = x.shape[1]
-        flat = x.reshape(-1)
+        flat, plan = x.reshape(-1), pairwise.sum_plan(n)
         for r in range(x.shape[0]):
-            out[r] = pairwise.row_sum(flat, r * n, n, pending)
+            out[r] = pairwise.row_sum(flat, r * n, plan, pending)
 
     backend.jitted(loops.layer_norm)  # a loop's dispatcher: numba now knows the helpers
     rng = np.random.default_rng(9)

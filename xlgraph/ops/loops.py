@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.ops import loss_loops
-from xlgraph.ops.pairwise import STACK, row_sum
+from xlgraph.ops.pairwise import STACK, row_sum, sum_plan
 from xlgraph.tensor import TensorSpec
 
 # The compiled loops call the C library's ``exp`` once per element, while numpy's ``exp`` is
@@ -232,17 +232,17 @@ def sum_leading(x, out, outer):  # noqa: ANN001, ANN201
             outs[j] += row[j]
 
 
-def row_stats(xr, tmp, pending, eps, one, width):  # noqa: ANN001, ANN201
+def row_stats(xr, tmp, plan, pending, eps, one, width):  # noqa: ANN001, ANN201
     """The mean of row ``xr`` and ``1 / sqrt(var + eps)`` (biased variance of the centred
     row), in the row's dtype (``one`` and ``width`` of that dtype): numpy's operations, its
-    sums pairwise (``pairwise.row_sum``, ``pending`` its stack); ``tmp`` (a row of ``xr``'s
-    size, not ``xr``) holds the squares."""
+    sums pairwise (``pairwise.row_sum``, ``plan`` the row length's ``sum_plan``, ``pending``
+    its stack); ``tmp`` (a row of ``xr``'s size, not ``xr``) holds the squares."""
     n = xr.size
-    mean = row_sum(xr, 0, n, pending) / width
+    mean = row_sum(xr, 0, plan, pending) / width
     for j in range(n):
         c = xr[j] - mean
         tmp[j] = c * c
-    return mean, one / np.sqrt(row_sum(tmp, 0, n, pending) / width + eps)
+    return mean, one / np.sqrt(row_sum(tmp, 0, plan, pending) / width + eps)
 
 
 def layer_norm(x, w, b, out, eps, one, width):  # noqa: ANN001, ANN201
@@ -250,10 +250,10 @@ def layer_norm(x, w, b, out, eps, one, width):  # noqa: ANN001, ANN201
     (``row_stats``), the numpy kernel's bits."""
     n = w.size
     xs, outs = x.reshape(-1), out.reshape(-1)
-    pending = np.empty(STACK, outs.dtype)
+    plan, pending = sum_plan(n), np.empty(STACK, outs.dtype)
     for base in range(0, xs.size, n):
         xr, o = xs[base:base + n], outs[base:base + n]
-        mean, invstd = row_stats(xr, o, pending, eps, one, width)
+        mean, invstd = row_stats(xr, o, plan, pending, eps, one, width)
         for j in range(n):
             o[j] = (xr[j] - mean) * invstd * w[j] + b[j]
 
@@ -262,24 +262,26 @@ def layer_norm_grad(dy, x, w, dx, dw, db, eps, one, width):  # noqa: ANN001, ANN
     """``layer_norm_grad`` row by row: with ``h = (x - mean) / std`` and ``g = dy w``,
     ``dx = (g - mean(g) - h mean(g h)) / std``, the means pairwise (``g`` and ``g h`` held in
     ``dx``'s row); ``dw`` and ``db`` sum ``dy h`` and ``dy`` over the rows, first row first
-    (as numpy reduces a C-ordered array over its leading axes): the numpy kernel's bits."""
+    (as numpy reduces a C-ordered array over its leading axes): the numpy kernel's bits. Each
+    loop writes one array, so the compiler vectorises it (its overlap checks stay few)."""
     n = w.size
     dys, xs, dxs = dy.reshape(-1), x.reshape(-1), dx.reshape(-1)
-    pending = np.empty(STACK, dxs.dtype)
+    plan, pending = sum_plan(n), np.empty(STACK, dxs.dtype)
     for j in range(n):
         dw[j] = db[j] = 0
     for base in range(0, xs.size, n):
         xr, dr, o = xs[base:base + n], dys[base:base + n], dxs[base:base + n]
-        mean, invstd = row_stats(xr, o, pending, eps, one, width)
+        mean, invstd = row_stats(xr, o, plan, pending, eps, one, width)
         for j in range(n):
-            h = (xr[j] - mean) * invstd
-            dw[j] += dr[j] * h
+            dw[j] += dr[j] * ((xr[j] - mean) * invstd)
+        for j in range(n):
             db[j] += dr[j]
+        for j in range(n):
             o[j] = dr[j] * w[j]
-        mg = row_sum(o, 0, n, pending) / width
+        mg = row_sum(o, 0, plan, pending) / width
         for j in range(n):
             o[j] = dr[j] * w[j] * ((xr[j] - mean) * invstd)
-        mgh = row_sum(o, 0, n, pending) / width
+        mgh = row_sum(o, 0, plan, pending) / width
         for j in range(n):
             h = (xr[j] - mean) * invstd
             o[j] = (dr[j] * w[j] - mg - h * mgh) * invstd

@@ -43,9 +43,9 @@ def _register_helpers() -> None:
     """Teach numba the loops' helpers (once per process, before the first compile):
     ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32``, ``row_stats``,
     ``softmax_loops``' ``row_max``, ``run_sum16`` and ``exp_shifted``,
-    ``adam_loops.corrections`` and ``pairwise``'s sums as themselves, ``xlgraph.ops.blas.gemm``
-    as a call of numpy's BLAS (``numba_blas``); and install the compiled float16 conversions
-    (``numba_half``)."""
+    ``adam_loops.corrections`` and ``pairwise``'s sums as themselves (its ``lane_sum`` as
+    vector code, ``numba_lanes``), ``xlgraph.ops.blas.gemm`` as a call of numpy's BLAS
+    (``numba_blas``); and install the compiled float16 conversions (``numba_half``)."""
     from llvmlite import ir
     from numba.extending import intrinsic, overload
 
@@ -64,16 +64,21 @@ def _register_helpers() -> None:
 
     overload(loops.scale_pow2)(lambda p, n: lambda p, n: _scale_pow2(p, n))
     overload(loops.exp32)(lambda t: loops.exp32)
-    overload(loops.row_stats)(lambda xr, tmp, pending, eps, one, width: loops.row_stats)
+    overload(loops.row_stats)(lambda xr, tmp, plan, pending, eps, one, width: loops.row_stats)
     overload(pairwise.run_sum)(lambda a, s, n: pairwise.run_sum)
     overload(pairwise.half_run)(lambda n: pairwise.half_run)
-    overload(pairwise.row_sum)(lambda a, s, n, pending: pairwise.row_sum)
+    overload(pairwise.row_sum)(lambda a, s, plan, pending: pairwise.row_sum)
+    overload(pairwise.sum_plan)(lambda n: pairwise.sum_plan)
     overload(softmax_loops.row_max)(lambda xr: softmax_loops.row_max)
     overload(softmax_loops.run_sum16)(lambda a: softmax_loops.run_sum16)
     overload(softmax_loops.exp_shifted)(lambda xr, o, top: softmax_loops.exp_shifted)
     overload(adam_loops.corrections, inline="always")(
         lambda out, step, b1, b2, eps: adam_loops.corrections)
-    from xlgraph.lower.backends import numba_blas, numba_half  # noqa: F401 - numba_blas: gemm
+    from xlgraph.lower.backends import (  # noqa: F401 - numba_blas: gemm; numba_lanes: lane_sum
+        numba_blas,
+        numba_half,
+        numba_lanes,
+    )
 
     numba_half.install()  # float16 <-> float32 conversions for the float32-register ops
 
