@@ -122,9 +122,9 @@ def test_an_instance_that_vanishes_ends_the_job(mpi, tmp_path):
 MISMATCH = ROOT / "tests" / "programs" / "dist_mismatch.py"
 
 
-def _mismatch(mode: str) -> subprocess.CompletedProcess:
+def _mismatch(mode: str, *more: str) -> subprocess.CompletedProcess:
     return _run([*console_script(), "--num-instances", "2", "--num-replicas", "2",
-                 sys.executable, str(MISMATCH), mode])
+                 sys.executable, str(MISMATCH), mode, *more])
 
 
 @pytest.mark.parametrize("mode, mine, theirs", [
@@ -132,12 +132,16 @@ def _mismatch(mode: str) -> subprocess.CompletedProcess:
     ("dtype", "all-reduce add of float32[4]", "all-reduce add of int32[4]"),
     ("shape", "all-reduce add of float32[4]", "all-reduce add of float32[3]"),
     ("sequence", "finish (the program ended)", "all-reduce add of float32[4]"),
+    # data that travels after its header, which the progress thread begins once the headers
+    # agree: the header swap does not block, and a disagreement still combines nothing
+    ("shape big", "all-reduce add of float32[1024]", "all-reduce add of float32[1023]"),
+    ("sequence big", "finish (the program ended)", "all-reduce add of float32[1024]"),
 ])
 def test_collectives_that_disagree_raise_in_every_instance(mpi, mode, mine, theirs):
     """Before the headers, the dtype and op cases combined garbage and exited 0."""
-    done = _mismatch(mode)
+    done = _mismatch(*mode.split())
     assert done.returncode != 0
-    seq = 2 if mode == "sequence" else 1
+    seq = 2 if mode.startswith("sequence") else 1
     for rank, (a, b) in ((0, (mine, theirs)), (1, (theirs, mine))):
         assert (f"instance {rank}: the instances disagree on collective #{seq}: this instance "
                 f"runs '#{seq}: {a}', instance {1 - rank} runs '#{seq}: {b}'") in done.stderr
@@ -201,3 +205,44 @@ def test_the_popxl_runner_provides_popdist(tmp_path):
     done = _run([sys.executable, "-m", "xlgraph.popxl_compat", str(script)])
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "xlgraph.dist"]
+
+
+class _Request:
+    """A stand-in for an MPI request: complete once ``done``."""
+
+    def __init__(self, done: bool = False) -> None:
+        self.done = done
+
+    def Test(self) -> bool:  # noqa: N802 - MPI's name
+        return self.done
+
+
+def test_exchanges_behind_a_header_swap_begin_in_order_once_it_agrees():
+    """The progress thread begins a bucket's data only after its header swap has completed
+    and agreed, and every later bucket after it (MPI needs one order in every instance); a
+    disagreement ends that bucket and the later ones, and begins none of them."""
+    from xlgraph.dist.exchange import _Progress
+    from xlgraph.errors import DistributedError
+
+    progress, issued = _Progress(), []
+
+    def issue(name: str):
+        return lambda: issued.append(name) or _Request(done=True)
+
+    gate = _Request()
+    first = progress.launch(issue("first"), gate, check=lambda: None)
+    second = progress.launch(issue("second"))
+    assert not second.done.wait(0.05) and issued == []
+    gate.done = True
+    assert first.done.wait(5) and second.done.wait(5) and issued == ["first", "second"]
+    assert first.error is None and second.error is None
+
+    def disagree() -> None:
+        raise DistributedError("the instances disagree")
+
+    third = progress.launch(issue("third"), _Request(done=True), check=disagree)
+    fourth = progress.launch(issue("fourth"))
+    assert third.done.wait(5) and fourth.done.wait(5) and issued == ["first", "second"]
+    assert str(third.error) == str(fourth.error) == "the instances disagree"
+    fifth = progress.launch(issue("fifth"))  # nothing queued: begins at once
+    assert issued[-1] == "fifth" and fifth.done.wait(5) and fifth.error is None

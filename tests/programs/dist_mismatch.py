@@ -3,7 +3,8 @@
 ``MODE`` makes instance 1 differ from instance 0: ``shape``, ``dtype`` or ``op`` of its
 all-reduce, ``sequence`` (one more run than instance 0), ``late`` (raises after instance 0 has
 finished), ``late-hard`` (vanishes after instance 0 has finished), or ``same`` (no difference).
-Each instance prints its results; a failing one prints its error to stderr.
+The all-reduce is of 4 elements, or with ``big`` after the mode 1024 (too many to travel with
+the header). Each instance prints its results; a failing one prints its error to stderr.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ if mode == "early" and os.environ.get("PMI_RANK") == "1":
     raise RuntimeError("instance 1 fails before it starts MPI")
 ir = xlgraph.Ir(replication="popdist")
 odd = ir.instance_index == 1
-shape = (3,) if mode == "shape" and odd else (4,)
+n = 1024 if sys.argv[2:] == ["big"] else 4
+shape = (n - 1,) if mode == "shape" and odd else (n,)
 dtype = xlgraph.int32 if mode == "dtype" and odd else xlgraph.float32
 op = "mean" if mode == "op" and odd else "add"
 with ir.main_graph:

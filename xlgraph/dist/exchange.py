@@ -19,6 +19,8 @@ Buckets (``start``, used by ``xlgraph.lower.buckets``) swap many collectives' da
 exchange, begun while the program computes on: the header agreement comes first (one record,
 describing every collective of the bucketed program), then the data travels on a communicator
 of its own, where a progress thread (when MPI allows threads) drives it while the program runs.
+With that thread the header swap does not block either: the thread begins the data once the
+headers agree, and a disagreement is raised where the program waits for the data.
 
 Waits poll with a deadline (``XLGRAPH_DIST_TIMEOUT`` seconds, default 60) and watch for failure
 notices: an instance that dies of a Python exception tells the others, which stop at once with
@@ -31,6 +33,7 @@ notices every ``NOTICE_SECONDS``.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import sys
 import threading
@@ -131,23 +134,34 @@ class MpiExchange:
         self._wait(request, described)
         return out
 
-    def _agree(self, described: str, inline: np.ndarray | None = None) -> np.ndarray:
-        """Swap records (header, then ``inline`` data); raise in this instance when any other
-        instance's header differs. Returns every instance's record."""
+    def _record(self, described: str, inline: np.ndarray | None = None,
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """This instance's record (the header, then ``inline`` data) and the buffer for every
+        instance's."""
         mine = np.zeros(RECORD_BYTES, np.uint8)
-        header = mine[:HEADER_BYTES]
-        header[:] = _header(self.sequence, described)
+        mine[:HEADER_BYTES] = _header(self.sequence, described)
         if inline is not None:
             mine[HEADER_BYTES:HEADER_BYTES + inline.size] = inline
-        records = np.empty((self.size, RECORD_BYTES), np.uint8)
-        self._wait(self.comm.Iallgather(mine, records), described)
+        return mine, np.empty((self.size, RECORD_BYTES), np.uint8)
+
+    def _compare(self, records: np.ndarray, sequence: int) -> None:
+        """Raise in this instance when any other instance's header in ``records`` differs from
+        its own (collective number ``sequence``)."""
+        header = records[self.rank, :HEADER_BYTES]
         for other in range(self.size):
             if not np.array_equal(records[other, :HEADER_BYTES], header):
                 raise DistributedError(
                     f"instance {self.rank}: the instances disagree on collective "
-                    f"#{self.sequence}: this instance runs {_text(header)!r}, instance {other} "
+                    f"#{sequence}: this instance runs {_text(header)!r}, instance {other} "
                     f"runs {_text(records[other, :HEADER_BYTES])!r}; every instance must run the "
                     f"same program on data of the same shapes, so nothing was combined")
+
+    def _agree(self, described: str, inline: np.ndarray | None = None) -> np.ndarray:
+        """Swap records (header, then ``inline`` data); raise in this instance when any other
+        instance's header differs. Returns every instance's record."""
+        mine, records = self._record(described, inline)
+        self._wait(self.comm.Iallgather(mine, records), described)
+        self._compare(records, self.sequence)
         return records
 
     def finish(self) -> None:
@@ -160,28 +174,41 @@ class MpiExchange:
               agree: str | None = None) -> Callable[[], np.ndarray]:
         """Begin an all-gather of ``local`` (bytes, the same count in every instance) into
         ``out``, ``(instances, bytes)``; returns the function that waits for it and returns
-        ``out``. ``agree``: first swap a header with that text (blocking), as every collective
-        does; without it the call relies on an earlier agreement on the whole program. ``what``
-        names the exchange in errors."""
+        ``out``. ``local`` may be ``out[rank]`` itself (MPI then sends it in place). ``agree``:
+        first swap a header with that text, as every collective does (with the progress thread,
+        without blocking: the data, and every later bucket's, begins once the headers agree;
+        a disagreement is raised by the wait); without it the call relies on an earlier
+        agreement on the whole program. ``what`` names the exchange in errors."""
+        gate = check = None
         if agree is not None:
             self.sequence += 1
             small = local.size <= INLINE_BYTES
-            records = self._agree(agree, local if small else None)
-            if small:
-                out[:] = records[:, HEADER_BYTES:HEADER_BYTES + local.size]
-                return lambda: out
+            if small or self._progress is None:
+                records = self._agree(agree, local if small else None)
+                if small:
+                    out[:] = records[:, HEADER_BYTES:HEADER_BYTES + local.size]
+                    return lambda: out
+            else:
+                mine, records = self._record(agree)
+                gate = self.comm.Iallgather(mine, records)
+                check = functools.partial(self._compare, records, self.sequence)
         if self._buckets is None:  # made by every instance at its first bucket
             self._buckets, made = self.comm.Idup()
             self._wait(made, f"{what} (its communicator)")
-        request = self._buckets.Iallgather(local, out)
+        send = self._mpi.IN_PLACE if np.may_share_memory(local, out) else local
+
+        def issue() -> Any:
+            return self._buckets.Iallgather(send, out)
+
         if self._progress is None:
+            request = issue()
 
             def wait() -> np.ndarray:
                 self._wait(request, what)
                 return out
 
             return wait
-        pending = self._progress.watch(request)
+        pending = self._progress.launch(issue, gate, check)
 
         def wait_threaded() -> np.ndarray:
             deadline = time.monotonic() + self.timeout
@@ -189,6 +216,8 @@ class MpiExchange:
                 self._raise_on_notice(what)
                 if time.monotonic() > deadline:
                     raise self._late(what)
+            if isinstance(pending.error, DistributedError):  # the headers disagree
+                raise pending.error
             if pending.error is not None:
                 raise DistributedError(f"instance {self.rank}: the {what} failed in MPI: "
                                        f"{pending.error}") from pending.error
@@ -268,10 +297,10 @@ class MpiExchange:
 
 class _Pending:
     """An exchange the progress thread drives: ``done`` is set when it has ended (``error``:
-    the exception MPI raised, if any)."""
+    the exception MPI raised, or the headers' disagreement, if any)."""
 
-    def __init__(self, request: Any) -> None:
-        self.request = request
+    def __init__(self) -> None:
+        self.request: Any = None
         self.done = threading.Event()
         self.error: BaseException | None = None
 
@@ -279,17 +308,29 @@ class _Pending:
 class _Progress:
     """A daemon thread that polls the exchanges in flight, so that MPI moves their data while
     the program computes (MPICH progresses a non-blocking collective only inside MPI calls; a
-    blocking wait would spin a core)."""
+    blocking wait would spin a core). It also begins the exchanges that wait for a header
+    swap (``launch``), in the order they were launched, once the headers agree."""
 
     def __init__(self) -> None:
         self._work: list[_Pending] = []
+        self._queue: list[tuple[_Pending, Any, Callable[[], None] | None,
+                                Callable[[], Any]]] = []  # launches waiting for their gate
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def watch(self, request: Any) -> _Pending:
-        pending = _Pending(request)
+    def launch(self, issue: Callable[[], Any], gate: Any = None,
+               check: Callable[[], None] | None = None) -> _Pending:
+        """The exchange that ``issue()`` begins (it returns the MPI request): at once, or,
+        after ``gate`` (an MPI request) has completed and ``check()`` has not raised, and after
+        every earlier launch has begun; one that cannot begin ends with that error (as does
+        every launch after it)."""
+        pending = _Pending()
         with self._ready:
-            self._work.append(pending)
+            if gate is None and not self._queue:
+                pending.request = issue()
+                self._work.append(pending)
+            else:
+                self._queue.append((pending, gate, check, issue))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="xlgraph-dist-progress",
                                                 daemon=True)
@@ -297,13 +338,33 @@ class _Progress:
             self._ready.notify()
         return pending
 
+    def _begin(self) -> None:
+        """Begin the queued launches whose gates have completed, in order (holding the lock)."""
+        while self._queue:
+            pending, gate, check, issue = self._queue[0]
+            try:
+                if gate is not None and not gate.Test():
+                    return
+                if check is not None:
+                    check()
+                pending.request = issue()
+            except Exception as exc:  # noqa: BLE001 - ends this launch and every later one
+                for later, *_ in self._queue:
+                    later.error = exc
+                    later.done.set()
+                self._queue.clear()
+                return
+            self._queue.pop(0)
+            self._work.append(pending)
+
     def _run(self) -> None:
         pause = MIN_PAUSE
         while True:
             with self._ready:
-                while not self._work:
+                while not self._work and not self._queue:
                     self._ready.wait()
                     pause = MIN_PAUSE
+                self._begin()
                 work = list(self._work)
             ended = []
             for pending in work:

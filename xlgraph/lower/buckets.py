@@ -11,14 +11,18 @@ backward pass. ``bucket_all_reduces`` rewrites each straight-line body of the pl
   and before the inputs of the last step that makes any (the end of a backward pass, such as a
   tied embedding's gradient), which travel in a bucket of their own;
 - after the step that completes a bucket, a ``all_reduce_bucket`` step copies the bucket's
-  inputs into one buffer and begins one exchange of it (``MpiExchange.start``); the first
-  bucket of a body first checks that every instance runs the same all-reduces, with one header
-  naming them all (one header per run instead of one per all-reduce);
+  inputs into this instance's row of one buffer and begins one exchange of it, in place
+  (``MpiExchange.start``); the first bucket of a body first checks that every instance runs
+  the same all-reduces, with one header naming them all (one header per run instead of one
+  per all-reduce), without blocking where the exchange has its progress thread;
 - each all-reduce waits for its bucket where it was, except those of the last bucket: they,
   and the steps after them that depend on them, move after the steps that do not (the
   updates of the gradients exchanged earlier run while the last bucket travels); each then
   reduces every instance's part with the same code as before, on the same values: the
-  results are the unbucketed all-reduce's, bit for bit.
+  results are the unbucketed all-reduce's, bit for bit. With the numba backend a float sum
+  or mean is one compiled pass over the buffer instead (``ops.loops.replica_sum``): the
+  same bits, except which NaN a sum of two different NaNs gives, which IEEE leaves open
+  (numpy's own loops choose by the element's position).
 
 The exchange proceeds (a progress thread of ``xlgraph.dist``) while the steps in between run.
 """
@@ -36,6 +40,7 @@ from xlgraph.cost import nbytes
 from xlgraph.lower.program import AliasSets, Program, Step, walk
 from xlgraph.lower.replica_forms import one_replica_defn, replica_defn
 from xlgraph.op import OpDef
+from xlgraph.ops import loops
 from xlgraph.ops.replicas import ReplicaContext
 from xlgraph.tensor import TensorSpec
 
@@ -44,22 +49,25 @@ __all__ = ["BUCKET_MB", "FIRST_BUCKET_BYTES", "bucket_bytes", "bucketer", "Bucke
 BUCKET_MB = "XLGRAPH_BUCKET_MB"  # the bucket size in MiB; 0 turns bucketing off
 DEFAULT_MB = 25
 FIRST_BUCKET_BYTES = 1 << 20
+_LOOP_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # summed by a compiled loop
 _ALIGN = 64  # each input starts at a multiple of this many bytes in the bucket
 
 
 class Bucket:
-    """The buffers and the exchange in flight of one bucket: ``start`` packs the inputs and
-    begins the exchange; ``gathered(i)`` waits for it and returns every instance's part of
-    input ``i``, ``(replicas, ...)``, as ``ReplicaContext.gather`` would."""
+    """The buffer and the exchange in flight of one bucket: ``start`` packs the inputs into
+    this instance's row of the buffer (instance ``index``) and begins the exchange;
+    ``gathered(i)`` waits for it and returns every instance's part of input ``i``,
+    ``(replicas, ...)``, as ``ReplicaContext.gather`` would."""
 
-    def __init__(self, exchange: Any, instances: int, inputs: list[TensorSpec], what: str,
-                 agree: str | None) -> None:
+    def __init__(self, exchange: Any, instances: int, index: int, inputs: list[TensorSpec],
+                 what: str, agree: str | None) -> None:
         self.exchange, self.what, self.agree = exchange, what, agree
         ends = np.cumsum([0, *(-(-nbytes(s) // _ALIGN) * _ALIGN for s in inputs)])
-        self.send = np.zeros(int(ends[-1]), np.uint8)
-        self.recv = np.empty((instances, self.send.size), np.uint8)
-        self.packed = [self._part(self.send, s, int(at)) for s, at in zip(inputs, ends)]
+        self.recv = np.zeros((instances, int(ends[-1])), np.uint8)
+        self.mine = self.recv[index]
+        self.packed = [self._part(self.mine, s, int(at)) for s, at in zip(inputs, ends)]
         self.parts = [self._part(self.recv, s, int(at)) for s, at in zip(inputs, ends)]
+        self.starts = [int(at) for at in ends[:-1]]
         self.wait: Callable[[], np.ndarray] | None = None
 
     @staticmethod
@@ -75,7 +83,7 @@ class Bucket:
             self.wait()
         for part, a in zip(self.packed, arrays):
             np.copyto(part, a)
-        self.wait = self.exchange.start(self.send, self.recv, self.what, self.agree)
+        self.wait = self.exchange.start(self.mine, self.recv, self.what, self.agree)
 
     def gathered(self, i: int) -> np.ndarray:
         if self.wait is not None:
@@ -83,6 +91,15 @@ class Bucket:
             self.wait = None
         part = self.parts[i]
         return part.reshape(part.shape[0] * part.shape[1], *part.shape[2:])
+
+    def sum_into(self, i: int, out: np.ndarray, mean: bool, loop: Callable[..., None]) -> None:
+        """Wait, then write the sum (``mean``: the mean) of every replica's part of input
+        ``i`` into ``out`` (C-contiguous) with ``loop``, ``ops.loops.replica_sum`` compiled."""
+        everyone = self.gathered(i)
+        size = out.dtype.itemsize
+        loop(self.recv.reshape(-1).view(out.dtype), out.reshape(-1), self.starts[i] // size,
+             self.recv.shape[1] // size, self.parts[i].shape[1], len(everyone),
+             out.dtype.type(0), out.dtype.type(len(everyone)), mean)
 
 
 @dataclasses.dataclass
@@ -110,23 +127,26 @@ def bucket_bytes() -> int:
 
 
 def bucketer(program: Program, ctx: ReplicaContext | None, varying: set[int],
-             cap: int | None = None, axis: bool = True,
+             cap: int | None = None, axis: bool = True, backend: Any = None,
              ) -> Callable[[list[Step]], list[Step]] | None:
     """The rewrite of one body of ``program`` (see the module), or None where nothing is
     bucketed (one instance, or a cap of 0); ``cap`` in bytes (default: ``XLGRAPH_BUCKET_MB``).
     ``axis``: whether the ``varying`` slots carry the replica axis (not in the plan of an
     instance of one replica, ``replicas.one_replica``). Loop and branch bodies inside a body
-    are rewritten with it."""
+    are rewritten with it. With the numba ``backend``, a float sum or mean of a bucket's parts
+    runs compiled (``ops.loops.replica_sum``: one pass, the same bits)."""
     if ctx is None or ctx.exchange is None or not hasattr(ctx.exchange, "start"):
         return None
     cap = bucket_bytes() if cap is None else cap
-    return _Rewrite(program, ctx, varying, cap, axis).body if cap > 0 else None
+    jitted = getattr(backend, "jitted", None)
+    return _Rewrite(program, ctx, varying, cap, axis, jitted).body if cap > 0 else None
 
 
 class _Rewrite:
     def __init__(self, program: Program, ctx: ReplicaContext, varying: set[int],
-                 cap: int, axis: bool) -> None:
+                 cap: int, axis: bool, jitted: Callable[..., Any] | None) -> None:
         self.ctx, self.varying, self.cap, self.axis = ctx, varying, cap, axis
+        self.jitted = jitted
         self.specs = program.specs
         bodies = [program.steps, *(fn.steps for fn in program.functions)]
         self.root = AliasSets(s for body in bodies for s in walk(body)).root
@@ -177,6 +197,7 @@ class _Rewrite:
         starts: dict[int, list[Step]] = {}
         for k, b in enumerate(buckets):  # in the order they begin (inputs ready)
             bucket = Bucket(self.ctx.exchange, self.ctx.total // self.ctx.local,
+                            self.ctx.offset // self.ctx.local,
                             [self.local(steps[j].ins[0]) for j in b],
                             f"all-reduce bucket {k + 1} of {len(buckets)}",
                             agree if k == 0 else None)
@@ -255,19 +276,27 @@ class _Rewrite:
         if (s.op.defn.inplace_of is not None or varies
                 or s.attrs["op"] not in ("add", "mean") or one.dtype.as_numpy().kind != "f"):
             return defn
-        return defn.derived(kernel_out=_sum_into(member))
+        return defn.derived(kernel_out=_sum_into(member, self.jitted))
 
 
-def _sum_into(member: _Member) -> Callable[..., np.ndarray]:
+def _sum_into(member: _Member, jitted: Callable[..., Any] | None = None,
+              ) -> Callable[..., np.ndarray]:
     """``kernel_out`` of a sum or mean all-reduce of every replica: what ``ops.collectives``
     computes (``np.add.reduce`` over the replicas, then the division by their number) into
     ``out``, the same bits: numpy's reduction over a leading axis adds each replica's value in
     turn to a zero (so -0.0 + -0.0 gives 0.0), as these whole-array additions do, and they are
-    faster than the reduction over strided parts of a bucket. A part of one element is the
-    exception: the replicas are then numpy's inner loop, which it sums pairwise (from 8 on), so
-    that reduction itself writes ``out``."""
+    faster than the reduction over strided parts of a bucket. With ``jitted`` (the numba
+    backend's compiler) float32 and float64 parts are added in one compiled pass
+    (``ops.loops.replica_sum``, the same bits but which of two different NaNs a sum gives)
+    instead of one pass per replica and one for the division. A
+    part of one element is the exception: the replicas are then numpy's inner loop, which it
+    sums pairwise (from 8 on), so that reduction itself writes ``out``."""
 
     def kernel_out(x: np.ndarray, out: np.ndarray, op: str, group: Any) -> np.ndarray:
+        if (jitted is not None and out.size > 1 and out.dtype in _LOOP_DTYPES
+                and out.flags.c_contiguous):
+            member.bucket.sum_into(member.index, out, op == "mean", jitted(loops.replica_sum))
+            return out
         everyone = member.bucket.gathered(member.index)
         if everyone[0].size == 1:
             np.add.reduce(everyone, 0, out=out)

@@ -125,7 +125,7 @@ class CompiledExecutable:
         plans: dict[Program | Function, Plan] = {}
         program.steps = optimise(program.steps, program, [])
         program.functions = _used_functions(program)
-        bucket = bucketer(program, ctx, varying, axis=axis)
+        bucket = bucketer(program, ctx, varying, axis=axis, backend=backend)
         if bucket is not None:
             program.steps = bucket(program.steps)
         check_compiled_loops({"the main graph": program.steps,

@@ -232,6 +232,31 @@ def sum_leading(x, out, outer):  # noqa: ANN001, ANN201
             outs[j] += row[j]
 
 
+def replica_sum(flat, out, start, stride, local, replicas, zero, count, mean):  # noqa: ANN001, ANN201
+    """``out`` = the sum of ``replicas`` parts of ``flat``, each ``out.size`` elements: part
+    ``k`` starts at ``start + (k // local) * stride + (k % local) * out.size`` (an all-reduce's
+    parts in a bucket's buffer, ``xlgraph.lower.buckets``), then divided by ``count`` if
+    ``mean``. As ``ops.collectives`` reduces the gathered parts (``np.add.reduce`` over the
+    replicas, each added in turn to a zero; then ``np.divide``), the same bits (but which NaN
+    a sum of two different NaNs gives), in one pass: blocks of ``out`` stay in cache while
+    every part is added."""
+    n = out.size
+    for b in range(0, n, 2048):
+        e = min(b + 2048, n)
+        o = out[b:e]
+        part = flat[start + b:start + e]
+        for j in range(e - b):
+            o[j] = part[j] + zero
+        for k in range(1, replicas):
+            at = start + (k // local) * stride + (k % local) * n
+            part = flat[at + b:at + e]
+            for j in range(e - b):
+                o[j] += part[j]
+        if mean:
+            for j in range(e - b):
+                o[j] /= count
+
+
 def row_stats(xr, tmp, plan, pending, eps, one, width):  # noqa: ANN001, ANN201
     """The mean of row ``xr`` and ``1 / sqrt(var + eps)`` (biased variance of the centred
     row), in the row's dtype (``one`` and ``width`` of that dtype): numpy's operations, its
