@@ -272,8 +272,8 @@ def test_the_decoder_step_runs_the_loop_forms() -> None:
     ir, _, _, _ = gm.build_train(gm.TINY, 2)
     src = popxl.Session(ir, backend="numba", compile_in_background=False,
                         fuse_steps=False).source
-    for op in ("layer_norm", "layer_norm_grad", "softmax", "softmax_grad", "gather_grad_add",
-               "adam_step"):
+    for op in ("layer_norm", "layer_norm_grad", "scaled_softmax", "softmax_nll", "softmax_grad",
+               "gather_grad_add", "adam_step"):
         assert f"j_{op}(" in src, op
     for op in ("layer_norm", "layer_norm_grad", "softmax", "softmax_grad", "gather_grad",
                "adam_updater", "accumulate_moving_average_", "accumulate_moving_average_square_"):

@@ -6,8 +6,10 @@ weight, the step count and the factors (``j_adam_step(...)``, its comment naming
 ops), writing the moments and the weight (or their spare arrays) as those steps would. The
 step count's ``add_`` keeps its line, before that call. A chain whose loop the backend does
 not compile runs as four steps, as any other. An embedding pair (``embedding_pairs.py``) runs
-likewise at its ``add``, as one call of ``embedding_loops.gather_grad_add``, and a softmax loss
-(``softmax_losses.py``) at its loss, as one call of ``softmax_loops.softmax_nll``.
+likewise at its ``add``, as one call of ``embedding_loops.gather_grad_add``, a softmax loss
+(``softmax_losses.py``) at its loss, as one call of ``softmax_loops.softmax_nll``, and a scaled,
+masked softmax (``scaled_softmax.py``) at its softmax, as one call of
+``softmax_loops.scaled_masked_softmax32``.
 """
 
 from __future__ import annotations
@@ -17,20 +19,20 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.lower import adam_chains, annotate, embedding_pairs, softmax_losses
+from xlgraph.lower import adam_chains, annotate, embedding_pairs, scaled_softmax, softmax_losses
 from xlgraph.lower.codegen_statements import Statements
 from xlgraph.lower.program import Step
 from xlgraph.ops.adam_loops import adam_step_loop
 from xlgraph.ops.embedding_loops import gather_grad_add_loop
 from xlgraph.ops.half import as_bits
-from xlgraph.ops.softmax_loops import softmax_nll_loop
+from xlgraph.ops.softmax_loops import scaled_masked_softmax_loop, softmax_nll_loop
 
 __all__ = ["Chains"]
 
 
 class Chains(Statements):
-    """``Statements`` plus the Adam chains, embedding pairs and softmax losses of each
-    body."""
+    """``Statements`` plus the Adam chains, embedding pairs, softmax losses and scaled
+    softmaxes of each body."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -41,6 +43,8 @@ class Chains(Statements):
         self.pair_loops: dict[embedding_pairs.Pair, tuple[Any, tuple, list[str]]] = {}
         self.losses: dict[Step, softmax_losses.SoftmaxLoss] = {}
         self.loss_loops: dict[softmax_losses.SoftmaxLoss, tuple[Any, tuple, str]] = {}
+        self.scaled: dict[Step, scaled_softmax.ScaledSoftmax] = {}
+        self.scaled_loops: dict[scaled_softmax.ScaledSoftmax, tuple[Any, tuple, list[str]]] = {}
 
     def body_chains(self, steps: list[Step]) -> None:
         """Find the chains of ``steps``, a body written with ``self.plan``."""
@@ -49,6 +53,8 @@ class Chains(Statements):
             self.pairs.update(embedding_pairs.find(steps, self.plan, self.dense_loop_ready,
                                                    self.program.specs))
             self.losses.update(softmax_losses.find(steps, self.plan, self.dense_loop_ready))
+            self.scaled.update(scaled_softmax.find(steps, self.plan, self.program.specs,
+                                                   self.dense_loop_ready))
 
     def dense_loop_ready(self, s: Step) -> bool:
         return (s in self.plan.use_out and getattr(s.defn.kernel, "per_replica", None) is None
@@ -62,8 +68,10 @@ class Chains(Statements):
         chain, pair = self.chains.get(s), self.pairs.get(s)
         if chain is not None and self.chain_step(s, chain, indent):
             return
-        loss = self.losses.get(s)
+        loss, scaled = self.losses.get(s), self.scaled.get(s)
         if loss is not None and self.loss_step(s, loss, indent):
+            return
+        if scaled is not None and self.scaled_step(s, scaled, indent):
             return
         if pair is None or not self.pair_step(s, pair, indent):
             super().statement(s, indent)
@@ -117,6 +125,34 @@ class Chains(Statements):
                        plain=all(a.isidentifier() for a in arrays), note=note, raises=True)
         for o, name in zip(s.outs, outs):
             self.set_name(o, name, indent)
+        return True
+
+    def scaled_step(self, s: Step, triple: scaled_softmax.ScaledSoftmax, indent: int) -> bool:
+        """At the ``mul``, compile the triple's loop and hold the scores' and the scale's
+        names; at the ``add``, the mask's; at the softmax, write its call. False where the
+        backend does not compile it."""
+        if s is triple.mul:
+            specs = self.program.specs
+            found = self.backend.kernel(
+                scaled_masked_softmax_loop, [specs[x] for x in (*s.ins, triple.add.ins[1])],
+                [specs[triple.softmax.outs[0]]], triple.softmax.attrs)
+            if found is None:
+                for x in (s, triple.add, triple.softmax):
+                    del self.scaled[x]
+                return False
+            self.scaled_loops[triple] = (*found, [self.arg(s, 0), self.arg(s, 1)])
+        elif s is triple.add:
+            self.scaled_loops[triple][2].append(self.arg(s, 1))
+        if s is not triple.softmax:
+            self.set_name(s.outs[0], f"b{self.plan.buffer_of[s.outs[0]]}", indent)  # unread
+            return True
+        fn, extra, arrays = self.scaled_loops.pop(triple)
+        arrays = [*arrays, *self.loop_outs(s)]
+        note = " | ".join(annotate.op_comment(x.op) for x in (triple.mul, triple.add, s))
+        self.loops += 3
+        self.loop_call("scaled_softmax", (fn, extra), arrays, s.op, indent,
+                       plain=all(a.isidentifier() for a in arrays), note=note)
+        self.set_name(s.outs[0], arrays[-1], indent)
         return True
 
     def chain_step(self, s: Step, chain: adam_chains.Chain, indent: int) -> bool:

@@ -1,5 +1,6 @@
 """The softmax's loop forms along one axis (``xlgraph.ops.loops``' conventions): the general
-loop, the vectorised float32 rows loop, and a classifier's float32 softmax and its
+loop, the vectorised float32 rows loop, attention's scaled and masked softmax in one loop
+(``lower.scaled_softmax``), and a classifier's float32 softmax and its
 ``nll_loss_with_softmax_grad`` in one loop (``lower.softmax_losses``).
 
 ``softmax(logits)`` writes the probabilities (GPT-2 small's 512 x 50257 logits: 103 MB) and the
@@ -23,8 +24,9 @@ from xlgraph import dtypes
 from xlgraph.ops.loops import _EXP_LOW, _ONE, exp32, float_only
 from xlgraph.tensor import TensorSpec
 
-__all__ = ["SUM_RUN", "exp_shifted", "nll_scale", "row_max", "run_sum16", "softmax",
-           "softmax_nll", "softmax_nll_loop", "softmax_rows32"]
+__all__ = ["SUM_RUN", "exp_shifted", "nll_scale", "row_max", "run_sum16",
+           "scaled_masked_softmax32", "scaled_masked_softmax_loop", "softmax", "softmax_nll",
+           "softmax_nll_loop", "softmax_rows32"]
 
 
 def softmax(x, out, axis):  # noqa: ANN001, ANN201
@@ -138,6 +140,40 @@ def softmax_rows32(x, out):  # noqa: ANN001, ANN201
         total = exp_shifted(xr, o, row_max(xr))
         for j in range(n):
             o[j] /= total
+
+
+def scaled_masked_softmax32(x, c, mask, out):  # noqa: ANN001, ANN201
+    """``softmax(x * c + mask)`` of float32 along the last axis, ``c`` one element and
+    ``mask``'s rows repeating over ``x``'s (attention's scale and causal mask): each row of
+    ``x * c + mask`` (numpy's two roundings) is written to ``out`` and taken there as
+    ``softmax_rows32`` takes it, so the results are that loop's on numpy's sum, bit for bit.
+    ``out`` is none of the inputs."""
+    n = x.shape[-1]
+    xs, ms, outs = x.reshape(-1), mask.reshape(-1), out.reshape(-1)
+    k = c.reshape(-1)[0]
+    for base in range(0, xs.size, n):
+        xr, o = xs[base:base + n], outs[base:base + n]
+        at = base % ms.size
+        mr = ms[at:at + n]
+        for j in range(n):
+            o[j] = xr[j] * k + mr[j]
+        total = exp_shifted(o, o, row_max(o))
+        for j in range(n):
+            o[j] /= total
+
+
+def scaled_masked_softmax_loop(ins: list[TensorSpec], axis: int) -> Any:
+    """The loop form of ``softmax(x * c + mask)`` on ``ins`` = ``x``, ``c``, ``mask``: float32,
+    ``c`` of one element, ``mask`` without its leading ones ending ``x``'s shape with a whole
+    row, the softmax along a non-empty last axis."""
+    x, c, mask = ins
+    first = next((i for i, d in enumerate(mask.shape) if d != 1), len(mask.shape))
+    rows = mask.shape[first:]
+    if (any(t.dtype is not dtypes.float32 for t in ins) or math.prod(c.shape) != 1
+            or axis != len(x.shape) - 1 or not x.shape[-1] or not rows
+            or x.shape[len(x.shape) - len(rows):] != rows):
+        return None
+    return float_only(x, scaled_masked_softmax32)
 
 
 def softmax_nll(x, labels, loss, grad, scale, count):  # noqa: ANN001, ANN201
