@@ -12,7 +12,11 @@ keep the instances in step), with the CPU seconds its process used over them (ev
 BLAS, torch's, xlgraph's progress thread). Prints JSON; ``best`` holds the medians' efficiency
 and the CPU efficiency (CPU s per step of one instance alone / of an instance of two: what the
 exchange adds to each instance's work, which a machine shared with other busy processes does
-not hide the way it hides waiting).
+not hide the way it hides waiting); ``efficiency_by_round`` each round's own efficiency (its
+job of two against its lone job), which shows how far the rounds spread. ``--quick`` runs 4
+rounds of 10 steps: with 2, each job's median was the mean of two runs, and on the quiet
+machine the lone xlgraph job's median moved by 16% between two runs (the efficiency by 0.11)
+while the jobs of two processes moved by 3% or less.
 
 ``--pin`` runs instance i on CPU i only (``os.sched_setaffinity``), in both frameworks, so that
 one instance gets one core's share of the machine and two instances two cores' shares even when
@@ -205,7 +209,7 @@ def run_alone(kind: str, processes: int, steps: int, threads: int = 1, tiny: boo
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds of 10 steps per job")
+    parser.add_argument("--quick", action="store_true", help="4 rounds of 10 steps per job")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each job")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per job")
     parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads per process")
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.job:
         job(args.job[0], int(args.job[1]), args.tiny, args.check)
         return
-    rounds, steps = (2, 10) if args.quick else (args.rounds, args.steps)
+    rounds, steps = (4, 10) if args.quick else (args.rounds, args.steps)
     result: dict[str, Any] = {"benchmark": "scale_out", "machine": machine(), "batch": BATCH,
                               "threads_per_process": args.threads, "pinned": args.pin,
                               "load_avg_before": [round(x, 2) for x in os.getloadavg()],
@@ -263,6 +267,9 @@ def main(argv: list[str] | None = None) -> None:
         "cpu_efficiency": {names.get(kind, kind): round(
             statistics.median(cpu[alone[kind]]) / statistics.median(cpu[f"{kind} x2"]), 3)
             for kind in kinds}}
+    result["efficiency_by_round"] = {names.get(kind, kind): [  # us per step alone / of one of two
+        round(one / two, 3) for one, two in zip(runs[alone[kind]], runs[f"{kind} x2"])]
+        for kind in kinds}
     result["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result, indent=1))
 
