@@ -7,9 +7,10 @@ ops), writing the moments and the weight (or their spare arrays) as those steps 
 step count's ``add_`` keeps its line, before that call. A chain whose loop the backend does
 not compile runs as four steps, as any other. An embedding pair (``embedding_pairs.py``) runs
 likewise at its ``add``, as one call of ``embedding_loops.gather_grad_add``, a softmax loss
-(``softmax_losses.py``) at its loss, as one call of ``softmax_loops.softmax_nll``, and a scaled,
+(``softmax_losses.py``) at its loss, as one call of ``softmax_loops.softmax_nll``, a scaled,
 masked softmax (``scaled_softmax.py``) at its softmax, as one call of
-``softmax_loops.scaled_masked_softmax32``.
+``softmax_loops.scaled_masked_softmax32``, and a bias GELU (``bias_gelu.py``) at its GELU, as
+one call of ``ops.bias_gelu.bias_gelu32``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,18 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
-from xlgraph.lower import adam_chains, annotate, embedding_pairs, scaled_softmax, softmax_losses
+from xlgraph.lower import (
+    adam_chains,
+    annotate,
+    bias_gelu,
+    embedding_pairs,
+    scaled_softmax,
+    softmax_losses,
+)
 from xlgraph.lower.codegen_statements import Statements
 from xlgraph.lower.program import Step
 from xlgraph.ops.adam_loops import adam_step_loop
+from xlgraph.ops.bias_gelu import bias_gelu_loop
 from xlgraph.ops.embedding_loops import gather_grad_add_loop
 from xlgraph.ops.half import as_bits
 from xlgraph.ops.softmax_loops import scaled_masked_softmax_loop, softmax_nll_loop
@@ -31,8 +40,8 @@ __all__ = ["Chains"]
 
 
 class Chains(Statements):
-    """``Statements`` plus the Adam chains, embedding pairs, softmax losses and scaled
-    softmaxes of each body."""
+    """``Statements`` plus the Adam chains, embedding pairs, softmax losses, scaled softmaxes
+    and bias GELUs of each body."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -45,6 +54,8 @@ class Chains(Statements):
         self.loss_loops: dict[softmax_losses.SoftmaxLoss, tuple[Any, tuple, str]] = {}
         self.scaled: dict[Step, scaled_softmax.ScaledSoftmax] = {}
         self.scaled_loops: dict[scaled_softmax.ScaledSoftmax, tuple[Any, tuple, list[str]]] = {}
+        self.gelus: dict[Step, tuple[Step, Step]] = {}  # bias GELUs: each step -> (add, gelu)
+        self.gelu_loops: dict[Step, tuple[Any, tuple, list[str]]] = {}  # by the pair's GELU
 
     def body_chains(self, steps: list[Step]) -> None:
         """Find the chains of ``steps``, a body written with ``self.plan``."""
@@ -55,6 +66,7 @@ class Chains(Statements):
             self.losses.update(softmax_losses.find(steps, self.plan, self.dense_loop_ready))
             self.scaled.update(scaled_softmax.find(steps, self.plan, self.program.specs,
                                                    self.dense_loop_ready))
+            self.gelus.update(bias_gelu.find(steps, self.plan, self.dense_loop_ready))
 
     def dense_loop_ready(self, s: Step) -> bool:
         return (s in self.plan.use_out and getattr(s.defn.kernel, "per_replica", None) is None
@@ -72,6 +84,9 @@ class Chains(Statements):
         if loss is not None and self.loss_step(s, loss, indent):
             return
         if scaled is not None and self.scaled_step(s, scaled, indent):
+            return
+        gelu = self.gelus.get(s)
+        if gelu is not None and self.gelu_step(s, gelu, indent):
             return
         if pair is None or not self.pair_step(s, pair, indent):
             super().statement(s, indent)
@@ -151,6 +166,30 @@ class Chains(Statements):
         note = " | ".join(annotate.op_comment(x.op) for x in (triple.mul, triple.add, s))
         self.loops += 3
         self.loop_call("scaled_softmax", (fn, extra), arrays, s.op, indent,
+                       plain=all(a.isidentifier() for a in arrays), note=note)
+        self.set_name(s.outs[0], arrays[-1], indent)
+        return True
+
+    def gelu_step(self, s: Step, pair: tuple[Step, Step], indent: int) -> bool:
+        """At the ``add``, compile the pair's loop and hold its operands and the sum's name;
+        at the GELU, write its call. False where the backend does not compile it."""
+        add, gelu = pair
+        if s is add:
+            specs = self.program.specs
+            found = self.backend.kernel(bias_gelu_loop, [specs[x] for x in s.ins],
+                                        [specs[o] for o in (*s.outs, *gelu.outs)], {})
+            if found is None:
+                del self.gelus[add], self.gelus[gelu]
+                return False
+            total = self.loop_outs(s)[0]
+            self.gelu_loops[gelu] = (*found, [self.arg(s, 0), self.arg(s, 1), total])
+            self.set_name(s.outs[0], total, indent)
+            return True
+        fn, extra, arrays = self.gelu_loops.pop(gelu)
+        arrays = [*arrays, *self.loop_outs(s)]
+        note = " | ".join(annotate.op_comment(x.op) for x in pair)
+        self.loops += 2
+        self.loop_call("bias_gelu", (fn, extra), arrays, s.op, indent,
                        plain=all(a.isidentifier() for a in arrays), note=note)
         self.set_name(s.outs[0], arrays[-1], indent)
         return True

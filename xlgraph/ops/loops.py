@@ -136,8 +136,13 @@ def gelu32(x, out, a, b, one, top):  # noqa: ANN001, ANN201
     1.44 against 1.96 ms of CPU at 512 x 3072 (GPT-2 small's)."""
     xs, outs = x.reshape(-1), out.reshape(-1)
     for i in range(xs.size):
-        v = xs[i]
-        outs[i] = v / (exp32(min((v * v * a + b) * v, top)) + one)
+        outs[i] = gelu_value32(xs[i], a, b, one, top)
+
+
+def gelu_value32(v, a, b, one, top):  # noqa: ANN001, ANN201
+    """``gelu32``'s value at one element ``v`` (the loops that share it, such as
+    ``bias_gelu.bias_gelu32``, give its bits)."""
+    return v / (exp32(min((v * v * a + b) * v, top)) + one)
 
 
 @contracted
