@@ -71,7 +71,7 @@ def test_mnist_step_runs_compiled_loops_and_trains_like_numpy(fuse: bool, loop: 
     """Per op (``fuse_steps=False``) and fused into segments, also in a device loop."""
     losses, weights, source = _train("numba", fuse=fuse, loop=loop)
     ref_losses, ref_weights, ref_source = _train("numpy", fuse=fuse, loop=loop)
-    for op in ("bias_gelu", "gelu_grad", "softmax_nll", "scaled_add_"):  # softmax_nll: the loss
+    for op in ("bias_gelu", "gelu_grad_sum", "softmax_nll", "scaled_add_"):  # softmax_nll: loss
         assert f"j_{op}(" in source and f"j_{op}(" not in ref_source
     code = [line.split("  #")[0] for line in source.splitlines() if not line.startswith("#")]
     if fuse:  # the whole step is one segment between the host transfers, matmuls included

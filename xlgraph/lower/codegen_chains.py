@@ -9,8 +9,8 @@ not compile runs as four steps, as any other. An embedding pair (``embedding_pai
 likewise at its ``add``, as one call of ``embedding_loops.gather_grad_add``, a softmax loss
 (``softmax_losses.py``) at its loss, as one call of ``softmax_loops.softmax_nll``, a scaled,
 masked softmax (``scaled_softmax.py``) at its softmax, as one call of
-``softmax_loops.scaled_masked_softmax32``, and a bias GELU (``bias_gelu.py``) at its GELU, as
-one call of ``ops.bias_gelu.bias_gelu32``.
+``softmax_loops.scaled_masked_softmax32``, and a loop pair (``loop_pairs.py``) at its second
+step, as one call of its ``ops.pair_loops`` loop.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from xlgraph import dtypes
 from xlgraph.lower import (
     adam_chains,
     annotate,
-    bias_gelu,
     embedding_pairs,
+    loop_pairs,
     scaled_softmax,
     softmax_losses,
 )
 from xlgraph.lower.codegen_statements import Statements
 from xlgraph.lower.program import Step
 from xlgraph.ops.adam_loops import adam_step_loop
-from xlgraph.ops.bias_gelu import bias_gelu_loop
 from xlgraph.ops.embedding_loops import gather_grad_add_loop
 from xlgraph.ops.half import as_bits
+from xlgraph.ops.pair_loops import PAIRS
 from xlgraph.ops.softmax_loops import scaled_masked_softmax_loop, softmax_nll_loop
 
 __all__ = ["Chains"]
@@ -41,7 +41,7 @@ __all__ = ["Chains"]
 
 class Chains(Statements):
     """``Statements`` plus the Adam chains, embedding pairs, softmax losses, scaled softmaxes
-    and bias GELUs of each body."""
+    and loop pairs of each body."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -54,8 +54,8 @@ class Chains(Statements):
         self.loss_loops: dict[softmax_losses.SoftmaxLoss, tuple[Any, tuple, str]] = {}
         self.scaled: dict[Step, scaled_softmax.ScaledSoftmax] = {}
         self.scaled_loops: dict[scaled_softmax.ScaledSoftmax, tuple[Any, tuple, list[str]]] = {}
-        self.gelus: dict[Step, tuple[Step, Step]] = {}  # bias GELUs: each step -> (add, gelu)
-        self.gelu_loops: dict[Step, tuple[Any, tuple, list[str]]] = {}  # by the pair's GELU
+        self.twos: dict[Step, tuple[Step, Step]] = {}  # loop pairs: each step -> the pair
+        self.two_loops: dict[Step, tuple[Any, tuple, list[str]]] = {}  # by the pair's second
 
     def body_chains(self, steps: list[Step]) -> None:
         """Find the chains of ``steps``, a body written with ``self.plan``."""
@@ -66,7 +66,7 @@ class Chains(Statements):
             self.losses.update(softmax_losses.find(steps, self.plan, self.dense_loop_ready))
             self.scaled.update(scaled_softmax.find(steps, self.plan, self.program.specs,
                                                    self.dense_loop_ready))
-            self.gelus.update(bias_gelu.find(steps, self.plan, self.dense_loop_ready))
+            self.twos.update(loop_pairs.find(steps, self.plan, self.dense_loop_ready))
 
     def dense_loop_ready(self, s: Step) -> bool:
         return (s in self.plan.use_out and getattr(s.defn.kernel, "per_replica", None) is None
@@ -85,8 +85,8 @@ class Chains(Statements):
             return
         if scaled is not None and self.scaled_step(s, scaled, indent):
             return
-        gelu = self.gelus.get(s)
-        if gelu is not None and self.gelu_step(s, gelu, indent):
+        two = self.twos.get(s)
+        if two is not None and self.two_step(s, two, indent):
             return
         if pair is None or not self.pair_step(s, pair, indent):
             super().statement(s, indent)
@@ -170,26 +170,31 @@ class Chains(Statements):
         self.set_name(s.outs[0], arrays[-1], indent)
         return True
 
-    def gelu_step(self, s: Step, pair: tuple[Step, Step], indent: int) -> bool:
-        """At the ``add``, compile the pair's loop and hold its operands and the sum's name;
-        at the GELU, write its call. False where the backend does not compile it."""
-        add, gelu = pair
-        if s is add:
+    def two_step(self, s: Step, pair: tuple[Step, Step], indent: int) -> bool:
+        """At the pair's first step, compile its loop and hold the first's operands and
+        results' names; at the second, write its call. False where the backend does not
+        compile it."""
+        first, second = pair
+        if s is first:
             specs = self.program.specs
-            found = self.backend.kernel(bias_gelu_loop, [specs[x] for x in s.ins],
-                                        [specs[o] for o in (*s.outs, *gelu.outs)], {})
+            found = self.backend.kernel(PAIRS[first.defn.name, second.defn.name],
+                                        [specs[x] for x in s.ins],
+                                        [specs[o] for o in (*s.outs, *second.outs)],
+                                        second.attrs)
             if found is None:
-                del self.gelus[add], self.gelus[gelu]
+                del self.twos[first], self.twos[second]
                 return False
-            total = self.loop_outs(s)[0]
-            self.gelu_loops[gelu] = (*found, [self.arg(s, 0), self.arg(s, 1), total])
-            self.set_name(s.outs[0], total, indent)
+            outs = self.loop_outs(s)
+            self.two_loops[second] = (*found, [*(self.arg(s, i) for i in range(len(s.ins))),
+                                               *outs])
+            for o, name in zip(s.outs, outs):
+                self.set_name(o, name, indent)
             return True
-        fn, extra, arrays = self.gelu_loops.pop(gelu)
+        fn, extra, arrays = self.two_loops.pop(second)
         arrays = [*arrays, *self.loop_outs(s)]
         note = " | ".join(annotate.op_comment(x.op) for x in pair)
         self.loops += 2
-        self.loop_call("bias_gelu", (fn, extra), arrays, s.op, indent,
+        self.loop_call(fn.__name__.removesuffix("32"), (fn, extra), arrays, s.op, indent,
                        plain=all(a.isidentifier() for a in arrays), note=note)
         self.set_name(s.outs[0], arrays[-1], indent)
         return True

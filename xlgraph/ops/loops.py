@@ -141,7 +141,7 @@ def gelu32(x, out, a, b, one, top):  # noqa: ANN001, ANN201
 
 def gelu_value32(v, a, b, one, top):  # noqa: ANN001, ANN201
     """``gelu32``'s value at one element ``v`` (the loops that share it, such as
-    ``bias_gelu.bias_gelu32``, give its bits)."""
+    ``pair_loops.bias_gelu32``, give its bits)."""
     return v / (exp32(min((v * v * a + b) * v, top)) + one)
 
 
@@ -151,10 +151,14 @@ def gelu_grad32(dy, x, out, a, b, one, c, d, top):  # noqa: ANN001, ANN201
     against 2.43 ms of CPU at 512 x 3072."""
     dys, xs, outs = dy.reshape(-1), x.reshape(-1), out.reshape(-1)
     for i in range(xs.size):
-        v = xs[i]
-        p = v * v
-        s = one / (exp32(min((p * a + b) * v, top)) + one)
-        outs[i] = ((one - s) * ((p * c + d) * v) + one) * s * dys[i]
+        outs[i] = gelu_grad_value32(dys[i], xs[i], a, b, one, c, d, top)
+
+
+def gelu_grad_value32(g, v, a, b, one, c, d, top):  # noqa: ANN001, ANN201
+    """``gelu_grad32``'s value at one element: gradient ``g``, input ``v``."""
+    p = v * v
+    s = one / (exp32(min((p * a + b) * v, top)) + one)
+    return ((one - s) * ((p * c + d) * v) + one) * s * g
 
 
 def add_loop(ins: list[TensorSpec]) -> tuple[Callable[..., None], tuple[Any, ...]] | None:

@@ -42,10 +42,11 @@ def available() -> bool:
 def _register_helpers() -> None:
     """Teach numba the loops' helpers (once per process, before the first compile):
     ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32``, ``gelu_value32``,
-    ``row_stats``, ``softmax_loops``' ``row_max``, ``run_sum16`` and ``exp_shifted``,
-    ``adam_loops.corrections`` and ``pairwise``'s sums as themselves (its ``lane_sum`` as
-    vector code, ``numba_lanes``), ``xlgraph.ops.blas.gemm`` as a call of numpy's BLAS
-    (``numba_blas``); and install the compiled float16 conversions (``numba_half``)."""
+    ``gelu_grad_value32``, ``row_stats``, ``softmax_loops``' ``row_max``, ``run_sum16`` and
+    ``exp_shifted``, ``adam_loops.corrections`` and ``pairwise``'s sums as themselves (its
+    ``lane_sum`` as vector code, ``numba_lanes``), ``xlgraph.ops.blas.gemm`` as a call of
+    numpy's BLAS (``numba_blas``); and install the compiled float16 conversions
+    (``numba_half``)."""
     from llvmlite import ir
     from numba.extending import intrinsic, overload
 
@@ -65,6 +66,8 @@ def _register_helpers() -> None:
     overload(loops.scale_pow2)(lambda p, n: lambda p, n: _scale_pow2(p, n))
     overload(loops.exp32)(lambda t: loops.exp32)
     overload(loops.gelu_value32)(lambda v, a, b, one, top: loops.gelu_value32)
+    overload(loops.gelu_grad_value32)(
+        lambda g, v, a, b, one, c, d, top: loops.gelu_grad_value32)
     overload(loops.row_stats)(lambda xr, tmp, plan, pending, eps, one, width: loops.row_stats)
     overload(pairwise.run_sum)(lambda a, s, n: pairwise.run_sum)
     overload(pairwise.half_run)(lambda n: pairwise.half_run)
