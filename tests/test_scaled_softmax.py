@@ -1,7 +1,7 @@
-"""Attention's ``softmax(scores * c + mask)`` in one loop (``xlgraph.lower.scaled_softmax``,
-``xlgraph.ops.softmax_loops.scaled_masked_softmax32``): the loop against the rows loop on
-numpy's scaled and masked scores (bit for bit) and the interpreter, and programs on the
-compiled backend against the interpreter, where the triple applies and where it does not."""
+"""Attention's ``softmax(scores * c + mask)`` and its scaled gradient in one loop each
+(``xlgraph.lower.scaled_softmax``, ``xlgraph.ops.softmax_loops``): the loops against the
+compiled steps they replace (bit for bit) and the interpreter, and programs on the compiled
+backend against those steps and the interpreter, where the folds apply and where they do not."""
 
 from __future__ import annotations
 
@@ -43,6 +43,34 @@ def test_the_loop_is_the_rows_loop_on_numpys_scores(shape: tuple, mask_shape: tu
     np.testing.assert_allclose(got, nn._softmax(scores, x.ndim - 1), **TOLERANCE["float32"])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_gradient_loop_is_the_gradient_then_the_product(dtype: type) -> None:
+    """``softmax_grad`` then ``mul`` by one element, bit for bit: rows of 128 and 13, a NaN
+    in ``dy`` (its row NaN), scales 0.125, -3 and infinity (0 * inf is NaN, as numpy's)."""
+    from xlgraph.lower.backends.numba_backend import NumbaBackend
+    from xlgraph.ops import nn, softmax_loops
+
+    backend = NumbaBackend()
+    fn = backend.jitted(softmax_loops.scaled_softmax_grad_rows)
+    plain = backend.jitted(softmax_loops.softmax_grad_rows)
+    rng = np.random.default_rng(8)
+    for shape in ((2, 3, 128), (5, 13)):
+        y = nn._softmax(rng.normal(size=shape) * 3, len(shape) - 1).astype(dtype)
+        y[0, ..., :2] = 0
+        dy = rng.normal(size=shape).astype(dtype)
+        dy.reshape(-1)[-1] = np.nan
+        grad = np.empty_like(y)
+        plain(dy, y, grad)
+        np.testing.assert_allclose(grad, nn._softmax_grad(dy, y, len(shape) - 1),
+                                   **TOLERANCE[np.dtype(dtype).name])
+        for c in (0.125, -3.0, np.inf):
+            with np.errstate(invalid="ignore"):
+                want = grad * np.array(c, dtype)
+            got = np.empty_like(y)
+            fn(dy, y, np.array([c], dtype), got)
+            assert got.tobytes() == want.tobytes(), c
+
+
 def _attention(mask_shape: tuple, scores_read: bool):
     """``softmax(q @ k * c + mask) @ v`` in a subgraph and its gradients by autodiff;
     ``scores_read``: the masked scores are also stored to the host."""
@@ -76,8 +104,9 @@ def test_attention_keeps_the_compiled_steps_bits(mask_shape: tuple, scores_read:
                                                  fused: bool,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """One loop unless the masked scores have another reader or the mask repeats along the
-    rows: the forward and the gradients have the bits of the three compiled steps (the
-    lowering told to find no triple), the forward the interpreter's to the tolerance."""
+    rows, and one for the scaled gradient: the forward and the gradients have the bits of the
+    compiled steps (the lowering told to find no fold), the forward the interpreter's to the
+    tolerance."""
     from xlgraph.lower import scaled_softmax
 
     got = {}
@@ -89,6 +118,8 @@ def test_attention_keeps_the_compiled_steps_bits(mask_shape: tuple, scores_read:
                                 compile_in_background=False)
         if backend != "numpy":
             assert ("j_scaled_softmax(" in session.source) == (fused and backend == "numba")
+            assert ("j_scaled_softmax_grad(" in session.source) == (  # else the gradient
+                backend == "numba" and not scores_read)  # of the stored scores is added first
         rng = np.random.default_rng(4)
         with session:
             result = session.run({s: rng.normal(size=s.shape).astype(np.float32) * 2

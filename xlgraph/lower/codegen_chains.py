@@ -7,10 +7,10 @@ ops), writing the moments and the weight (or their spare arrays) as those steps 
 step count's ``add_`` keeps its line, before that call. A chain whose loop the backend does
 not compile runs as four steps, as any other. An embedding pair (``embedding_pairs.py``) runs
 likewise at its ``add``, as one call of ``embedding_loops.gather_grad_add``, a softmax loss
-(``softmax_losses.py``) at its loss, as one call of ``softmax_loops.softmax_nll``, a scaled,
-masked softmax (``scaled_softmax.py``) at its softmax, as one call of
-``softmax_loops.scaled_masked_softmax32``, and a loop pair (``loop_pairs.py``) at its second
-step, as one call of its ``ops.pair_loops`` loop.
+(``softmax_losses.py``) at its loss, as one call of ``softmax_loops.softmax_nll``, a scaled
+softmax or its scaled gradient (``scaled_softmax.py``) at its last step, as one call of its
+loop, and a loop pair (``loop_pairs.py``) at its second step, as one call of its
+``ops.pair_loops`` loop.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from xlgraph.ops.adam_loops import adam_step_loop
 from xlgraph.ops.embedding_loops import gather_grad_add_loop
 from xlgraph.ops.half import as_bits
 from xlgraph.ops.pair_loops import PAIRS
-from xlgraph.ops.softmax_loops import scaled_masked_softmax_loop, softmax_nll_loop
+from xlgraph.ops.softmax_loops import softmax_nll_loop
 
 __all__ = ["Chains"]
 
 
 class Chains(Statements):
     """``Statements`` plus the Adam chains, embedding pairs, softmax losses, scaled softmaxes
-    and loop pairs of each body."""
+    (folds) and loop pairs of each body."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -52,8 +52,8 @@ class Chains(Statements):
         self.pair_loops: dict[embedding_pairs.Pair, tuple[Any, tuple, list[str]]] = {}
         self.losses: dict[Step, softmax_losses.SoftmaxLoss] = {}
         self.loss_loops: dict[softmax_losses.SoftmaxLoss, tuple[Any, tuple, str]] = {}
-        self.scaled: dict[Step, scaled_softmax.ScaledSoftmax] = {}
-        self.scaled_loops: dict[scaled_softmax.ScaledSoftmax, tuple[Any, tuple, list[str]]] = {}
+        self.folds: dict[Step, scaled_softmax.Fold] = {}
+        self.fold_loops: dict[scaled_softmax.Fold, tuple[Any, tuple, list[str]]] = {}
         self.twos: dict[Step, tuple[Step, Step]] = {}  # loop pairs: each step -> the pair
         self.two_loops: dict[Step, tuple[Any, tuple, list[str]]] = {}  # by the pair's second
 
@@ -64,8 +64,8 @@ class Chains(Statements):
             self.pairs.update(embedding_pairs.find(steps, self.plan, self.dense_loop_ready,
                                                    self.program.specs))
             self.losses.update(softmax_losses.find(steps, self.plan, self.dense_loop_ready))
-            self.scaled.update(scaled_softmax.find(steps, self.plan, self.program.specs,
-                                                   self.dense_loop_ready))
+            self.folds.update(scaled_softmax.find(steps, self.plan, self.program.specs,
+                                                  self.dense_loop_ready))
             self.twos.update(loop_pairs.find(steps, self.plan, self.dense_loop_ready))
 
     def dense_loop_ready(self, s: Step) -> bool:
@@ -80,10 +80,10 @@ class Chains(Statements):
         chain, pair = self.chains.get(s), self.pairs.get(s)
         if chain is not None and self.chain_step(s, chain, indent):
             return
-        loss, scaled = self.losses.get(s), self.scaled.get(s)
+        loss, fold = self.losses.get(s), self.folds.get(s)
         if loss is not None and self.loss_step(s, loss, indent):
             return
-        if scaled is not None and self.scaled_step(s, scaled, indent):
+        if fold is not None and self.fold_step(s, fold, indent):
             return
         two = self.twos.get(s)
         if two is not None and self.two_step(s, two, indent):
@@ -142,30 +142,30 @@ class Chains(Statements):
             self.set_name(o, name, indent)
         return True
 
-    def scaled_step(self, s: Step, triple: scaled_softmax.ScaledSoftmax, indent: int) -> bool:
-        """At the ``mul``, compile the triple's loop and hold the scores' and the scale's
-        names; at the ``add``, the mask's; at the softmax, write its call. False where the
-        backend does not compile it."""
-        if s is triple.mul:
+    def fold_step(self, s: Step, fold: scaled_softmax.Fold, indent: int) -> bool:
+        """At a fold's first step, compile its loop; at each step, hold the names of the
+        inputs it reads; at the last, write its call. False where the backend does not
+        compile it."""
+        at = fold.steps.index(s)
+        if at == 0:
             specs = self.program.specs
             found = self.backend.kernel(
-                scaled_masked_softmax_loop, [specs[x] for x in (*s.ins, triple.add.ins[1])],
-                [specs[triple.softmax.outs[0]]], triple.softmax.attrs)
+                fold.loop, [specs[fold.steps[k].ins[i]] for k, i in fold.inputs],
+                [specs[fold.steps[-1].outs[0]]], fold.attrs)
             if found is None:
-                for x in (s, triple.add, triple.softmax):
-                    del self.scaled[x]
+                for x in fold.steps:
+                    del self.folds[x]
                 return False
-            self.scaled_loops[triple] = (*found, [self.arg(s, 0), self.arg(s, 1)])
-        elif s is triple.add:
-            self.scaled_loops[triple][2].append(self.arg(s, 1))
-        if s is not triple.softmax:
+            self.fold_loops[fold] = (*found, [])
+        self.fold_loops[fold][2].extend(self.arg(s, i) for k, i in fold.inputs if k == at)
+        if s is not fold.steps[-1]:
             self.set_name(s.outs[0], f"b{self.plan.buffer_of[s.outs[0]]}", indent)  # unread
             return True
-        fn, extra, arrays = self.scaled_loops.pop(triple)
+        fn, extra, arrays = self.fold_loops.pop(fold)
         arrays = [*arrays, *self.loop_outs(s)]
-        note = " | ".join(annotate.op_comment(x.op) for x in (triple.mul, triple.add, s))
-        self.loops += 3
-        self.loop_call("scaled_softmax", (fn, extra), arrays, s.op, indent,
+        note = " | ".join(annotate.op_comment(x.op) for x in fold.steps)
+        self.loops += len(fold.steps)
+        self.loop_call(fold.prefix, (fn, extra), arrays, s.op, indent,
                        plain=all(a.isidentifier() for a in arrays), note=note)
         self.set_name(s.outs[0], arrays[-1], indent)
         return True

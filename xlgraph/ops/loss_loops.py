@@ -1,6 +1,5 @@
 """Loop forms of the log-softmax and negative log-likelihood ops (PopTorch's classification
-losses: ``log_softmax`` then ``nll_loss(log_prob=True)``, and their gradients), and of the
-softmax's gradient.
+losses: ``log_softmax`` then ``nll_loss(log_prob=True)``, and their gradients).
 
 Rows run along the last axis. As in ``xlgraph.ops.loops``: ``exp``/``log`` come from the
 compiler's math library and sums accumulate left to right (numpy sums pairwise), so the results
@@ -40,27 +39,6 @@ def log_softmax_grad_rows(dy, y, out):  # noqa: ANN001, ANN201
             total += dys[j]
         for j in range(base, base + n):
             outs[j] = dys[j] - np.exp(ys[j]) * total
-
-
-def softmax_grad_rows(dy, y, out):  # noqa: ANN001, ANN201
-    """``y (dy - sum(dy y))`` per row, the sum in four partial sums (numpy: pairwise): 0.7
-    against 1.4 ms of numpy for the attention's 8 x 4 x 128 x 128 float32."""
-    n = y.shape[-1]
-    tail = n - n % 4
-    dys, ys, outs = dy.reshape(-1), y.reshape(-1), out.reshape(-1)
-    for base in range(0, ys.size, n):
-        d, p, o = dys[base:base + n], ys[base:base + n], outs[base:base + n]
-        s0 = s1 = s2 = s3 = out.dtype.type(0)
-        for j in range(0, tail, 4):
-            s0 += d[j] * p[j]
-            s1 += d[j + 1] * p[j + 1]
-            s2 += d[j + 2] * p[j + 2]
-            s3 += d[j + 3] * p[j + 3]
-        total = (s0 + s1) + (s2 + s3)
-        for j in range(tail, n):
-            total += d[j] * p[j]
-        for j in range(n):
-            o[j] = p[j] * (d[j] - total)
 
 
 def nll_loss_rows(probs, labels, out, one, ignore, has_ignore, mean, log_prob):  # noqa: ANN001, ANN201

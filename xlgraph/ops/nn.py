@@ -50,7 +50,7 @@ def _softmax_grad_loop(ins: list[TensorSpec], axis: int) -> Any:
     shape = ins[1].shape
     if axis != len(shape) - 1 or not shape[-1]:
         return None
-    return loops.float_only(ins[1], loss_loops.softmax_grad_rows)
+    return loops.float_only(ins[1], softmax_loops.softmax_grad_rows)
 
 
 _SOFTMAX_GRAD = OpDef(
