@@ -97,10 +97,11 @@ def test_other_dtypes_broadcasts_and_axes_have_no_loop() -> None:
     assert grad_sum([spec((4, 8))] * 2, axis=(0,), keepdims=False) is not None
 
 
-def _program(in_subgraph: bool, sum_dies: bool, dtype=F32):  # noqa: ANN001, ANN202
+def _program(in_subgraph: bool, sum_dies: bool, dtype=F32, replicas: int = 1):  # noqa: ANN001, ANN202
     """``y = gelu(x @ w + b)``, then ``y * h`` (the sum read again) unless ``sum_dies``, and
-    ``db = sum(gelu_grad(dy, h), axis=0)``; in a subgraph or not."""
+    ``db = sum(gelu_grad(dy, h), axis=0)``; in a subgraph or not; over ``replicas``."""
     ir = popxl.Ir()
+    ir.replication_factor = replicas
     rng = np.random.default_rng(1)
     with ir.main_graph, popxl.in_sequence():
         w = popxl.variable(rng.normal(size=(24, 40)) / 5, dtype, "w")
@@ -144,3 +145,18 @@ def test_programs_match_the_interpreter(in_subgraph: bool, sum_dies: bool, dtype
         got[backend] = [out[s] for s in streams]
     for a, b in zip(got["numba"], got["numpy"]):
         np.testing.assert_allclose(a, b, **TOLERANCE[dtype.name])
+
+
+def test_replicated_programs_match_the_interpreter() -> None:
+    """Over two replicas (the values carry a replica axis) each replica's gradient is summed
+    over its own rows, as the interpreter sums them (a pair loop once summed over the
+    replicas: a replicated GPT's bias gradients went wrong)."""
+    data = np.random.default_rng(3).normal(size=(2, 6, 24)) * 3
+    got = {}
+    for backend in ("numba", "numpy"):
+        ir, xs, streams = _program(False, False, F32, replicas=2)
+        with popxl.Session(ir, backend=backend, compile_in_background=False) as session:
+            out = session.run({xs: data.astype(np.float32)})
+        got[backend] = [out[s] for s in streams]
+    for a, b in zip(got["numba"], got["numpy"]):
+        np.testing.assert_allclose(a, b, **TOLERANCE["float32"])

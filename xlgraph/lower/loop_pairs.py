@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from xlgraph.core.op import REGISTRY
 from xlgraph.lower.program import Step
 from xlgraph.lower.storage import Plan
 from xlgraph.ops.pair_loops import PAIRS
@@ -29,8 +30,9 @@ def find(steps: list[Step], plan: Plan,
     for pair in zip(steps, steps[1:]):
         first, second = pair
         if (first.kind != "kernel" or second.kind != "kernel" or second.ins != first.outs[:1]
-                or (first.defn.name, second.defn.name) not in PAIRS):
-            continue
+                or (first.defn.name, second.defn.name) not in PAIRS
+                or any(s.defn is not REGISTRY[s.defn.name] for s in pair)):
+            continue  # a derived form (over a replica axis, say) is not the loop's op
         written = {plan.buffer_of.get(plan.root[x]) for x in (*first.ins, *first.outs)}
         out = plan.buffer_of.get(plan.root[second.outs[0]])
         if ready(first) and ready(second) and out is not None and out not in written:
