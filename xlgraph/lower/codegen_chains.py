@@ -15,6 +15,7 @@ loop, and a loop pair (``loop_pairs.py``) at its second step, as one call of its
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,16 @@ class Chains(Statements):
         if pair is None or not self.pair_step(s, pair, indent):
             super().statement(s, indent)
 
+    def joined_call(self, prefix: str, found: tuple[Any, tuple], arrays: list[str], s: Step,
+                    steps: Sequence[Step], indent: int, loops: int | None = None,
+                    raises: bool = False) -> None:
+        """Emit, at ``s``, the call of the loop that runs ``steps`` as one (``loops`` of their
+        loop forms counted, all of them by default), its comment naming every step."""
+        note = " | ".join(annotate.op_comment(x.op) for x in steps)
+        self.loops += len(steps) if loops is None else loops
+        self.loop_call(prefix, found, arrays, s.op, indent,
+                       plain=all(a.isidentifier() for a in arrays), note=note, raises=raises)
+
     def pair_step(self, s: Step, pair: embedding_pairs.Pair, indent: int) -> bool:
         """At the ``gather_grad``, compile the pair's loop and hold its arguments; at the
         ``add``, write its call. False where the backend does not compile it."""
@@ -110,10 +121,9 @@ class Chains(Statements):
         fn, extra, (dy, indices, rows) = self.pair_loops.pop(pair)
         out = f"b{self.plan.buffer_of[s.outs[0]]}"
         arrays = [self.arg(s, 0), dy, indices, rows, out]
-        note = " | ".join(annotate.op_comment(x.op) for x in (pair.grad, s))
-        self.loops += 1  # the gather_grad's loop form (the add has none for two tables)
-        self.loop_call("gather_grad_add", (fn, extra), arrays, s.op, indent,
-                       plain=all(a.isidentifier() for a in arrays), note=note)
+        # one loop form counted: the gather_grad's (the add has none for two tables)
+        self.joined_call("gather_grad_add", (fn, extra), arrays, s, (pair.grad, s), indent,
+                         loops=1)
         self.set_name(s.outs[0], out, indent)
         return True
 
@@ -133,11 +143,9 @@ class Chains(Statements):
             return True
         fn, extra, logits = self.loss_loops.pop(pair)
         outs = self.loop_outs(s)
-        note = " | ".join(annotate.op_comment(x.op) for x in (pair.softmax, s))
-        self.loops += 2
         arrays = [logits, self.arg(s, 1), *outs]
-        self.loop_call("softmax_nll", (fn, extra), arrays, s.op, indent,
-                       plain=all(a.isidentifier() for a in arrays), note=note, raises=True)
+        self.joined_call("softmax_nll", (fn, extra), arrays, s, (pair.softmax, s), indent,
+                         raises=True)
         for o, name in zip(s.outs, outs):
             self.set_name(o, name, indent)
         return True
@@ -163,10 +171,7 @@ class Chains(Statements):
             return True
         fn, extra, arrays = self.fold_loops.pop(fold)
         arrays = [*arrays, *self.loop_outs(s)]
-        note = " | ".join(annotate.op_comment(x.op) for x in fold.steps)
-        self.loops += len(fold.steps)
-        self.loop_call(fold.prefix, (fn, extra), arrays, s.op, indent,
-                       plain=all(a.isidentifier() for a in arrays), note=note)
+        self.joined_call(fold.prefix, (fn, extra), arrays, s, fold.steps, indent)
         self.set_name(s.outs[0], arrays[-1], indent)
         return True
 
@@ -192,10 +197,7 @@ class Chains(Statements):
             return True
         fn, extra, arrays = self.two_loops.pop(second)
         arrays = [*arrays, *self.loop_outs(s)]
-        note = " | ".join(annotate.op_comment(x.op) for x in pair)
-        self.loops += 2
-        self.loop_call(fn.__name__.removesuffix("32"), (fn, extra), arrays, s.op, indent,
-                       plain=all(a.isidentifier() for a in arrays), note=note)
+        self.joined_call(fn.__name__.removesuffix("32"), (fn, extra), arrays, s, pair, indent)
         self.set_name(s.outs[0], arrays[-1], indent)
         return True
 
