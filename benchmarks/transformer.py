@@ -162,6 +162,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                         help="BLAS and torch thread counts to time")
     parser.add_argument("--quick", action="store_true", help="short loops (3 rounds)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds per case (default: 3 with --quick, else 5); "
+                             "more rounds make the medians steadier on a noisy machine")
     parser.add_argument("--size", choices=SIZES, default="round5",
                         help="round5: the 4-layer decoder at batch 8 (float32 and float16 "
                              "steps, memory, generation at batch 1 and 8); small: GPT-2 small "
@@ -178,7 +181,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--contenders", nargs="+", default=list(TRAIN), choices=TRAIN,
                         help="the training contenders to time (xlgraph's ratios are to these)")
     parser.add_argument("--rss-of", choices=TRAIN, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    return args
 
 
 def train_case(key: str, cfg: gm.Config, weights: dict[str, np.ndarray], batch: int,
@@ -254,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
         print(peak_rss(args.rss_of, cfg, batch))
         return
     weights = gm.initial_weights(cfg)
-    args.rounds = 3 if args.quick else 5
+    if args.rounds is None:
+        args.rounds = 3 if args.quick else 5
     result: dict[str, Any] = {"benchmark": "transformer", "size": args.size, "machine": machine(),
                               "config": cfg.__dict__, "torch_half": args.torch_half, "best": {}}
     small = args.size == "small"

@@ -117,9 +117,13 @@ def test_flags_parse_without_measuring(capsys) -> None:
                                                                  False)
     assert opts.torch_half == "bfloat16"
     assert transformer.parse_args(["--torch-half", "float16"]).torch_half == "float16"
+    assert (opts.rounds, transformer.parse_args(["--rounds", "7"]).rounds) == (None, 7)
     with pytest.raises(SystemExit):
         transformer.parse_args(["--help"])
     assert "--skip" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        transformer.parse_args(["--rounds", "0"])
+    assert "--rounds must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_torch_float16_is_timed_beside_its_bfloat16(capsys) -> None:
