@@ -49,25 +49,27 @@ def test_the_loop_matches_softmax_then_the_loss(reduction: str) -> None:
             assert same.tobytes() == grad.tobytes()
 
 
-def _program(in_subgraph: bool, probs_read: bool, ignore_index: int | None):
+def _program(in_subgraph: bool, probs_read: bool, ignore_index: int | None, dtype=F32):
     """``loss, dx = nll_loss_with_softmax_grad(softmax(x @ w), labels)``, in a subgraph or
-    not; ``probs_read``: the probabilities are also stored to the host."""
+    not; ``probs_read``: the probabilities are also stored to the host. float16 results are
+    doubled before they are stored (an op reads them, as a training step's do)."""
     ir = popxl.Ir()
     with ir.main_graph, popxl.in_sequence():
-        w = popxl.variable(np.random.default_rng(1).normal(size=(24, 40)).astype(np.float32),
-                           F32, "w")
-        xs = popxl.h2d_stream((6, 24), F32, "x")
+        w = popxl.variable(np.random.default_rng(1).normal(size=(24, 40)), dtype, "w")
+        xs = popxl.h2d_stream((6, 24), dtype, "x")
         ls = popxl.h2d_stream((6,), popxl.int32, "labels")
 
         def loss(x, wt, labels):
             probs = ops.softmax(x @ wt, axis=-1)
             value, grad = ops.nll_loss_with_softmax_grad(probs, labels,
                                                           ignore_index=ignore_index)
+            if dtype == popxl.float16:
+                value, grad = value + value, grad + grad
             return (value, grad, probs) if probs_read else (value, grad)
 
         args = (ops.host_load(xs), w, ops.host_load(ls))
         if in_subgraph:
-            graph = ir.create_graph(loss, popxl.TensorSpec((6, 24), F32), w.spec,
+            graph = ir.create_graph(loss, popxl.TensorSpec((6, 24), dtype), w.spec,
                                     popxl.TensorSpec((6,), popxl.int32))
             outs = ops.call(graph, *args)
         else:
@@ -102,3 +104,31 @@ def test_programs_match_the_interpreter(in_subgraph: bool, probs_read: bool,
     assert np.any(got["numpy"][1] < 0)
     for a, b in zip(got["numba"], got["numpy"]):
         np.testing.assert_allclose(a, b, **TOLERANCE["float32"])
+
+
+@pytest.mark.parametrize("in_subgraph", [False, True])
+def test_float16_logits_give_the_bits_of_the_separate_steps(in_subgraph: bool) -> None:
+    """float16 logits held in float32 (wide storage): the pair and its three roundings run as
+    one loop, with the bits of the steps run apart (the probabilities also read, so the pair
+    does not form) and the interpreter's values within a float16 rounding."""
+    rng = np.random.default_rng(4)
+    feeds_x = (rng.normal(size=(6, 24)) * 0.3).astype(np.float16)
+    labels = np.array([0, 39, 2, 2, 17, 5], np.int32)
+    got = {}
+    for backend, probs_read in (("numba", False), ("numba", True), ("numpy", False)):
+        ir, xs, ls, streams = _program(in_subgraph, probs_read, None, popxl.float16)
+        session = popxl.Session(ir, backend=backend, compile_in_background=False)
+        if backend == "numba":
+            assert ("j_softmax_nll_half(" in session.source) == (not probs_read)
+            assert ("j_nll_loss_with_softmax_grad(" in session.source) == probs_read
+        with session:
+            out = session.run({xs: feeds_x, ls: labels})
+        got[backend, probs_read] = [out[s] for s in streams[:2]]
+    fused, apart, interpreted = got["numba", False], got["numba", True], got["numpy", False]
+    assert all(a.dtype == np.float16 for a in fused)
+    assert [a.tobytes() for a in fused] == [a.tobytes() for a in apart]
+    assert np.isfinite(fused[0]) and np.any(fused[1] < 0) and np.count_nonzero(fused[1]) > 200
+    for a, b in zip(fused, interpreted):
+        # the exponentials differ in float32's last places, a float16 rounding at most
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=1e-3,
+                                   atol=1e-6)

@@ -52,7 +52,7 @@ class Chains(Statements):
         self.pairs: dict[Step, embedding_pairs.Pair] = {}
         self.pair_loops: dict[embedding_pairs.Pair, tuple[Any, tuple, list[str]]] = {}
         self.losses: dict[Step, softmax_losses.SoftmaxLoss] = {}
-        self.loss_loops: dict[softmax_losses.SoftmaxLoss, tuple[Any, tuple, str]] = {}
+        self.loss_loops: dict[softmax_losses.SoftmaxLoss, tuple[Any, tuple, list[str]]] = {}
         self.folds: dict[Step, scaled_softmax.Fold] = {}
         self.fold_loops: dict[scaled_softmax.Fold, tuple[Any, tuple, list[str]]] = {}
         self.twos: dict[Step, tuple[Step, Step]] = {}  # loop pairs: each step -> the pair
@@ -128,26 +128,32 @@ class Chains(Statements):
         return True
 
     def loss_step(self, s: Step, pair: softmax_losses.SoftmaxLoss, indent: int) -> bool:
-        """At the softmax, compile the pair's loop and hold the logits' name; at the loss,
-        write its call. False where the backend does not compile it."""
+        """At the softmax, compile the pair's loop; at each step, hold the names the loop
+        reads and writes; at the last, write its call. False where the backend does not
+        compile it."""
         if s is pair.softmax:
             specs = self.program.specs
             found = self.backend.kernel(
                 softmax_nll_loop, [specs[x] for x in (s.ins[0], pair.loss.ins[1])],
-                [specs[o] for o in pair.loss.outs], {**s.attrs, **pair.loss.attrs})
+                [specs[o] for o in pair.results],
+                {**s.attrs, **pair.loss.attrs, "rounded": bool(pair.rounds)})
             if found is None:
-                del self.losses[pair.softmax], self.losses[pair.loss]
+                for x in pair.steps:
+                    del self.losses[x]
                 return False
-            self.loss_loops[pair] = (*found, self.arg(s, 0))
-            self.set_name(s.outs[0], f"b{self.plan.buffer_of[s.outs[0]]}", indent)  # unread
-            return True
-        fn, extra, logits = self.loss_loops.pop(pair)
-        outs = self.loop_outs(s)
-        arrays = [logits, self.arg(s, 1), *outs]
-        self.joined_call("softmax_nll", (fn, extra), arrays, s, (pair.softmax, s), indent,
-                         raises=True)
+            self.loss_loops[pair] = (*found, [self.arg(s, 0)])
+        held = self.loss_loops[pair][2]
+        if s is pair.loss:
+            held.append(self.arg(s, 1))
+        outs = self.loop_outs(s) if s in pair.writers else [
+            f"b{self.plan.buffer_of[o]}" for o in s.outs]  # unread
+        held.extend(outs if s in pair.writers else ())
         for o, name in zip(s.outs, outs):
             self.set_name(o, name, indent)
+        if s is pair.steps[-1]:
+            fn, extra, arrays = self.loss_loops.pop(pair)
+            self.joined_call("softmax_nll_half" if pair.rounds else "softmax_nll", (fn, extra),
+                             arrays, s, pair.steps, indent, raises=True)
         return True
 
     def fold_step(self, s: Step, fold: scaled_softmax.Fold, indent: int) -> bool:

@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 
 from xlgraph import dtypes
+from xlgraph.ops.half_round import to_half_precision
 from xlgraph.ops.loops import _EXP_LOW, _ONE, exp32, float_only
 from xlgraph.tensor import TensorSpec
 
 __all__ = ["SUM_RUN", "exp_shifted", "nll_scale", "row_max", "run_sum16",
            "scaled_masked_softmax32", "scaled_masked_softmax_loop", "scaled_softmax_grad_loop",
            "scaled_softmax_grad_rows", "softmax", "softmax_grad_row", "softmax_grad_rows",
-           "softmax_nll", "softmax_nll_loop", "softmax_rows32"]
+           "softmax_nll", "softmax_nll_half", "softmax_nll_loop", "softmax_rows32"]
 
 
 def softmax(x, out, axis):  # noqa: ANN001, ANN201
@@ -251,6 +252,32 @@ def softmax_nll(x, labels, loss, grad, scale, count):  # noqa: ANN001, ANN201
     loss.reshape(1)[0] = -total_log / count
 
 
+def softmax_nll_half(x, labels, loss, grad, scale, count):  # noqa: ANN001, ANN201
+    """``softmax_nll`` of float16 logits held in float32 (``lower.wide_half``), as the steps
+    of wide storage compute it apart: each probability ``p = e / sum`` rounded to float16
+    precision (``softmax_rows32``, then a rounding), the loss from those and the gradient
+    ``p scale`` (less ``scale`` at the label) in ``nll_softmax``'s order, each rounded too:
+    the same bits in one pass over each row instead of five passes over the logits."""
+    c = x.shape[-1]
+    xs, labs, grads = x.reshape(-1), labels.reshape(-1), grad.reshape(-1)
+    for r in range(labs.size):
+        if not 0 <= labs[r] < c:  # as loops.nll_softmax, in the numpy kernel's words
+            raise IndexError("label " + str(labs[r]) + " is out of range for " + str(c)
+                             + " classes (labels must be in [0, " + str(c)
+                             + ") or equal ignore_index=None)")
+    total_log = count - count  # 0 of the loop's float type: 0 + log(p) is log(p)
+    for r in range(labs.size):
+        xr, o = xs[r * c:(r + 1) * c], grads[r * c:(r + 1) * c]
+        total = exp_shifted(xr, o, row_max(xr))
+        k = labs[r]
+        at_label = to_half_precision(o[k] / total)
+        total_log += np.log(at_label)
+        for j in range(c):
+            o[j] = to_half_precision(to_half_precision(o[j] / total) * scale)
+        o[k] = to_half_precision(at_label * scale - scale)
+    loss.reshape(1)[0] = to_half_precision(-total_log / count)
+
+
 def nll_scale(labels: TensorSpec, loss_grad: float, ignore_index: int | None,
               reduction: str) -> tuple[float, int] | None:
     """``(scale, count)`` of the loss loops without ``ignore_index``, for the mean (``count``
@@ -264,12 +291,13 @@ def nll_scale(labels: TensorSpec, loss_grad: float, ignore_index: int | None,
 
 
 def softmax_nll_loop(ins: list[TensorSpec], axis: int, loss_grad: float,
-                     ignore_index: int | None, reduction: str) -> Any:
+                     ignore_index: int | None, reduction: str, rounded: bool = False) -> Any:
     """The loop form of a softmax along ``axis`` and its loss on ``ins`` = the logits, the
-    labels: float32 logits with a non-empty last axis as ``axis``, ``nll_scale``'s cases."""
+    labels: float32 logits with a non-empty last axis as ``axis``, ``nll_scale``'s cases;
+    ``rounded``: float16 values held in float32, each result rounded (``softmax_nll_half``)."""
     x = ins[0]
     consts = nll_scale(ins[1], loss_grad, ignore_index, reduction)
     if x.dtype is not dtypes.float32 or axis != len(x.shape) - 1 or not x.shape[-1] \
             or consts is None:
         return None
-    return float_only(x, softmax_nll, consts)
+    return float_only(x, softmax_nll_half if rounded else softmax_nll, consts)
