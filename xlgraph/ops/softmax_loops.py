@@ -26,7 +26,7 @@ from xlgraph.ops.half_round import to_half_precision
 from xlgraph.ops.loops import _EXP_LOW, _ONE, exp32, float_only
 from xlgraph.tensor import TensorSpec
 
-__all__ = ["SUM_RUN", "exp_shifted", "nll_scale", "row_max", "run_sum16",
+__all__ = ["SUM_RUN", "check_labels", "exp_shifted", "nll_scale", "row_max", "run_sum16",
            "scaled_masked_softmax32", "scaled_masked_softmax_loop", "scaled_softmax_grad_loop",
            "scaled_softmax_grad_rows", "softmax", "softmax_grad_row", "softmax_grad_rows",
            "softmax_nll", "softmax_nll_half", "softmax_nll_loop", "softmax_rows32"]
@@ -227,6 +227,16 @@ def scaled_softmax_grad_loop(ins: list[TensorSpec], axis: int) -> Any:
     return float_only(y, scaled_softmax_grad_rows)
 
 
+def check_labels(labs, c):  # noqa: ANN001, ANN201
+    """Raise for the first label outside ``[0, c)``, as ``loops.nll_softmax`` does (the numpy
+    kernel's words)."""
+    for r in range(labs.size):
+        if not 0 <= labs[r] < c:
+            raise IndexError("label " + str(labs[r]) + " is out of range for " + str(c)
+                             + " classes (labels must be in [0, " + str(c)
+                             + ") or equal ignore_index=None)")
+
+
 def softmax_nll(x, labels, loss, grad, scale, count):  # noqa: ANN001, ANN201
     """``nll_loss_with_softmax_grad(softmax(x))`` of float32 ``x`` along its last axis,
     without ``ignore_index``: ``loss = -sum(log p[label]) / count`` (``count`` 1 for the
@@ -234,11 +244,7 @@ def softmax_nll(x, labels, loss, grad, scale, count):  # noqa: ANN001, ANN201
     numpy kernel's error; ``grad`` may be ``x``."""
     c = x.shape[-1]
     xs, labs, grads = x.reshape(-1), labels.reshape(-1), grad.reshape(-1)
-    for r in range(labs.size):
-        if not 0 <= labs[r] < c:  # as loops.nll_softmax, in the numpy kernel's words
-            raise IndexError("label " + str(labs[r]) + " is out of range for " + str(c)
-                             + " classes (labels must be in [0, " + str(c)
-                             + ") or equal ignore_index=None)")
+    check_labels(labs, c)
     total_log = count - count  # 0 of the loop's float type
     for r in range(labs.size):
         xr, o = xs[r * c:(r + 1) * c], grads[r * c:(r + 1) * c]
@@ -260,11 +266,7 @@ def softmax_nll_half(x, labels, loss, grad, scale, count):  # noqa: ANN001, ANN2
     the same bits in one pass over each row instead of five passes over the logits."""
     c = x.shape[-1]
     xs, labs, grads = x.reshape(-1), labels.reshape(-1), grad.reshape(-1)
-    for r in range(labs.size):
-        if not 0 <= labs[r] < c:  # as loops.nll_softmax, in the numpy kernel's words
-            raise IndexError("label " + str(labs[r]) + " is out of range for " + str(c)
-                             + " classes (labels must be in [0, " + str(c)
-                             + ") or equal ignore_index=None)")
+    check_labels(labs, c)
     total_log = count - count  # 0 of the loop's float type: 0 + log(p) is log(p)
     for r in range(labs.size):
         xr, o = xs[r * c:(r + 1) * c], grads[r * c:(r + 1) * c]
