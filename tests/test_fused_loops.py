@@ -64,6 +64,29 @@ def test_row_max_is_numpys_max_for_every_row_length(backend) -> None:  # noqa: A
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vector_lanes_give_the_python_forms_sums_and_maxima(backend, dtype: type) -> None:  # noqa: ANN001
+    """The compiled sixteen running sums and maxima (``backends.numba_lanes``) against their
+    Python forms, bit for bit: rows shorter than 16, of whole and partial vectors, GPT-2's
+    vocabulary; the largest value in each lane; a NaN row sums to NaN."""
+    from xlgraph.ops import softmax_loops
+
+    run_sum16, row_max = (backend.jitted(f) for f in (softmax_loops.run_sum16,
+                                                      softmax_loops.row_max))
+    rng = np.random.default_rng(10)
+    for n in [*range(1, 40), 64, 129, 1024, 8192, 50257]:
+        x = (rng.normal(size=n) * 3).astype(dtype)
+        assert run_sum16(x) == softmax_loops.run_sum16(x)  # float32: boxed exactly
+        assert row_max(x) == softmax_loops.row_max(x) == np.max(x)
+    x = rng.normal(size=48).astype(dtype)
+    for lane in range(48):
+        y = x.copy()
+        y[lane] = 40.0
+        assert row_max(y) == 40.0
+    x[17] = np.nan
+    assert np.isnan(run_sum16(x)) and np.isnan(softmax_loops.run_sum16(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_layer_norm_loops_give_the_numpy_kernels_bits(backend, dtype: type) -> None:  # noqa: ANN001
     """Rows shorter than eight, of one run (up to 128), split once and more often (GPT-2's
     768, 3072), in 2-d and 3-d data: numpy's pairwise sums, so its bits."""

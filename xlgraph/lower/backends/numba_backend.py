@@ -43,8 +43,9 @@ def _register_helpers() -> None:
     """Teach numba the loops' helpers (once per process, before the first compile):
     ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32``, ``gelu_value32``,
     ``gelu_grad_value32``, ``row_stats``, ``softmax_loops``' ``row_max``, ``run_sum16``,
-    ``exp_shifted``, ``check_labels`` and ``softmax_grad_row``, ``adam_loops.corrections``
-    and ``pairwise``'s sums as themselves (its ``lane_sum`` as vector code, ``numba_lanes``),
+    ``exp_shifted`` (with fused multiply-adds), ``check_labels`` and ``softmax_grad_row``,
+    ``adam_loops.corrections`` and ``pairwise``'s sums as themselves (``pairwise.lane_sum``,
+    ``softmax_loops.lane_sum16`` and ``lane_max`` as vector code, ``numba_lanes``),
     ``xlgraph.ops.blas.gemm`` as a call of numpy's BLAS (``numba_blas``); and install the
     compiled float16 conversions (``numba_half``)."""
     from llvmlite import ir
@@ -75,13 +76,14 @@ def _register_helpers() -> None:
     overload(pairwise.sum_plan)(lambda n: pairwise.sum_plan)
     overload(softmax_loops.row_max)(lambda xr: softmax_loops.row_max)
     overload(softmax_loops.run_sum16)(lambda a: softmax_loops.run_sum16)
-    overload(softmax_loops.exp_shifted)(lambda xr, o, top: softmax_loops.exp_shifted)
+    overload(softmax_loops.exp_shifted, jit_options={"fastmath": {"contract"}})(
+        lambda xr, o, top: softmax_loops.exp_shifted)
     overload(softmax_loops.check_labels)(lambda labs, c: softmax_loops.check_labels)
     overload(softmax_loops.softmax_grad_row, inline="always")(
         lambda d, p, o, k: softmax_loops.softmax_grad_row)
     overload(adam_loops.corrections, inline="always")(
         lambda out, step, b1, b2, eps: adam_loops.corrections)
-    from xlgraph.lower.backends import (  # noqa: F401 - numba_blas: gemm; numba_lanes: lane_sum
+    from xlgraph.lower.backends import (  # noqa: F401 - numba_blas: gemm; numba_lanes: lanes
         numba_blas,
         numba_half,
         numba_lanes,

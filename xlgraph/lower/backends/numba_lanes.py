@@ -1,74 +1,142 @@
-"""``xlgraph.ops.pairwise.lane_sum`` compiled: numpy's eight running sums as one vector.
+"""Running sums and maxima kept in lanes, compiled as vector code: ``pairwise.lane_sum``
+(numpy's eight running sums), ``softmax_loops.lane_sum16`` (sixteen) and
+``softmax_loops.lane_max`` (sixteen running maxima).
 
-numpy sums a contiguous run in eight running sums, item ``i`` into sum ``i % 8``: eight lanes
-of one 8-wide vector add per 8 items. numba leaves such code scalar (its SLP vectorizer is
-off), so this writes the loop's LLVM IR itself: a vector load and add per 8 items, then the
-lanes combined pairwise by shuffles, in numpy's order, so the same bits. Imported by the numba
-backend before its first compile (``numba_backend._register_helpers``).
+numba leaves running sums of this kind scalar (its SLP vectorizer is off, and without
+reassociation its loop vectorizer may not reorder a sum), so this writes the loops' LLVM IR
+itself: one vector load and add (or compare and select) per lane count of items, then the lanes
+combined by shuffles in the Python forms' order, so the same bits. Imported by the numba backend
+before its first compile (``numba_backend._register_helpers``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic, overload
 
-from xlgraph.ops import pairwise
+from xlgraph.ops import pairwise, softmax_loops
 
-_LANES = 8
+_I64, _I32 = ir.IntType(64), ir.IntType(32)
+
+
+def _row(xr: Any, m: Any) -> bool:
+    """A 1-d C-contiguous float array and an integer count."""
+    return (isinstance(xr, types.Array) and xr.ndim == 1 and xr.layout == "C"
+            and isinstance(xr.dtype, types.Float) and isinstance(m, types.Integer))
+
+
+class _Lanes:
+    """IR helpers for ``lanes``-wide vectors over one array argument."""
+
+    def __init__(self, context: Any, builder: Any, xr: Any, array: Any, lanes: int) -> None:
+        self.builder, self.xr, self.lanes = builder, xr, lanes
+        self.data = context.make_array(xr)(context, builder, array).data
+        self.vector = ir.VectorType(context.get_value_type(xr.dtype), lanes)
+
+    def load(self, k: Any) -> Any:
+        """Items ``k .. k + lanes - 1`` as one vector."""
+        at = self.builder.gep(self.data, [k], inbounds=True)
+        return self.builder.load(self.builder.bitcast(at, self.vector.as_pointer()),
+                                 align=self.xr.dtype.bitwidth // 8)
+
+    def fold(self, first: Any, start: int, count: Any,
+             step: Callable[[Any, Any], Any]) -> Any:
+        """``first`` folded with the vectors at ``start, start + lanes, ...`` below
+        ``count`` (a multiple of ``lanes``) by ``step(acc, items)``."""
+        b = self.builder
+        entry = b.block
+        loop, done = b.append_basic_block("lanes.loop"), b.append_basic_block("lanes.done")
+        begin, stride = ir.Constant(_I64, start), ir.Constant(_I64, self.lanes)
+        b.cbranch(b.icmp_signed("<", begin, count), loop, done)
+        b.position_at_end(loop)
+        k, acc = b.phi(_I64), b.phi(self.vector)
+        total = step(acc, self.load(k))
+        after = b.add(k, stride)
+        k.add_incoming(begin, entry)
+        k.add_incoming(after, loop)
+        acc.add_incoming(first, entry)
+        acc.add_incoming(total, loop)
+        b.cbranch(b.icmp_signed("<", after, count), loop, done)
+        b.position_at_end(done)
+        lanes = b.phi(self.vector)
+        lanes.add_incoming(first, entry)
+        lanes.add_incoming(total, loop)
+        return lanes
+
+    def pick(self, v: Any, idx: list[int]) -> Any:
+        return self.builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, len(idx)), idx))
+
+    def tree(self, v: Any, width: int, join: Callable[[Any, Any], Any]) -> Any:
+        """``width`` lanes of ``v`` combined as ``((v0 v1) (v2 v3)) ((v4 v5) (v6 v7))``."""
+        while width > 1:
+            v = join(self.pick(v, list(range(0, width, 2))), self.pick(v, list(range(1, width, 2))))
+            width //= 2
+        return self.builder.extract_element(v, ir.Constant(_I32, 0))
+
+
+def _running(lanes: int, join: Callable[[Any], Callable[[Any, Any], Any]]) -> Any:
+    """The codegen of an intrinsic ``(xr, m)``: ``lanes`` running values of ``xr[:m]`` from its
+    first vector, each later vector joined in by ``join(builder)``, then the lanes by it too."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        xr, m = signature.args
+        v = _Lanes(context, builder, xr, args[0], lanes)
+        count = context.cast(builder, args[1], m, types.int64)
+        step = join(builder)
+        return v.tree(v.fold(v.load(ir.Constant(_I64, 0)), lanes, count, step), lanes, step)
+
+    return codegen
+
+
+def _larger(builder: Any) -> Callable[[Any, Any], Any]:
+    """The lanes of ``items`` larger than those of ``acc``, else ``acc``'s."""
+    return lambda acc, items: builder.select(builder.fcmp_ordered(">", items, acc), items, acc)
 
 
 @intrinsic
 def _lane_sum(typingctx: Any, xr: Any, m: Any) -> Any:
-    """``pairwise.lane_sum(xr, m)`` of a 1-d C-contiguous float array."""
-    if not (isinstance(xr, types.Array) and xr.ndim == 1 and xr.layout == "C"
-            and isinstance(xr.dtype, types.Float) and isinstance(m, types.Integer)):
+    """``pairwise.lane_sum(xr, m)``."""
+    return (xr.dtype(xr, m), _running(8, lambda builder: builder.fadd)) if _row(xr, m) else None
+
+
+@intrinsic
+def _lane_max(typingctx: Any, xr: Any, m: Any) -> Any:
+    """``softmax_loops.lane_max(xr, m)``."""
+    return (xr.dtype(xr, m), _running(16, _larger)) if _row(xr, m) else None
+
+
+@intrinsic
+def _lane_sum16(typingctx: Any, a: Any, m: Any, zero: Any) -> Any:
+    """``softmax_loops.lane_sum16(a, m, zero)``."""
+    if not (_row(a, m) and zero == a.dtype):
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        array = context.make_array(xr)(context, builder, args[0])
+        v = _Lanes(context, builder, a, args[0], 16)
         count = context.cast(builder, args[1], m, types.int64)
-        vector = ir.VectorType(context.get_value_type(xr.dtype), _LANES)
-        i64, i32 = ir.IntType(64), ir.IntType(32)
-        step = ir.Constant(i64, _LANES)
+        first = builder.insert_element(ir.Constant(v.vector, ir.Undefined), args[2],
+                                       ir.Constant(_I32, 0))
+        lanes = v.fold(v.pick(first, [0] * 16), 0, count, builder.fadd)
+        both = builder.fadd(v.pick(lanes, list(range(8))), v.pick(lanes, list(range(8, 16))))
+        return v.tree(both, 8, builder.fadd)
 
-        def load(k: Any) -> Any:
-            at = builder.gep(array.data, [k], inbounds=True)
-            return builder.load(builder.bitcast(at, vector.as_pointer()),
-                                align=xr.dtype.bitwidth // 8)
-
-        first = load(ir.Constant(i64, 0))
-        entry = builder.block
-        loop = builder.append_basic_block("lanes.loop")
-        done = builder.append_basic_block("lanes.done")
-        builder.cbranch(builder.icmp_signed(">", count, step), loop, done)
-        builder.position_at_end(loop)
-        k, acc = builder.phi(i64), builder.phi(vector)
-        total = builder.fadd(acc, load(k))
-        after = builder.add(k, step)
-        k.add_incoming(step, entry)
-        k.add_incoming(after, loop)
-        acc.add_incoming(first, entry)
-        acc.add_incoming(total, loop)
-        builder.cbranch(builder.icmp_signed("<", after, count), loop, done)
-        builder.position_at_end(done)
-        lanes = builder.phi(vector)
-        lanes.add_incoming(first, entry)
-        lanes.add_incoming(total, loop)
-
-        def pick(v: Any, idx: list[int]) -> Any:
-            return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, len(idx)), idx))
-
-        pairs = builder.fadd(pick(lanes, [0, 2, 4, 6]), pick(lanes, [1, 3, 5, 7]))
-        halves = builder.fadd(pick(pairs, [0, 2]), pick(pairs, [1, 3]))
-        return builder.fadd(builder.extract_element(halves, ir.Constant(i32, 0)),
-                            builder.extract_element(halves, ir.Constant(i32, 1)))
-
-    return xr.dtype(xr, m), codegen
+    return a.dtype(a, m, zero), codegen
 
 
 @overload(pairwise.lane_sum)
 def _lane_sum_overload(xr, m):  # noqa: ANN001, ANN202 - numba compares the signatures
     return lambda xr, m: _lane_sum(xr, m)
+
+
+@overload(softmax_loops.lane_sum16)
+def _lane_sum16_overload(a, m, zero):  # noqa: ANN001, ANN202
+    return lambda a, m, zero: _lane_sum16(a, m, zero)
+
+
+@overload(softmax_loops.lane_max)
+def _lane_max_overload(xr, m):  # noqa: ANN001, ANN202
+    return lambda xr, m: _lane_max(xr, m)
