@@ -21,7 +21,9 @@ while the jobs of two processes moved by 3% or less.
 ``--pin`` runs instance i on CPU i only (``os.sched_setaffinity``), in both frameworks, so that
 one instance gets one core's share of the machine and two instances two cores' shares even when
 other processes load it. ``--unbucketed`` adds a job of two xlgraph instances whose all-reduces
-are exchanged one by one (``XLGRAPH_BUCKET_MB=0``).
+are exchanged one by one (``XLGRAPH_BUCKET_MB=0``). The instances share this host, so their
+buckets lie in memory both map (``xlgraph.dist.shared``); ``--through-mpi`` adds a job of two
+instances whose buckets MPI copies instead (``XLGRAPH_DIST_SHARED=0``, as between hosts).
 
 Every process of every job runs in a session of its own, as ``mpiexec`` and ``torchrun``
 start theirs: with the kernel's automatic session groups (``sched_autogroup_enabled``) a busy
@@ -60,6 +62,7 @@ import gpt_model as gm  # noqa: E402
 import gpt_peers  # noqa: E402
 from harness import machine  # noqa: E402
 
+from xlgraph.dist.shared import SHARED  # noqa: E402
 from xlgraph.lower.buckets import BUCKET_MB  # noqa: E402
 
 BATCH, WARMUP = 8, 2
@@ -216,6 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pin", action="store_true", help="run instance i on CPU i only")
     parser.add_argument("--unbucketed", action="store_true",
                         help="also time two xlgraph instances without all-reduce buckets")
+    parser.add_argument("--through-mpi", action="store_true",
+                        help="also time two xlgraph instances whose buckets MPI copies")
     parser.add_argument("--ceiling", action="store_true",
                         help="also time two independent processes of each framework (no "
                              "collective): the machine's own weak-scaling limit")
@@ -234,6 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     jobs = [("xlgraph", 1, {}), ("xlgraph", 2, {}), ("torch_ddp", 1, {}), ("torch_ddp", 2, {})]
     if args.unbucketed:
         jobs.insert(2, ("xlgraph_unbucketed", 2, {BUCKET_MB: "0"}))
+    if args.through_mpi:
+        jobs.insert(2, ("xlgraph_mpi", 2, {SHARED: "0"}))
     if args.ceiling:
         jobs.insert(jobs.index(("torch_ddp", 1, {})), ("xlgraph_ceiling", 2, {}))
         jobs.append(("torch_ceiling", 2, {}))
@@ -256,8 +263,8 @@ def main(argv: list[str] | None = None) -> None:
     median = {k: statistics.median(v) for k, v in runs.items()}
     samples = {k: BATCH * int(k[-1]) / (v * 1e-6) for k, v in median.items()}
     alone = {"xlgraph": "xlgraph x1", "xlgraph_unbucketed": "xlgraph x1",
-             "xlgraph_ceiling": "xlgraph x1", "torch_ddp": "torch_ddp x1",
-             "torch_ceiling": "torch_ddp x1"}
+             "xlgraph_mpi": "xlgraph x1", "xlgraph_ceiling": "xlgraph x1",
+             "torch_ddp": "torch_ddp x1", "torch_ceiling": "torch_ddp x1"}
     names = {"xlgraph_ceiling": "ceiling"}
     kinds = [kind for kind, n, _ in jobs if n == 2]
     result["best"]["transformer_b8"] = {

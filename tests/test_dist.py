@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -73,6 +74,13 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PYTHONPATH=path)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def run_alone(program: Path, out: Path, replicas: int) -> Any:
+    """``program`` as one process of ``replicas`` replicas: what it saved in ``OUT.0.npz``."""
+    done = _run([sys.executable, str(program), str(out), "--replicas", str(replicas)])
+    assert done.returncode == 0, done.stderr
+    return np.load(f"{out}.0.npz")
 
 
 @pytest.fixture(scope="module")

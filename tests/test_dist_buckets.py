@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.test_dist import ROOT, _run, console_script
+from tests.test_dist import ROOT, _run, console_script, run_alone
 from xlgraph.lower.buckets import BUCKET_MB, FIRST_BUCKET_BYTES, bucket_bytes
 
 PROGRAM = ROOT / "tests" / "programs" / "dist_buckets.py"
@@ -22,10 +22,7 @@ R = 4
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
-    out = tmp_path_factory.mktemp("one") / "out"
-    done = _run([sys.executable, str(PROGRAM), str(out), "--replicas", str(R)])
-    assert done.returncode == 0, done.stderr
-    return np.load(f"{out}.0.npz")
+    return run_alone(PROGRAM, tmp_path_factory.mktemp("one") / "out", R)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

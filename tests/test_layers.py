@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("lower", ("xlgraph.lower",)),
     ("devices", ("xlgraph.ipu",)),
     ("runtime", ("xlgraph.runtime", "xlgraph.session", "xlgraph.testing",
-                 "xlgraph.dist.exchange")),
+                 "xlgraph.dist.exchange", "xlgraph.dist.shared")),
     ("library", ("xlgraph.nn", "xlgraph.optim", "xlgraph.training", "xlgraph.checkpoint",
                  "xlgraph.data", "xlgraph.datasets")),
     ("api", ("xlgraph",)),

@@ -20,7 +20,10 @@ exchange, begun while the program computes on: the header agreement comes first 
 describing every collective of the bucketed program), then the data travels on a communicator
 of its own, where a progress thread (when MPI allows threads) drives it while the program runs.
 With that thread the header swap does not block either: the thread begins the data once the
-headers agree, and a disagreement is raised where the program waits for the data.
+headers agree, and a disagreement is raised where the program waits for the data. Where every
+instance runs on one host, a bucket's rows lie in memory they all map instead
+(``shared_rows``, ``publish``; ``xlgraph.dist.shared``): no MPI transfer, only flags to wait
+for, after the same header swap.
 
 Waits poll with a deadline (``XLGRAPH_DIST_TIMEOUT`` seconds, default 60) and watch for failure
 notices: an instance that dies of a Python exception tells the others, which stop at once with
@@ -45,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from xlgraph.core.instances import TIMEOUT, int_env
+from xlgraph.dist.shared import SharedRows, one_host_allowed, open_rows
 from xlgraph.errors import DistributedError
 
 __all__ = ["MpiExchange", "import_mpi"]
@@ -100,6 +104,7 @@ class MpiExchange:
         self._buckets: Any = None  # the communicator of bucket data, made at the first bucket
         threads = self._mpi.Query_thread() == self._mpi.THREAD_MULTIPLE
         self._progress = _Progress() if threads else None
+        self._share = self.size > 1 and one_host_allowed()  # until a block cannot be shared
 
     @classmethod
     def for_ir(cls, ir: Any) -> MpiExchange:
@@ -225,17 +230,66 @@ class MpiExchange:
 
         return wait_threaded
 
+    def shared_rows(self, nbytes: int, what: str, agree: str | None) -> SharedRows | None:
+        """At a bucket's first start: its two buffers of ``nbytes`` bytes per instance in memory
+        that every instance maps (``xlgraph.dist.shared``), or None where they cannot be (then
+        never again in this job). ``agree``: first swap that header, blocking (as the first
+        bucket of every run does), so that the blocks are made only between instances that
+        agree. Collective."""
+        if not self._share or nbytes <= INLINE_BYTES:
+            return None
+        if agree is not None:
+            self.sequence += 1
+            self._agree(agree)
+
+        def gather(local: np.ndarray, purpose: str) -> np.ndarray:  # agreed above: no header
+            out = np.empty((self.size, *local.shape), local.dtype)
+            self._wait(self.comm.Iallgather(local, out), f"{what} ({purpose})")
+            return out
+
+        rows = open_rows(gather, self.rank, self.size, nbytes)
+        self._share = rows is not None
+        return rows
+
+    def publish(self, rows: SharedRows, what: str, agree: str | None = None,
+                ) -> Callable[[], np.ndarray]:
+        """Publish this instance's row of ``rows``' next buffer (written by now); returns the
+        function that waits until every instance has published its row there and returns that
+        buffer. ``agree``: as ``start``'s (the header swap begins now, and is checked before
+        the wait for the rows)."""
+        gate = records = None
+        sequence = self.sequence
+        if agree is not None:
+            self.sequence = sequence = sequence + 1
+            mine, records = self._record(agree)
+            gate = self.comm.Iallgather(mine, records)
+        buffer = rows.turn()
+        count = rows.publish()
+
+        def wait() -> np.ndarray:
+            if gate is not None:
+                self._wait(gate, what)
+                self._compare(records, sequence)
+            self._poll(lambda: rows.ready(count), what)
+            return buffer
+
+        return wait
+
     def _late(self, what: str) -> DistributedError:
         return DistributedError(
             f"instance {self.rank}: the {what} got no data from every instance within "
             f"{self.timeout:g} s (XLGRAPH_DIST_TIMEOUT); another instance has probably crashed")
 
     def _wait(self, request: Any, what: str) -> None:
-        """Until MPI ``request`` completes: spin, then sleep between polls; stop at a failure
-        notice or the deadline."""
+        """Until MPI ``request`` completes (``_poll``)."""
+        self._poll(request.Test, what)
+
+    def _poll(self, done: Callable[[], bool], what: str) -> None:
+        """Until ``done()``: spin, then sleep between polls; stop at a failure notice or the
+        deadline."""
         start = time.monotonic()
         deadline, check, pause = start + self.timeout, start, MIN_PAUSE
-        while not request.Test():
+        while not done():
             now = time.monotonic()
             if now >= check:
                 self._raise_on_notice(what)

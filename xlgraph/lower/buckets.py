@@ -24,7 +24,9 @@ backward pass. ``bucket_all_reduces`` rewrites each straight-line body of the pl
   same bits, except which NaN a sum of two different NaNs gives, which IEEE leaves open
   (numpy's own loops choose by the element's position).
 
-The exchange proceeds (a progress thread of ``xlgraph.dist``) while the steps in between run.
+The exchange proceeds (a progress thread of ``xlgraph.dist``) while the steps in between run;
+where the instances share a host, a bucket's buffer is memory they all map and nothing travels
+(``MpiExchange.shared_rows``: two buffers used in turn, ``Bucket.turns``).
 """
 
 from __future__ import annotations
@@ -62,13 +64,22 @@ class Bucket:
     def __init__(self, exchange: Any, instances: int, index: int, inputs: list[TensorSpec],
                  what: str, agree: str | None) -> None:
         self.exchange, self.what, self.agree = exchange, what, agree
+        self.specs, self.index = inputs, index
         ends = np.cumsum([0, *(-(-nbytes(s) // _ALIGN) * _ALIGN for s in inputs)])
-        self.recv = np.zeros((instances, int(ends[-1])), np.uint8)
-        self.mine = self.recv[index]
-        self.packed = [self._part(self.mine, s, int(at)) for s, at in zip(inputs, ends)]
-        self.parts = [self._part(self.recv, s, int(at)) for s, at in zip(inputs, ends)]
         self.starts = [int(at) for at in ends[:-1]]
+        self.turns = [self._views(np.zeros((instances, int(ends[-1])), np.uint8))]
+        self.recv, self.mine, self.packed, self.parts = self.turns[0]
+        self.rows: Any = None  # xlgraph.dist.shared.SharedRows, where the instances share them
+        self.started = False
         self.wait: Callable[[], np.ndarray] | None = None
+
+    def _views(self, recv: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray],
+                                               list[np.ndarray]]:
+        """``recv`` (every instance's row), this instance's row, and the views of each input
+        in this instance's row and in every row."""
+        mine = recv[self.index]
+        return (recv, mine, [self._part(mine, s, at) for s, at in zip(self.specs, self.starts)],
+                [self._part(recv, s, at) for s, at in zip(self.specs, self.starts)])
 
     @staticmethod
     def _part(buffer: np.ndarray, spec: TensorSpec, at: int) -> np.ndarray:
@@ -81,9 +92,22 @@ class Bucket:
     def start(self, *arrays: np.ndarray) -> None:
         if self.wait is not None:  # an earlier run stopped between start and use
             self.wait()
+        agree = self.agree
+        if not self.started:  # where the instances share memory, the buffers are shared
+            self.started = True
+            opener = getattr(self.exchange, "shared_rows", None)
+            self.rows = opener and opener(self.recv.shape[1], self.what, agree)
+            if self.rows is not None:
+                self.turns = [self._views(b) for b in self.rows.buffers]
+                agree = None  # swapped by shared_rows
+        if self.rows is not None:
+            self.recv, self.mine, self.packed, self.parts = self.turns[self.rows.count % 2]
         for part, a in zip(self.packed, arrays):
             np.copyto(part, a)
-        self.wait = self.exchange.start(self.mine, self.recv, self.what, self.agree)
+        if self.rows is not None:
+            self.wait = self.exchange.publish(self.rows, self.what, agree)
+        else:
+            self.wait = self.exchange.start(self.mine, self.recv, self.what, agree)
 
     def gathered(self, i: int) -> np.ndarray:
         if self.wait is not None:
