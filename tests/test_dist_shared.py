@@ -114,6 +114,25 @@ def test_a_block_that_cannot_be_opened_shares_nothing(monkeypatch):
     assert not one_host_allowed()
 
 
+@pytest.mark.skipif(not one_host_allowed(), reason="shared buckets need x86-64 Linux")
+def test_a_full_shared_memory_shares_nothing_and_leaves_no_file(monkeypatch):
+    """No room in ``/dev/shm`` for the block (a container's 64 MiB): no instance shares, and
+    the file made for it is gone (it would have failed with SIGBUS at a later write)."""
+    import errno
+    import os
+
+    from xlgraph.dist import shared
+
+    before = set(os.listdir(shared.DIRECTORY))
+
+    def full(fd: int, offset: int, size: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    assert _open_together(2, 1 << 20) == [None, None]
+    assert {n for n in os.listdir(shared.DIRECTORY) if n.startswith("xlgraph-")} <= before
+
+
 def test_rows_lie_in_one_mapping():
     mapping = mmap.mmap(-1, 2 * 3 * 128 + 3 * 64)
     rows = SharedRows(mapping, 3, 128, 1)

@@ -78,15 +78,17 @@ def open_rows(gather: Callable[[np.ndarray, str], np.ndarray], index: int, insta
               nbytes: int) -> SharedRows | None:
     """Every instance maps one new block for a bucket of ``nbytes`` bytes per instance
     (instance 0 makes it and names it to the others); None in every instance when any cannot
-    (another host, no ``/dev/shm``). ``gather(array, purpose)``: every instance's ``array``,
-    stacked (an all-gather); this is collective: every instance calls it at the same point of
-    its program."""
+    (another host, no ``/dev/shm`` or no room in it). ``gather(array, purpose)``: every
+    instance's ``array``, stacked (an all-gather); this is collective: every instance calls it
+    at the same point of its program."""
     path, mapping = "", None
     if index == 0:
         path = os.path.join(DIRECTORY, f"xlgraph-{os.getpid()}-{secrets.token_hex(8)}")
         try:
             mapping = _map(path, _block_bytes(instances, nbytes), create=True)
         except OSError:
+            if os.path.exists(path):
+                os.unlink(path)
             path = ""
     name = np.frombuffer(path.encode().ljust(_NAME_BYTES, b"\0"), np.uint8)
     path = gather(name, "the name of its shared block")[0].tobytes()
@@ -108,8 +110,8 @@ def _map(path: str, size: int, create: bool) -> mmap.mmap:
     flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
     fd = os.open(path, flags, 0o600)
     try:
-        if create:
-            os.ftruncate(fd, size)
+        if create:  # the pages reserved now: a full /dev/shm (a container's 64 MiB, say)
+            os.posix_fallocate(fd, 0, size)  # fails here, not with SIGBUS at a later write
         elif os.fstat(fd).st_size != size:
             raise OSError(f"{path} holds {os.fstat(fd).st_size} bytes, not {size}")
         return mmap.mmap(fd, size)
