@@ -91,7 +91,14 @@ def row_sum(a, s, plan, pending):  # noqa: ANN001, ANN201
     """``np.add.reduce(a[s:s + n])`` of the 1-d float array ``a``, with numpy's bits, for
     ``plan = sum_plan(n)``. numpy recurses; this sums the runs left to right, holding each
     left half's sum in ``pending`` (``STACK`` items of ``a``'s dtype) until its right half is
-    summed."""
+    summed. A row of one run, or of the two halves of one split (up to 256 items), adds its
+    runs' sums directly."""
+    zero = a.dtype.type(0)
+    if plan.shape[0] == 1:
+        return zero + run_sum(a, s, plan[0, 0])
+    if plan.shape[0] == 2:  # the left half's sum plus the right half's
+        h = plan[0, 0]
+        return zero + (run_sum(a, s, h) + run_sum(a, s + h, plan[1, 0]))
     held = 0
     for i in range(plan.shape[0]):
         n = plan[i, 0]
@@ -102,4 +109,4 @@ def row_sum(a, s, plan, pending):  # noqa: ANN001, ANN201
             value = pending[held] + value
         pending[held] = value
         held += 1
-    return a.dtype.type(0) + pending[0]
+    return zero + pending[0]
