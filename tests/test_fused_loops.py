@@ -88,13 +88,14 @@ def test_vector_lanes_give_the_python_forms_sums_and_maxima(backend, dtype: type
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_layer_norm_loops_give_the_numpy_kernels_bits(backend, dtype: type) -> None:  # noqa: ANN001
-    """Rows shorter than eight, of one run (up to 128), split once and more often (GPT-2's
-    768, 3072), in 2-d and 3-d data: numpy's pairwise sums, so its bits."""
+    """Rows shorter than eight, of one run (up to 128), split once (into unequal halves, into
+    equal halves of whole vectors: summed side by side) and more often (GPT-2's 768, 3072), in
+    2-d and 3-d data: numpy's pairwise sums, so its bits."""
     from xlgraph.ops import loops, norm
 
     rng = np.random.default_rng(6)
-    for shape in [(3, 1), (5, 7), (2, 37, 19), (6, 128), (3, 129), (4, 255), (2, 300),
-                  (2, 16, 768), (2, 3072)]:
+    for shape in [(3, 1), (5, 7), (2, 37, 19), (6, 128), (3, 129), (3, 144), (4, 255), (5, 256),
+                  (2, 300), (2, 16, 768), (2, 3072)]:
         x = (rng.normal(size=shape) * 3 + 1).astype(dtype)
         w, b = rng.normal(size=(2, shape[-1])).astype(dtype)
         dy = rng.normal(size=x.shape).astype(dtype)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["row_sum", "sum_plan", "run_sum", "lane_sum", "half_run", "STACK"]
+__all__ = ["row_sum", "sum_plan", "run_sum", "lane_sum", "lane_sum2", "half_run", "STACK"]
 
 STACK = 64  # pending sums ``row_sum`` may hold: one per halving of a run (2**64 items)
 
@@ -40,6 +40,12 @@ def lane_sum(xr, m):  # noqa: ANN001, ANN201 - numba compiles it (an intrinsic)
         r6 += xr[i + np.uint64(6)]
         r7 += xr[i + np.uint64(7)]
     return ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+
+
+def lane_sum2(xr, s, t, m):  # noqa: ANN001, ANN201 - numba compiles it (an intrinsic)
+    """``lane_sum`` of ``xr[s:]`` and of ``xr[t:]``, ``m`` items each: compiled, two
+    independent vector adds per 8 items of each."""
+    return lane_sum(xr[s:], m), lane_sum(xr[t:], m)
 
 
 def run_sum(a, s, n):  # noqa: ANN001, ANN201 - numba compiles it (an overload)
@@ -98,7 +104,11 @@ def row_sum(a, s, plan, pending):  # noqa: ANN001, ANN201
         return zero + run_sum(a, s, plan[0, 0])
     if plan.shape[0] == 2:  # the left half's sum plus the right half's
         h = plan[0, 0]
-        return zero + (run_sum(a, s, h) + run_sum(a, s + h, plan[1, 0]))
+        if h == plan[1, 0] and h % 8 == 0:  # two runs of whole vectors: summed side by side
+            left, right = lane_sum2(a, s, s + h, h)
+        else:
+            left, right = run_sum(a, s, h), run_sum(a, s + h, plan[1, 0])
+        return zero + (left + right)
     held = 0
     for i in range(plan.shape[0]):
         n = plan[i, 0]

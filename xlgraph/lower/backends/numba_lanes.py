@@ -47,25 +47,36 @@ class _Lanes:
              step: Callable[[Any, Any], Any]) -> Any:
         """``first`` folded with the vectors at ``start, start + lanes, ...`` below
         ``count`` (a multiple of ``lanes``) by ``step(acc, items)``."""
+        return self.folds([first], [ir.Constant(_I64, 0)], start, count, step)[0]
+
+    def folds(self, firsts: list[Any], offsets: list[Any], start: int, count: Any,
+              step: Callable[[Any, Any], Any]) -> list[Any]:
+        """``fold`` of the items from each of ``offsets`` at once, ``firsts`` their
+        accumulators: independent chains, so one's adds wait less for its last."""
         b = self.builder
         entry = b.block
         loop, done = b.append_basic_block("lanes.loop"), b.append_basic_block("lanes.done")
         begin, stride = ir.Constant(_I64, start), ir.Constant(_I64, self.lanes)
         b.cbranch(b.icmp_signed("<", begin, count), loop, done)
         b.position_at_end(loop)
-        k, acc = b.phi(_I64), b.phi(self.vector)
-        total = step(acc, self.load(k))
+        k = b.phi(_I64)
+        accs = [b.phi(self.vector) for _ in firsts]
+        totals = [step(acc, self.load(b.add(off, k))) for acc, off in zip(accs, offsets)]
         after = b.add(k, stride)
         k.add_incoming(begin, entry)
         k.add_incoming(after, loop)
-        acc.add_incoming(first, entry)
-        acc.add_incoming(total, loop)
+        for acc, first, total in zip(accs, firsts, totals):
+            acc.add_incoming(first, entry)
+            acc.add_incoming(total, loop)
         b.cbranch(b.icmp_signed("<", after, count), loop, done)
         b.position_at_end(done)
-        lanes = b.phi(self.vector)
-        lanes.add_incoming(first, entry)
-        lanes.add_incoming(total, loop)
-        return lanes
+        out = []
+        for first, total in zip(firsts, totals):
+            lanes = b.phi(self.vector)
+            lanes.add_incoming(first, entry)
+            lanes.add_incoming(total, loop)
+            out.append(lanes)
+        return out
 
     def pick(self, v: Any, idx: list[int]) -> Any:
         return self.builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, len(idx)), idx))
@@ -104,6 +115,24 @@ def _lane_sum(typingctx: Any, xr: Any, m: Any) -> Any:
 
 
 @intrinsic
+def _lane_sum2(typingctx: Any, xr: Any, s: Any, t: Any, m: Any) -> Any:
+    """``pairwise.lane_sum2(xr, s, t, m)``."""
+    if not (_row(xr, m) and isinstance(s, types.Integer) and isinstance(t, types.Integer)):
+        return None
+    pair = types.UniTuple(xr.dtype, 2)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        v = _Lanes(context, builder, xr, args[0], 8)
+        offsets = [context.cast(builder, a, ty, types.int64) for a, ty in zip(args[1:3], (s, t))]
+        count = context.cast(builder, args[3], m, types.int64)
+        lanes = v.folds([v.load(off) for off in offsets], offsets, 8, count, builder.fadd)
+        sums = [v.tree(x, 8, builder.fadd) for x in lanes]
+        return context.make_tuple(builder, pair, sums)
+
+    return pair(xr, s, t, m), codegen
+
+
+@intrinsic
 def _lane_max(typingctx: Any, xr: Any, m: Any) -> Any:
     """``softmax_loops.lane_max(xr, m)``."""
     return (xr.dtype(xr, m), _running(16, _larger)) if _row(xr, m) else None
@@ -130,6 +159,11 @@ def _lane_sum16(typingctx: Any, a: Any, m: Any, zero: Any) -> Any:
 @overload(pairwise.lane_sum)
 def _lane_sum_overload(xr, m):  # noqa: ANN001, ANN202 - numba compares the signatures
     return lambda xr, m: _lane_sum(xr, m)
+
+
+@overload(pairwise.lane_sum2)
+def _lane_sum2_overload(xr, s, t, m):  # noqa: ANN001, ANN202
+    return lambda xr, s, t, m: _lane_sum2(xr, s, t, m)
 
 
 @overload(softmax_loops.lane_sum16)
