@@ -39,7 +39,7 @@ def test_instances_train_with_the_bits_of_one_process(instances, shared, one_pro
     parts = _job(monkeypatch, tmp_path, instances, R, shared)
     for part in parts:
         assert bool(part["shared"]) == (shared == "1" and one_host_allowed())
-        for name in ("loss", "w", "b"):
+        for name in ("loss", "w", "b", "total"):
             assert part[name].tobytes() == one_process[name].tobytes(), name
     losses = one_process["loss"]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
@@ -51,7 +51,7 @@ def test_one_replica_per_instance_matches_one_process_of_two(monkeypatch, tmp_pa
     want = run_alone(PROGRAM, tmp_path / "one", 2)
     for part in _job(monkeypatch, tmp_path, 2, 2, "1"):
         assert bool(part["shared"]) == one_host_allowed()
-        for name in ("loss", "w", "b"):
+        for name in ("loss", "w", "b", "total"):
             assert part[name].tobytes() == want[name].tobytes(), name
 
 
