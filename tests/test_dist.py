@@ -224,6 +224,9 @@ class _Request:
     def Test(self) -> bool:  # noqa: N802 - MPI's name
         return self.done
 
+    def Wait(self) -> None:  # noqa: N802
+        self.waited = self.done = True
+
 
 def test_exchanges_behind_a_header_swap_begin_in_order_once_it_agrees():
     """The progress thread begins a bucket's data only after its header swap has completed
@@ -235,7 +238,7 @@ def test_exchanges_behind_a_header_swap_begin_in_order_once_it_agrees():
     progress, issued = _Progress(), []
 
     def issue(name: str):
-        return lambda: issued.append(name) or _Request(done=True)
+        return lambda: issued.append(name) or (_Request(done=True), _Request(done=True))
 
     gate = _Request()
     first = progress.launch(issue("first"), gate, check=lambda: None)
@@ -254,3 +257,22 @@ def test_exchanges_behind_a_header_swap_begin_in_order_once_it_agrees():
     assert str(third.error) == str(fourth.error) == "the instances disagree"
     fifth = progress.launch(issue("fifth"))  # nothing queued: begins at once
     assert issued[-1] == "fifth" and fifth.done.wait(5) and fifth.error is None
+
+
+def test_the_progress_thread_blocks_only_for_data_that_every_instance_has_begun():
+    """Without CMA, or between hosts, MPI moves data only inside MPI calls: an exchange that
+    every instance has begun (its barrier has completed) is driven in ``Wait``, not polled
+    with pauses; one that a peer has not begun yet is only tested (``Wait`` would spin a core
+    until the peer comes)."""
+    from xlgraph.dist.exchange import _Progress
+
+    progress = _Progress()
+    late, arrived = _Request(), _Request()
+    data = _Request()
+    waiting = progress.launch(lambda: (data, late))
+    assert not waiting.done.wait(0.05) and not hasattr(data, "waited")
+    late.done = True
+    assert waiting.done.wait(5) and data.waited and waiting.error is None
+    tested = _Request(done=True)
+    assert progress.launch(lambda: (tested, arrived)).done.wait(5)
+    assert not hasattr(tested, "waited")  # complete at its first test: no wait

@@ -19,6 +19,10 @@ Buckets (``start``, used by ``xlgraph.lower.buckets``) swap many collectives' da
 exchange, begun while the program computes on: the header agreement comes first (one record,
 describing every collective of the bucketed program), then the data travels on a communicator
 of its own, where a progress thread (when MPI allows threads) drives it while the program runs.
+Each bucket's all-gather is followed by an ``Ibarrier``: until it completes (a peer has not
+begun the bucket yet) the bucket is polled with pauses; once it has, the data is driven without
+pause (the thread blocks in ``Wait``, the GIL released), since MPI moves data between hosts, or
+without CMA on one host, only inside MPI calls.
 With that thread the header swap does not block either: the thread begins the data once the
 headers agree, and a disagreement is raised where the program waits for the data. Where every
 instance runs on one host, a bucket's rows lie in memory they all map instead
@@ -202,14 +206,15 @@ class MpiExchange:
             self._wait(made, f"{what} (its communicator)")
         send = self._mpi.IN_PLACE if np.may_share_memory(local, out) else local
 
-        def issue() -> Any:
-            return self._buckets.Iallgather(send, out)
+        def issue() -> tuple[Any, Any]:  # the data, then every instance's arrival at it
+            request = self._buckets.Iallgather(send, out)
+            return request, self._buckets.Ibarrier()
 
         if self._progress is None:
-            request = issue()
+            request, begun = issue()
 
             def wait() -> np.ndarray:
-                self._wait(request, what)
+                self._poll(request.Test, what, begun.Test)
                 return out
 
             return wait
@@ -284,9 +289,10 @@ class MpiExchange:
         """Until MPI ``request`` completes (``_poll``)."""
         self._poll(request.Test, what)
 
-    def _poll(self, done: Callable[[], bool], what: str) -> None:
-        """Until ``done()``: spin, then sleep between polls; stop at a failure notice or the
-        deadline."""
+    def _poll(self, done: Callable[[], bool], what: str,
+              begun: Callable[[], bool] | None = None) -> None:
+        """Until ``done()``: spin, then sleep between polls (never once ``begun()``, when every
+        instance has begun the exchange); stop at a failure notice or the deadline."""
         start = time.monotonic()
         deadline, check, pause = start + self.timeout, start, MIN_PAUSE
         while not done():
@@ -296,7 +302,7 @@ class MpiExchange:
                 if now > deadline:
                     raise self._late(what)
                 check = now + NOTICE_SECONDS
-            if now - start > SPIN_SECONDS:
+            if now - start > SPIN_SECONDS and not (begun is not None and begun()):
                 time.sleep(pause)
                 pause = min(2 * pause, MAX_PAUSE)
 
@@ -351,19 +357,23 @@ class MpiExchange:
 
 class _Pending:
     """An exchange the progress thread drives: ``done`` is set when it has ended (``error``:
-    the exception MPI raised, or the headers' disagreement, if any)."""
+    the exception MPI raised, or the headers' disagreement, if any); ``begun``: the request
+    that completes once every instance has begun it (None after that)."""
 
     def __init__(self) -> None:
         self.request: Any = None
+        self.begun: Any = None
         self.done = threading.Event()
         self.error: BaseException | None = None
 
 
 class _Progress:
-    """A daemon thread that polls the exchanges in flight, so that MPI moves their data while
-    the program computes (MPICH progresses a non-blocking collective only inside MPI calls; a
-    blocking wait would spin a core). It also begins the exchanges that wait for a header
-    swap (``launch``), in the order they were launched, once the headers agree."""
+    """A daemon thread that drives the exchanges in flight, so that MPI moves their data while
+    the program computes (MPICH progresses a non-blocking collective only inside MPI calls).
+    It polls them with pauses while an instance has not begun them (a blocking wait would spin
+    a core), and blocks in ``Wait`` for one that every instance has begun. It also begins the
+    exchanges that wait for a header swap (``launch``), in the order they were launched, once
+    the headers agree."""
 
     def __init__(self) -> None:
         self._work: list[_Pending] = []
@@ -374,14 +384,15 @@ class _Progress:
 
     def launch(self, issue: Callable[[], Any], gate: Any = None,
                check: Callable[[], None] | None = None) -> _Pending:
-        """The exchange that ``issue()`` begins (it returns the MPI request): at once, or,
+        """The exchange that ``issue()`` begins (it returns the MPI requests of the data and of
+        every instance's arrival, as ``MpiExchange.start``'s): at once, or,
         after ``gate`` (an MPI request) has completed and ``check()`` has not raised, and after
         every earlier launch has begun; one that cannot begin ends with that error (as does
         every launch after it)."""
         pending = _Pending()
         with self._ready:
             if gate is None and not self._queue:
-                pending.request = issue()
+                pending.request, pending.begun = issue()
                 self._work.append(pending)
             else:
                 self._queue.append((pending, gate, check, issue))
@@ -401,7 +412,7 @@ class _Progress:
                     return
                 if check is not None:
                     check()
-                pending.request = issue()
+                pending.request, pending.begun = issue()
             except Exception as exc:  # noqa: BLE001 - ends this launch and every later one
                 for later, *_ in self._queue:
                     later.error = exc
@@ -420,15 +431,11 @@ class _Progress:
                     pause = MIN_PAUSE
                 self._begin()
                 work = list(self._work)
-            ended = []
-            for pending in work:
-                try:
-                    finished = pending.request.Test()
-                except Exception as exc:  # an MPI error: the waiting thread raises it
-                    pending.error, finished = exc, True
-                if finished:
-                    ended.append(pending)
-                    pending.done.set()
+            ended = [p for p in work if _ended(p, lambda r: r.Test())]
+            if not ended:  # block for one that every instance has begun: no pause in its data
+                ended = [p for p in work if p.begun is None][:1]
+                if ended:
+                    _ended(ended[0], lambda r: r.Wait() or True)
             if ended:
                 with self._ready:
                     self._work = [p for p in self._work if p not in ended]
@@ -436,3 +443,17 @@ class _Progress:
             else:
                 time.sleep(pause)
                 pause = min(2 * pause, MAX_PAUSE)
+
+
+def _ended(pending: _Pending, finished: Callable[[Any], bool]) -> bool:
+    """Whether ``pending`` has ended by ``finished(request)`` (then marks it done; an MPI error
+    ends it, for the waiting thread to raise); notes when every instance has begun it."""
+    try:
+        if pending.begun is not None and pending.begun.Test():
+            pending.begun = None
+        if not finished(pending.request):
+            return False
+    except Exception as exc:  # noqa: BLE001 - an MPI error: the waiting thread raises it
+        pending.error = exc
+    pending.done.set()
+    return True
