@@ -273,6 +273,8 @@ def test_the_progress_thread_blocks_only_for_data_that_every_instance_has_begun(
     assert not waiting.done.wait(0.05) and not hasattr(data, "waited")
     late.done = True
     assert waiting.done.wait(5) and data.waited and waiting.error is None
-    tested = _Request(done=True)
-    assert progress.launch(lambda: (tested, arrived)).done.wait(5)
-    assert not hasattr(tested, "waited")  # complete at its first test: no wait
+    tested = _Request(done=True)  # its data is there, its barrier not yet (MPI forbids
+    ending = progress.launch(lambda: (tested, arrived))  # leaving a collective's request active)
+    assert not ending.done.wait(0.05)
+    arrived.done = True
+    assert ending.done.wait(5) and not hasattr(tested, "waited") and ending.error is None

@@ -140,7 +140,7 @@ class MpiExchange:
                     records[:, HEADER_BYTES:HEADER_BYTES + data.size]
                 return out
         request = self.comm.Iallgather(data, out.view(np.uint8).reshape(-1))
-        self._wait(request, described)
+        self._poll(request.Test, described, self.comm.Ibarrier().Test)
         return out
 
     def _record(self, described: str, inline: np.ndarray | None = None,
@@ -291,18 +291,24 @@ class MpiExchange:
 
     def _poll(self, done: Callable[[], bool], what: str,
               begun: Callable[[], bool] | None = None) -> None:
-        """Until ``done()``: spin, then sleep between polls (never once ``begun()``, when every
-        instance has begun the exchange); stop at a failure notice or the deadline."""
+        """Until ``done()`` (and ``begun()``, when given: every instance has begun the exchange;
+        MPI forbids leaving its request active): spin, then sleep between polls (no longer once
+        ``begun()``); stop at a failure notice or the deadline."""
         start = time.monotonic()
         deadline, check, pause = start + self.timeout, start, MIN_PAUSE
-        while not done():
+        arrived = False
+        while True:
+            if begun is not None and not arrived:
+                arrived = begun()
+            if done() and (arrived or begun is None):
+                return
             now = time.monotonic()
             if now >= check:
                 self._raise_on_notice(what)
                 if now > deadline:
                     raise self._late(what)
                 check = now + NOTICE_SECONDS
-            if now - start > SPIN_SECONDS and not (begun is not None and begun()):
+            if now - start > SPIN_SECONDS and not arrived:
                 time.sleep(pause)
                 pause = min(2 * pause, MAX_PAUSE)
 
@@ -446,12 +452,13 @@ class _Progress:
 
 
 def _ended(pending: _Pending, finished: Callable[[Any], bool]) -> bool:
-    """Whether ``pending`` has ended by ``finished(request)`` (then marks it done; an MPI error
-    ends it, for the waiting thread to raise); notes when every instance has begun it."""
+    """Whether ``pending`` has ended: every instance has begun it (its ``begun`` request, which
+    must not be left active, has completed) and ``finished(request)``; then marks it done (an
+    MPI error ends it, for the waiting thread to raise)."""
     try:
         if pending.begun is not None and pending.begun.Test():
             pending.begun = None
-        if not finished(pending.request):
+        if pending.begun is not None or not finished(pending.request):
             return False
     except Exception as exc:  # noqa: BLE001 - an MPI error: the waiting thread raises it
         pending.error = exc
