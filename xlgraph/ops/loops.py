@@ -340,18 +340,25 @@ def gather_grad_rows(dy, indices, out, zero_oor):  # noqa: ANN001, ANN201
                 row[j] += src[j]
 
 
+def check_labels(labs, c):  # noqa: ANN001, ANN201
+    """Raise for the first label outside ``[0, c)`` as the numpy kernel does, in its words
+    (none counts from the end)."""
+    for r in range(labs.size):
+        if not 0 <= labs[r] < c:
+            raise IndexError("label " + str(labs[r]) + " is out of range for " + str(c)
+                             + " classes (labels must be in [0, " + str(c)
+                             + ") or equal ignore_index=None)")
+
+
 def nll_softmax(probs, labels, loss, grad, scale, count):  # noqa: ANN001, ANN201
     """``nll_loss_with_softmax_grad`` without ``ignore_index``: ``loss = -sum(log p[label])``
     (divided by ``count`` for the mean, else ``count`` is 1), ``grad = p scale`` minus ``scale``
     at each label. The loss is summed before ``grad`` is written (it may share ``probs``)."""
     c = probs.shape[-1]
     ps, labs, grads = probs.reshape(-1), labels.reshape(-1), grad.reshape(-1)
+    check_labels(labs, c)
     total = ps[0] * 0  # replaced by the first term below (there is at least one label)
     for r in range(labs.size):
-        if not 0 <= labs[r] < c:  # as the numpy kernel, in its words: none counts from the end
-            raise IndexError("label " + str(labs[r]) + " is out of range for " + str(c)
-                             + " classes (labels must be in [0, " + str(c)
-                             + ") or equal ignore_index=None)")
         k = r * c + labs[r]
         total = np.log(ps[k]) if r == 0 else total + np.log(ps[k])
     loss.reshape(1)[0] = -total / count

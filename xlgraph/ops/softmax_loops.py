@@ -23,10 +23,10 @@ import numpy as np
 
 from xlgraph import dtypes
 from xlgraph.ops.half_round import to_half_precision
-from xlgraph.ops.loops import _EXP_LOW, _ONE, exp32, float_only
+from xlgraph.ops.loops import _EXP_LOW, _ONE, check_labels, exp32, float_only
 from xlgraph.tensor import TensorSpec
 
-__all__ = ["SUM_RUN", "check_labels", "exp_shifted", "lane_max", "lane_sum16", "nll_scale",
+__all__ = ["SUM_RUN", "exp_shifted", "lane_max", "lane_sum16", "nll_scale",
            "row_max", "run_sum16", "scaled_masked_softmax32", "scaled_masked_softmax_loop",
            "scaled_softmax_grad_loop", "scaled_softmax_grad_rows", "softmax", "softmax_grad_row",
            "softmax_grad_rows", "softmax_nll", "softmax_nll_half", "softmax_nll_loop",
@@ -228,16 +228,6 @@ def scaled_softmax_grad_loop(ins: list[TensorSpec], axis: int) -> Any:
             or axis != len(y.shape) - 1 or not y.shape[-1]):
         return None
     return float_only(y, scaled_softmax_grad_rows)
-
-
-def check_labels(labs, c):  # noqa: ANN001, ANN201
-    """Raise for the first label outside ``[0, c)``, as ``loops.nll_softmax`` does (the numpy
-    kernel's words)."""
-    for r in range(labs.size):
-        if not 0 <= labs[r] < c:
-            raise IndexError("label " + str(labs[r]) + " is out of range for " + str(c)
-                             + " classes (labels must be in [0, " + str(c)
-                             + ") or equal ignore_index=None)")
 
 
 def softmax_nll(x, labels, loss, grad, scale, count):  # noqa: ANN001, ANN201

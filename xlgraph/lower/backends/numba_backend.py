@@ -43,7 +43,7 @@ def _register_helpers() -> None:
     """Teach numba the loops' helpers (once per process, before the first compile):
     ``scale_pow2`` as integer arithmetic on the float's bits, ``exp32``, ``gelu_value32``,
     ``gelu_grad_value32``, ``row_stats``, ``softmax_loops``' ``row_max``, ``run_sum16``,
-    ``exp_shifted`` (with fused multiply-adds), ``check_labels`` and ``softmax_grad_row``,
+    ``exp_shifted`` (with fused multiply-adds) and ``softmax_grad_row``, ``loops.check_labels``,
     ``adam_loops.corrections`` and ``pairwise``'s sums as themselves (``pairwise.lane_sum``,
     ``softmax_loops.lane_sum16`` and ``lane_max`` as vector code, ``numba_lanes``),
     ``xlgraph.ops.blas.gemm`` as a call of numpy's BLAS (``numba_blas``); and install the
@@ -78,7 +78,7 @@ def _register_helpers() -> None:
     overload(softmax_loops.run_sum16)(lambda a: softmax_loops.run_sum16)
     overload(softmax_loops.exp_shifted, jit_options={"fastmath": {"contract"}})(
         lambda xr, o, top: softmax_loops.exp_shifted)
-    overload(softmax_loops.check_labels)(lambda labs, c: softmax_loops.check_labels)
+    overload(loops.check_labels)(lambda labs, c: loops.check_labels)
     overload(softmax_loops.softmax_grad_row, inline="always")(
         lambda d, p, o, k: softmax_loops.softmax_grad_row)
     overload(adam_loops.corrections, inline="always")(
