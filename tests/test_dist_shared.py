@@ -114,6 +114,13 @@ def test_a_block_that_cannot_be_opened_shares_nothing(monkeypatch):
     assert not one_host_allowed()
 
 
+@pytest.mark.parametrize("value", ["yes", "2", ""])
+def test_a_bad_setting_is_refused_by_name(monkeypatch, value):
+    monkeypatch.setenv(SHARED, value)
+    with pytest.raises(ValueError, match=f"environment variable {SHARED}={value!r} is not"):
+        one_host_allowed()
+
+
 @pytest.mark.skipif(not one_host_allowed(), reason="shared buckets need x86-64 Linux")
 def test_a_full_shared_memory_shares_nothing_and_leaves_no_file(monkeypatch):
     """No room in ``/dev/shm`` for the block (a container's 64 MiB): no instance shares, and

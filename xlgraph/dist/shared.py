@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from xlgraph.core.instances import int_env
+
 __all__ = ["SHARED", "SharedRows", "open_rows"]
 
 SHARED = "XLGRAPH_DIST_SHARED"  # "0": buckets travel by MPI even on one host
@@ -69,8 +71,13 @@ def _block_bytes(instances: int, nbytes: int) -> int:
 
 def one_host_allowed() -> bool:
     """Whether shared buckets may be tried here: x86-64 Linux with ``/dev/shm``, not turned off
-    by ``XLGRAPH_DIST_SHARED=0`` (x86's stores land in order, which the flags rely on)."""
-    return (os.environ.get(SHARED, "1") != "0" and platform.system() == "Linux"
+    by ``XLGRAPH_DIST_SHARED=0`` (x86's stores land in order, which the flags rely on); a
+    ``ValueError`` naming the variable for a value other than 0 or 1."""
+    asked = int_env(SHARED, 1)
+    if asked not in (0, 1):
+        raise ValueError(f"environment variable {SHARED}={os.environ[SHARED]!r} is not 0 (buckets "
+                         "through MPI) or 1 (shared memory where the instances share a host)")
+    return (asked == 1 and platform.system() == "Linux"
             and platform.machine() in ("x86_64", "AMD64") and os.access(DIRECTORY, os.W_OK))
 
 
